@@ -1,0 +1,246 @@
+"""`FlowContext`: what a flow function awaits to ask the client or run a side effect.
+
+The same methods work in both protocol eras. Under 2026-07-28 they are served from the
+journal (or park the flow until the client answers); under 2025-11-25 and earlier they
+become ordinary server-to-client requests through the SDK session, and steps simply run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import inspect
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import pydantic_core
+from mcp_types import (
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    IncludeContext,
+    ListRootsResult,
+    ModelPreferences,
+    Root,
+    SamplingMessage,
+    TextContent,
+)
+from pydantic import BaseModel, TypeAdapter
+
+from mrtr.asks import Ask, Capability, elicit_ask, elicit_url_ask, roots_ask, sample_ask
+from mrtr.errors import Cancelled, Declined, FlowDefinitionError
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import Context
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    """Identity of the step now running; `idempotency_key` is the same on every replay and instance."""
+
+    name: str
+    flow_id: str
+    idempotency_key: str
+
+
+_current_step: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar("mrtr_current_step", default=None)
+
+
+def current_step() -> StepInfo:
+    """The step the caller runs inside (pass `.idempotency_key` to payment APIs and the like)."""
+    info = _current_step.get()
+    if info is None:
+        raise RuntimeError("mrtr.current_step() called outside ctx.step(...)")
+    return info
+
+
+class Driver(Protocol):
+    """How asks and steps are served: from a journal (stateless rounds) or live (legacy)."""
+
+    flow_id: str
+
+    def supports(self, capability: Capability) -> bool: ...
+
+    async def ask(self, ask: Ask) -> Any:
+        """The journaled/received wire answer to `ask` (validated by `Ask.accept`)."""
+        ...
+
+    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The step's result as JSON (journaled, or freshly computed and journaled)."""
+        ...
+
+
+class FlowContext:
+    """Handed to every flow function. Asks and steps are the only non-deterministic doors.
+
+    The determinism contract: a flow re-runs from the top every round, so code between
+    awaits on this object must compute the same thing every time. Anything that reads
+    a clock, a random source, or the outside world goes through `ctx.step`.
+    """
+
+    def __init__(self, driver: Driver, request: Context[Any, Any] | None) -> None:
+        self._driver = driver
+        self._request = request
+
+    @property
+    def flow_id(self) -> str:
+        """Unique per flow, stable across its rounds: use it to correlate out-of-band work."""
+        return self._driver.flow_id
+
+    @property
+    def request(self) -> Context[Any, Any]:
+        """The SDK's per-request `Context` (headers, session, lifespan) for this round."""
+        if self._request is None:
+            raise RuntimeError("this flow runs outside an MCP request")
+        return self._request
+
+    def client_supports(self, capability: Capability) -> bool:
+        """Whether *this request* declared `capability` (e.g. "elicitation", "sampling", "roots").
+
+        Use it to degrade gracefully; asking for an undeclared capability fails the call
+        with -32021 MissingRequiredClientCapability.
+        """
+        return self._driver.supports(capability)
+
+    async def elicit(
+        self, message: str, schema: type[M], *, key: str | None = None, allow_preanswer: bool = False
+    ) -> M:
+        """Ask the user to fill a form; returns the validated model.
+
+        Raises:
+            Declined: The user declined.
+            Cancelled: The user dismissed the form.
+        """
+        answer = await self._driver.ask(elicit_ask(message, schema, key, allow_preanswer))
+        _raise_if_refused(answer, message, key)
+        return schema.model_validate(answer["content"])
+
+    async def elicit_url(self, message: str, url: str, *, key: str | None = None) -> None:
+        """Send the user to `url` (URL-mode elicitation). Returns once they consent.
+
+        Acceptance is consent only: the interaction itself happens out of band, so check
+        its outcome afterwards (typically in a step keyed by `ctx.flow_id`).
+        """
+        answer = await self._driver.ask(elicit_url_ask(message, url, key))
+        _raise_if_refused(answer, message, key)
+
+    async def sample(
+        self,
+        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        *,
+        max_tokens: int,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: list[str] | None = None,
+        model_preferences: ModelPreferences | None = None,
+        include_context: IncludeContext | None = None,
+        metadata: dict[str, Any] | None = None,
+        key: str | None = None,
+        allow_preanswer: bool = False,
+    ) -> CreateMessageResult:
+        """Ask the client's LLM for a completion (`sampling/createMessage`)."""
+        if isinstance(prompt, str):
+            messages = [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))]
+        else:
+            messages = [m if isinstance(m, SamplingMessage) else SamplingMessage.model_validate(m) for m in prompt]
+        params = CreateMessageRequestParams(
+            messages=messages,
+            max_tokens=max_tokens,
+            system_prompt=system_prompt,
+            temperature=temperature,
+            stop_sequences=stop_sequences,
+            model_preferences=model_preferences,
+            include_context=include_context,
+            metadata=metadata,
+        )
+        answer = await self._driver.ask(sample_ask(params, key, allow_preanswer))
+        return CreateMessageResult.model_validate(answer)
+
+    async def list_roots(self, *, key: str | None = None, allow_preanswer: bool = False) -> list[Root]:
+        """The client's roots (`roots/list`)."""
+        answer = await self._driver.ask(roots_ask(key, allow_preanswer))
+        return ListRootsResult.model_validate(answer).roots
+
+    async def step(self, name: str, fn: Callable[..., Awaitable[T] | T], /, *args: Any, **kwargs: Any) -> T:
+        """Run `fn(*args, **kwargs)` at most once per flow and journal its result.
+
+        Replays return the journaled value. The value is what a JSON round trip of the
+        result gives back, validated against `fn`'s return annotation when it has one,
+        on the first run as on every replay, so both behave the same. A step that raises
+        is not journaled: the error propagates, and a later round runs the step again.
+        Inside `fn`, `mrtr.current_step().idempotency_key` names this step stably.
+        """
+        value = await self._driver.step(name, fn, args, kwargs)
+        adapter = _return_adapter(fn)
+        return value if adapter is None else adapter.validate_python(value)
+
+    async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
+        """Await several asks/steps at once; every unanswered ask goes out in one round."""
+        return list(await asyncio.gather(*aws))
+
+
+def _raise_if_refused(answer: dict[str, Any], message: str, key: str | None) -> None:
+    action = answer.get("action")
+    if action == "decline":
+        raise Declined(message, key=key or "")
+    if action == "cancel":
+        raise Cancelled(message, key=key or "")
+
+
+# -- step helpers shared by both drivers ---------------------------------------------------
+
+
+def arg_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """Fingerprint of a step's arguments, to catch replays that diverge from the first run."""
+    try:
+        raw = pydantic_core.to_json([args, kwargs], fallback=_opaque)
+    except Exception:
+        return ""
+    return hashlib.sha256(raw).hexdigest()[:12]
+
+
+def _opaque(value: Any) -> str:
+    # Objects without a JSON form are compared by type only: their repr may hold an address.
+    return f"<{type(value).__qualname__}>"
+
+
+def to_journal(name: str, value: Any) -> Any:
+    try:
+        return pydantic_core.to_jsonable_python(value)
+    except pydantic_core.PydanticSerializationError as exc:
+        raise FlowDefinitionError(
+            f"step {name!r} returned a {type(value).__name__}, which cannot be journaled as JSON "
+            "(return plain data or a pydantic model)"
+        ) from exc
+
+
+async def call_step(info: StepInfo, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    token = _current_step.set(info)
+    try:
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args, **kwargs)
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+    finally:
+        _current_step.reset(token)
+
+
+@lru_cache(maxsize=1024)
+def _return_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        return None
+    annotation = hints.get("return")
+    if annotation is None or annotation is type(None) or annotation is Any:
+        return None
+    try:
+        return TypeAdapter(annotation)
+    except Exception:
+        return None

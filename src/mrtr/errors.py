@@ -1,0 +1,77 @@
+"""What can go wrong in a flow, as exceptions a flow author (or client) can catch by name.
+
+Two families:
+
+- `InputRefused` (`Declined`, `Cancelled`): the *user* said no. Flow code may catch these
+  and branch; uncaught, they end the call as a tool error with a readable message.
+- `FlowError`: the *flow* cannot go on (broken determinism, limits). These become precise
+  JSON-RPC errors on the wire, never a stack trace.
+"""
+
+from __future__ import annotations
+
+
+class InputRefused(Exception):
+    """The client answered an elicitation with something other than `accept`."""
+
+    action: str = "refused"
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+        self.question = message
+
+    def __str__(self) -> str:
+        return f"The user {self.action} the request: {self.question}"
+
+
+class Declined(InputRefused):
+    """The user explicitly declined (`action: "decline"`)."""
+
+    action = "declined"
+
+
+class Cancelled(InputRefused):
+    """The user dismissed the request without choosing (`action: "cancel"`)."""
+
+    action = "cancelled"
+
+
+class FlowError(Exception):
+    """A flow cannot continue; carries a stable `reason` code for the wire."""
+
+    reason: str = "flow_error"
+
+
+class NondeterminismError(FlowError):
+    """Replaying the flow took a different path than the journal recorded.
+
+    Code between asks must be deterministic; clocks, randomness and I/O go through
+    `ctx.step` so their results are journaled and replayed, not recomputed.
+    """
+
+    reason = "nondeterministic_flow"
+
+
+class FlowDefinitionError(FlowError):
+    """The flow uses the API in a way that can never work (e.g. a reused explicit key)."""
+
+    reason = "invalid_flow"
+
+
+class StateTooLarge(FlowError):
+    """The sealed `requestState` would exceed the configured cap."""
+
+    reason = "request_state_too_large"
+
+
+class TooManyRounds(FlowError):
+    """The flow asked the client more times than its round cap allows."""
+
+    reason = "too_many_rounds"
+
+
+class FlowExpired(FlowError):
+    """The flow's overall deadline (counted from its first round) has passed."""
+
+    reason = "flow_expired"

@@ -1,0 +1,213 @@
+"""`Flows`: register flow functions as tools, prompts and resources of an `MCPServer`.
+
+A flow is registered through the SDK's own decorators, wrapped in a function whose
+signature is the flow's with the `FlowContext` parameter swapped for the SDK `Context`.
+So names, descriptions, input and output schemas, argument validation and result
+conversion are exactly what `@server.tool()` gives; only the body runs under the engine.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts import Prompt
+from mcp.shared.uri_template import UriTemplate
+from mcp_types import Annotations, Icon, ToolAnnotations
+
+from mrtr.context import FlowContext
+from mrtr.engine import FlowSpec, Limits, run_flow
+from mrtr.errors import InputRefused
+from mrtr.static_resources import StaticResourceFlows
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_HIDDEN_CTX = "mrtr_request"
+
+
+class Flows:
+    """Adds flows to an existing `MCPServer`.
+
+    Args:
+        server: The official SDK server to register on. Its `request_state_security`
+            seals every journal; share its keys (and its name) across a fleet.
+        max_rounds: Default cap on client round trips per flow.
+        deadline: Default seconds a flow may take from its first round; never renewed.
+        max_state_bytes: Default cap on the sealed `requestState`.
+    """
+
+    def __init__(
+        self,
+        server: MCPServer[Any],
+        *,
+        max_rounds: int = 25,
+        deadline: float = 3600.0,
+        max_state_bytes: int = 64 * 1024,
+    ) -> None:
+        self.server = server
+        self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
+        self._static = StaticResourceFlows(server)
+
+    def tool(
+        self,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        annotations: ToolAnnotations | None = None,
+        icons: list[Icon] | None = None,
+        meta: dict[str, Any] | None = None,
+        structured_output: bool | None = None,
+        *,
+        max_rounds: int | None = None,
+        deadline: float | None = None,
+        max_state_bytes: int | None = None,
+    ) -> Callable[[F], F]:
+        """Register an async flow function as a tool (same metadata options as `@server.tool()`)."""
+        _reject_bare_use(name, "tool")
+
+        def decorator(fn: F) -> F:
+            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
+            wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_tool_error)
+            self.server.add_tool(
+                wrapper,
+                name=spec.name,
+                title=title,
+                description=description,
+                annotations=annotations,
+                icons=icons,
+                meta=meta,
+                structured_output=structured_output,
+            )
+            return fn
+
+        return decorator
+
+    def prompt(
+        self,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        icons: list[Icon] | None = None,
+        *,
+        max_rounds: int | None = None,
+        deadline: float | None = None,
+        max_state_bytes: int | None = None,
+    ) -> Callable[[F], F]:
+        """Register an async flow function as a prompt (`prompts/get` may take several rounds)."""
+        _reject_bare_use(name, "prompt")
+
+        def decorator(fn: F) -> F:
+            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
+            wrapper = _sdk_entry_point(fn, spec, refused=None)
+            prompt = Prompt.from_function(wrapper, name=spec.name, title=title, description=description, icons=icons)
+            self.server.add_prompt(prompt)
+            return fn
+
+        return decorator
+
+    def resource(
+        self,
+        uri: str,
+        *,
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        mime_type: str | None = None,
+        icons: list[Icon] | None = None,
+        annotations: Annotations | None = None,
+        meta: dict[str, Any] | None = None,
+        max_rounds: int | None = None,
+        deadline: float | None = None,
+        max_state_bytes: int | None = None,
+    ) -> Callable[[F], F]:
+        """Register an async flow function as a resource; `uri` may be a template or a fixed URI."""
+        _reject_bare_use(uri, "resource")
+
+        def decorator(fn: F) -> F:
+            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
+            wrapper = _sdk_entry_point(fn, spec, refused=None)
+            options = dict(
+                name=name, title=title, description=description, mime_type=mime_type,
+                icons=icons, annotations=annotations, meta=meta,
+            )  # fmt: skip
+            if UriTemplate.parse(uri).variable_names:
+                self.server.resource(uri, **options)(wrapper)
+            else:
+                # The SDK gives fixed-URI resources no Context; those are served by middleware.
+                self._static.add(uri, spec, wrapper, options)
+            return fn
+
+        return decorator
+
+    def _spec(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        max_rounds: int | None,
+        deadline: float | None,
+        max_state_bytes: int | None,
+    ) -> FlowSpec:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"flow {name!r} must be an async function (it awaits the client)")
+        limits = Limits(
+            max_rounds=max_rounds if max_rounds is not None else self.limits.max_rounds,
+            deadline=deadline if deadline is not None else self.limits.deadline,
+            max_state_bytes=max_state_bytes if max_state_bytes is not None else self.limits.max_state_bytes,
+        )
+        return FlowSpec(name=name, fn=fn, ctx_param=_flow_context_param(fn), limits=limits, audience=self.server.name)
+
+
+def _reject_bare_use(first: object, what: str) -> None:
+    if callable(first):
+        raise TypeError(f"use @flows.{what}(...) with parentheses")
+
+
+def _refused_as_tool_error(exc: InputRefused) -> Exception:
+    return ToolError(str(exc))
+
+
+def _flow_context_param(fn: Callable[..., Any]) -> str | None:
+    hints = typing.get_type_hints(fn)
+    for param, annotation in hints.items():
+        if param != "return" and inspect.isclass(annotation) and issubclass(annotation, FlowContext):
+            return param
+    return None
+
+
+def _sdk_entry_point(
+    fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception] | None
+) -> Callable[..., Any]:
+    """An SDK-registrable function: the flow's signature, with the SDK `Context` injected."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    signature = inspect.signature(fn)
+    params: list[inspect.Parameter] = []
+    for param in signature.parameters.values():
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise TypeError(f"flow {spec.name!r}: *args/**kwargs cannot become a schema")
+        if param.name == spec.ctx_param:
+            continue
+        annotation = hints.get(param.name, param.annotation)
+        params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+    request_param = spec.ctx_param or _HIDDEN_CTX
+    params.append(inspect.Parameter(request_param, inspect.Parameter.KEYWORD_ONLY, annotation=Context))
+    returns = hints.get("return", signature.return_annotation)
+
+    async def entry(**kwargs: Any) -> Any:
+        request = kwargs.pop(request_param)
+        try:
+            return await run_flow(spec, request, kwargs)
+        except InputRefused as exc:
+            if refused is None:
+                raise
+            raise refused(exc) from exc
+
+    functools.update_wrapper(entry, fn, updated=())
+    del entry.__wrapped__  # the SDK must see our signature, not the flow's
+    entry.__signature__ = signature.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
+    entry.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
+    return entry

@@ -1,0 +1,126 @@
+"""The journal: everything one flow has learned so far, and its compact encoding.
+
+A journal records the answers the client gave (keyed by wire key, pinned to a digest
+of the exact question), the results of finished steps (pinned to a digest of their
+arguments), and the asks still outstanding. Ephemeral flows carry it in
+`requestState`; the SDK's `RequestStateBoundary` encrypts and authenticates it, so
+this module only has to make it small and exact, never secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_VERSION = 1
+
+# Below this many bytes compression never pays (zlib's header and the base64 cost).
+_COMPRESS_MIN = 160
+_JSON_PREFIX = "j"
+_ZLIB_PREFIX = "z"
+_INFLATE_MAX = 8 << 20
+
+
+class JournalFormatError(ValueError):
+    """The state is authentic (the boundary verified it) but not a journal we can read."""
+
+
+@dataclass
+class Journal:
+    """One flow's progress. Field names are spelled out here and shortened on the wire."""
+
+    flow_id: str
+    started_at: float
+    rounds: int = 0
+    answers: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    """wire key -> (question digest, the client's answer as wire JSON)."""
+    steps: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    """step key -> (argument digest, the step's result as JSON)."""
+    pending: dict[str, str] = field(default_factory=dict)
+    """wire key -> question digest, for every ask the last round sent out."""
+
+    @classmethod
+    def start(cls) -> Journal:
+        return cls(flow_id=_b64u(os.urandom(12)), started_at=time.time())
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "v": FORMAT_VERSION,
+            "f": self.flow_id,
+            "t": round(self.started_at, 3),
+            "n": self.rounds,
+        }
+        if self.answers:
+            wire["a"] = {k: [q, v] for k, (q, v) in self.answers.items()}
+        if self.steps:
+            wire["s"] = {k: [d, v] for k, (d, v) in self.steps.items()}
+        if self.pending:
+            wire["p"] = self.pending
+        return wire
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> Journal:
+        try:
+            if wire["v"] != FORMAT_VERSION:
+                raise JournalFormatError(f"journal format {wire['v']!r}, this server reads {FORMAT_VERSION}")
+            journal = cls(
+                flow_id=str(wire["f"]),
+                started_at=float(wire["t"]),
+                rounds=int(wire["n"]),
+                answers={str(k): (str(q), v) for k, (q, v) in wire.get("a", {}).items()},
+                steps={str(k): (str(d), v) for k, (d, v) in wire.get("s", {}).items()},
+                pending={str(k): str(q) for k, q in wire.get("p", {}).items()},
+            )
+        except JournalFormatError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise JournalFormatError(f"malformed journal: {exc!r}") from None
+        return journal
+
+
+def encode(journal: Journal) -> str:
+    """Smallest text form of the journal *as it will sit inside the sealed envelope*.
+
+    The boundary embeds our string in its own JSON claims, so every quote in plain JSON
+    costs an escape; we compare the escaped lengths and compress only when that wins.
+    """
+    text = json.dumps(journal.to_wire(), separators=(",", ":"), ensure_ascii=True)
+    plain = _JSON_PREFIX + text
+    if len(text) < _COMPRESS_MIN:
+        return plain
+    packed = _ZLIB_PREFIX + _b64u(zlib.compress(text.encode(), 9))
+    return packed if len(packed) < embedded_length(plain) else plain
+
+
+def decode(state: str) -> Journal:
+    try:
+        if state.startswith(_JSON_PREFIX):
+            wire = json.loads(state[1:])
+        elif state.startswith(_ZLIB_PREFIX):
+            raw = base64.urlsafe_b64decode(state[1:] + "=" * (-len(state[1:]) % 4))
+            inflater = zlib.decompressobj()
+            text = inflater.decompress(raw, _INFLATE_MAX)
+            if inflater.unconsumed_tail:
+                raise JournalFormatError("journal inflates past the size limit")
+            wire = json.loads(text)
+        else:
+            raise JournalFormatError("not an mrtr journal")
+    except JournalFormatError:
+        raise
+    except (ValueError, zlib.error) as exc:
+        raise JournalFormatError(f"undecodable journal: {exc!r}") from None
+    return Journal.from_wire(wire)
+
+
+def embedded_length(text: str) -> int:
+    """Length of `text` once JSON-escaped inside another JSON document."""
+    return len(json.dumps(text, ensure_ascii=True))
+
+
+def _b64u(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
