@@ -54,8 +54,8 @@ class Limits:
             raise ValueError("max_rounds must be at least 1")
         if not (math.isfinite(self.deadline) and self.deadline > 0):
             raise ValueError("deadline must be a positive number of seconds")
-        if self.max_state_bytes < 1024:
-            raise ValueError("max_state_bytes below 1 KiB cannot hold a journal")
+        if self.max_state_bytes < 256:
+            raise ValueError("max_state_bytes below 256 cannot hold a sealed journal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +104,9 @@ async def _run_round(spec: FlowSpec, request: Context[Any, Any], arguments: Mapp
             flow.cancel()
             await asyncio.wait({flow})
         replay.close()
-    if replay.settled:
+    if flow.cancelled() and replay.settled:
         return _input_required(spec, request, replay)
-    return flow.result()
+    return flow.result()  # the flow's value, or the error it ended with
 
 
 def _load_journal(spec: FlowSpec, state: str | None) -> Journal:
