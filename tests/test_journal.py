@@ -1,0 +1,54 @@
+"""The journal codec: exact round trips, compression only when it pays, clear format errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mrtr import journal as codec
+from mrtr.journal import Journal, JournalFormatError
+
+
+def sample_journal(answers: int) -> Journal:
+    journal = Journal.start()
+    for i in range(answers):
+        journal.answers[f"elicit_abcdefghij_{i}"] = ("q" * 16, {"action": "accept", "content": {"env": "prod", "i": i}})
+    journal.steps["plan"] = ("d" * 12, {"id": "plan-1", "env": "prod"})
+    journal.pending["elicit_zzzz"] = "q" * 16
+    journal.rounds = answers
+    return journal
+
+
+@pytest.mark.parametrize("answers", [0, 1, 5, 10, 40])
+def test_round_trip_is_exact(answers: int) -> None:
+    journal = sample_journal(answers)
+    again = codec.decode(codec.encode(journal))
+    assert again.to_wire() == journal.to_wire()
+
+
+def test_compression_is_used_only_when_it_pays() -> None:
+    small = codec.encode(Journal.start())
+    assert small.startswith("j")
+    big = codec.encode(sample_journal(20))
+    assert big.startswith("z")
+    plain = "j" + json.dumps(sample_journal(20).to_wire(), separators=(",", ":"))
+    assert codec.embedded_length(big) < codec.embedded_length(plain)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "",
+        "x{}",
+        "j{",
+        "j[]",
+        'j{"v":99,"f":"a","t":1,"n":0}',
+        'j{"v":1}',
+        "z!!!!",
+        'j{"v":1,"f":"a","t":1,"n":0,"a":5}',
+    ],
+)
+def test_unreadable_state_raises_format_error(state: str) -> None:
+    with pytest.raises(JournalFormatError):
+        codec.decode(state)
