@@ -1,0 +1,332 @@
+"""A deployment assistant served as an mrtr flow: many round trips, any instance.
+
+The `deploy` tool is a conversation, written as one straight async function:
+
+1. where to? (elicitation; declining aborts) + the client's roots, asked together;
+2. which services? (a loop: one elicitation per service until the user ticks "done");
+3. plan the release (a *step*: a side effect that runs once per flow, whatever instance
+   serves the next round, and is replayed from the journal afterwards);
+4. risk summary from the client's LLM (sampling, skipped if the client cannot sample);
+5. a branch: production asks approval per service (a loop; declining skips a service)
+   and a change ticket; staging asks one confirmation;
+6. roll out each approved service (one step each, with an idempotency key).
+
+Under MCP 2026-07-28 every question ends the request with `input_required`; the flow's
+journal travels in the sealed `requestState`, so each round may land on another process
+as long as all processes share `MRTR_STATE_KEY` and the server name. Under 2025-11-25
+the same code sends ordinary server-to-client requests inside one call.
+
+Side effects are observable: each step appends a JSON line to the file named by
+`MRTR_AUDIT_LOG` (if set), which is how the demo and the tests prove run-once.
+
+Usage:
+    MRTR_STATE_KEY=$(python -c 'import secrets; print(secrets.token_hex(32))') \\
+    MRTR_INSTANCE=A python examples/deployer_server.py --port 8001   # HTTP at /mcp
+    python examples/deployer_server.py --stdio                        # stdio
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import secrets
+import socket
+import sys
+from typing import Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.request_state import RequestStateSecurity
+from pydantic import BaseModel, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+import mrtr
+
+SERVER_NAME = "deployer"
+"""Constant across instances: it is the audience sealed into every `requestState`."""
+
+INSTANCE_HEADER = "X-Mrtr-Instance"
+READY_PREFIX = "deployer ready:"
+"""First stdout line of an HTTP server, followed by its URL: spawners wait for it."""
+
+MAX_SERVICES = 5
+
+logger = logging.getLogger("deployer")
+
+
+def instance_label() -> str:
+    """Which process this is, for humans: the `MRTR_INSTANCE` env var (default: the pid)."""
+    return os.environ.get("MRTR_INSTANCE") or f"pid{os.getpid()}"
+
+
+# -- questions (elicitation schemas) --------------------------------------------------------
+
+
+class Target(BaseModel):
+    environment: Literal["staging", "production"] = Field(description="Where to deploy")
+
+
+class AddService(BaseModel):
+    service: str = Field(default="", description="A service to include, e.g. api (leave empty when done)")
+    done: bool = Field(default=False, description="Tick when the list is complete")
+
+
+class Approval(BaseModel):
+    approve: bool = Field(description="Roll this service out now?")
+
+
+class ChangeTicket(BaseModel):
+    ticket: str = Field(pattern=r"^CHG-[0-9]+$", description="Approved change ticket, e.g. CHG-1234")
+
+
+class Audience(BaseModel):
+    audience: Literal["engineers", "customers"] = Field(description="Who reads the announcement")
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+class Rollout(BaseModel):
+    service: str
+    receipt: str
+    idempotency_key: str
+    ran_on: str
+
+
+class DeployReport(BaseModel):
+    """The tool's structured result; `ran_on` fields show which instance did each side effect."""
+
+    app: str
+    status: Literal["deployed", "aborted", "cancelled", "nothing_approved"]
+    environment: str | None = None
+    services: list[str] = []
+    workspace: str | None = None
+    plan_id: str | None = None
+    planned_on: str | None = None
+    risk: str | None = None
+    ticket: str | None = None
+    rolled_out: list[Rollout] = []
+    skipped: list[str] = []
+
+
+# -- side effects (run only inside ctx.step) -------------------------------------------------
+
+
+def audit(step: str, **fields: Any) -> None:
+    """Record that a side effect really ran (one JSON line; O_APPEND keeps lines whole)."""
+    path = os.environ.get("MRTR_AUDIT_LOG")
+    if not path:
+        return
+    line = json.dumps({"step": step, "instance": instance_label(), "pid": os.getpid(), **fields}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def make_plan(app: str, environment: str, services: list[str], workspace: str | None) -> dict[str, str]:
+    """Reserve a release plan in the (imaginary) deploy system: not safe to repeat."""
+    key = mrtr.current_step().idempotency_key
+    plan_id = f"plan-{app}-{environment}-{secrets.token_hex(3)}"
+    audit("plan", key=key, plan_id=plan_id, services=services, workspace=workspace)
+    return {"plan_id": plan_id, "ran_on": instance_label()}
+
+
+async def roll_out(plan_id: str, service: str, environment: str) -> Rollout:
+    """Push one service. The idempotency key is what a real deploy API would dedupe on."""
+    key = mrtr.current_step().idempotency_key
+    await asyncio.sleep(0)  # stands in for the deploy API call
+    receipt = f"{service}@{environment}#{secrets.token_hex(2)}"
+    audit("rollout", key=key, plan_id=plan_id, service=service)
+    return Rollout(service=service, receipt=receipt, idempotency_key=key, ran_on=instance_label())
+
+
+# -- the server ------------------------------------------------------------------------------
+
+
+def build_server(key: bytes) -> MCPServer:
+    """The deployer server; every instance of a fleet must get the same `key`."""
+    server = MCPServer(
+        SERVER_NAME,
+        instructions="Deployment assistant: call `deploy` with an app name and answer its questions.",
+        request_state_security=RequestStateSecurity(keys=[key]),
+    )
+    flows = mrtr.Flows(server)
+
+    @flows.tool()
+    async def deploy(app: str, ctx: mrtr.FlowContext) -> DeployReport:
+        """Deploy an app: asks where, which services, and for approvals before touching anything."""
+        # Round 1: destination and (if the client has any) its roots, in one round trip.
+        want_roots = ctx.client_supports("roots")
+        target_ask = ctx.elicit(f"Where should {app} be deployed?", Target, key="target")
+        try:
+            if want_roots:
+                target, roots = await ctx.gather(target_ask, ctx.list_roots(key="roots"))
+            else:
+                target, roots = await target_ask, []
+        except mrtr.InputRefused:
+            return DeployReport(app=app, status="aborted")
+        env = target.environment
+        workspace = str(roots[0].uri) if roots else None
+
+        # A loop of asks: one service per round until the user says done.
+        services: list[str] = []
+        for i in range(1, MAX_SERVICES + 1):
+            so_far = ", ".join(services) or "none yet"
+            question = f"Services in this {app} release so far: {so_far}. Add one, or tick done."
+            try:
+                pick = await ctx.elicit(question, AddService, key=f"service_{i}")
+            except mrtr.InputRefused:
+                return DeployReport(app=app, status="aborted", environment=env, services=services)
+            name = pick.service.strip()
+            if name and name not in services:
+                services.append(name)
+            if pick.done or not name:
+                break
+        services = services or [app]
+
+        plan = await ctx.step("plan", make_plan, app, env, services, workspace)
+        report = DeployReport(
+            app=app,
+            status="deployed",
+            environment=env,
+            services=services,
+            workspace=workspace,
+            plan_id=plan["plan_id"],
+            planned_on=plan["ran_on"],
+        )
+
+        risk_prompt = f"In one sentence: the main risk of deploying {', '.join(services)} of {app} to {env}?"
+        if ctx.client_supports("sampling"):
+            completion = await ctx.sample(risk_prompt, max_tokens=120, key="risk")
+            report.risk = completion.content.text if completion.content.type == "text" else "(non-text answer)"
+
+        # The branch: production is gated per service and by a ticket; staging by one "ok".
+        approved: list[str] = []
+        try:
+            if env == "production":
+                for service in services:
+                    answer = await ctx.elicit(
+                        f"Roll {service} out to PRODUCTION under {report.plan_id}? Risk: {report.risk or 'unknown'}",
+                        Approval,
+                        key=f"approve_{service}",
+                    )
+                    (approved if answer.approve else report.skipped).append(service)
+                if approved:
+                    change = await ctx.elicit("Change ticket for this release?", ChangeTicket, key="ticket")
+                    report.ticket = change.ticket
+            else:
+                answer = await ctx.elicit(f"Deploy {report.plan_id} to staging?", Approval, key="confirm")
+                (approved if answer.approve else report.skipped).extend(services)
+        except mrtr.InputRefused:
+            report.status = "cancelled"
+            return report
+        if not approved:
+            report.status = "nothing_approved"
+            return report
+
+        for service in approved:
+            report.rolled_out.append(await ctx.step(f"rollout:{service}", roll_out, report.plan_id, service, env))
+        return report
+
+    @flows.prompt()
+    async def announcement(app: str, ctx: mrtr.FlowContext) -> str:
+        """A release-announcement prompt; asks who it is for first."""
+        who = await ctx.elicit(f"Who is the {app} announcement for?", Audience, key="audience")
+        tone = "precise and technical" if who.audience == "engineers" else "friendly and jargon-free"
+        return f"Write a short, {tone} announcement of the new {app} release for {who.audience}."
+
+    @server.custom_route("/healthz", methods=["GET"])
+    async def healthz(request: Request) -> JSONResponse:
+        """Readiness probe for spawners (not MCP)."""
+        return JSONResponse({"ok": True, "instance": instance_label()})
+
+    return server
+
+
+# -- serving ---------------------------------------------------------------------------------
+
+
+class InstanceHeader:
+    """ASGI middleware stamping `X-Mrtr-Instance` on every response, so clients see who answered."""
+
+    def __init__(self, app: ASGIApp, label: str) -> None:
+        self.app = app
+        self.header = (INSTANCE_HEADER.lower().encode(), label.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def stamped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, stamped)
+
+
+def load_key() -> bytes:
+    """The fleet's shared state key from `MRTR_STATE_KEY` (hex), or a process-local one."""
+    raw = os.environ.get("MRTR_STATE_KEY")
+    if not raw:
+        logger.warning("MRTR_STATE_KEY not set: using a random key; other instances cannot resume these flows")
+        return os.urandom(32)
+    try:
+        key = bytes.fromhex(raw)
+    except ValueError:
+        sys.exit("MRTR_STATE_KEY must be hex (e.g. python -c 'import secrets; print(secrets.token_hex(32))')")
+    if len(key) < 32:
+        sys.exit("MRTR_STATE_KEY must hold at least 32 bytes (64 hex digits)")
+    return key
+
+
+async def serve_http(server: MCPServer, port: int) -> None:
+    """Serve streamable HTTP on 127.0.0.1:`port` (0 = any free port) at /mcp.
+
+    One app serves both eras: 2026-07-28 requests (`MCP-Protocol-Version: 2026-07-28`)
+    are self-contained POSTs the SDK routes to its stateless handler whatever the
+    session mode; older clients get ordinary stateful sessions, which they need for
+    server-to-client requests (so legacy clients must stick to one instance).
+    """
+    import uvicorn
+
+    app = InstanceHeader(server.streamable_http_app(), instance_label())
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))  # bound before serving, so the printed port is really ours
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on")
+    runner = uvicorn.Server(config)
+    serving = asyncio.create_task(runner.serve(sockets=[sock]))
+    while not runner.started:
+        if serving.done():
+            await serving
+            raise SystemExit("uvicorn did not start")
+        await asyncio.sleep(0.01)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    print(f"{READY_PREFIX} {url} instance={instance_label()}", flush=True)
+    await serving
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=int, help="serve streamable HTTP on 127.0.0.1:PORT/mcp (0: any free port)")
+    where.add_argument("--stdio", action="store_true", help="serve over stdin/stdout")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    server = build_server(load_key())
+    if args.stdio:
+        asyncio.run(server.run_stdio_async())
+    else:
+        asyncio.run(serve_http(server, args.port))
+
+
+if __name__ == "__main__":
+    main()
