@@ -7,9 +7,12 @@ The `deploy` tool is a conversation, written as one straight async function:
 3. plan the release (a *step*: a side effect that runs once per flow, whatever instance
    serves the next round, and is replayed from the journal afterwards);
 4. risk summary from the client's LLM (sampling, skipped if the client cannot sample);
-5. a branch: production asks approval per service (a loop; declining skips a service)
-   and a change ticket; staging asks one confirmation;
+5. a branch: production asks approval per service (a loop; "no" skips the service,
+   declining the form cancels) and a change ticket; staging asks one confirmation;
 6. roll out each approved service (one step each, with an idempotency key).
+
+Also: an `announcement` prompt that asks who it is for, and a fixed-URI resource
+`deployer://console-session` that sends the user to a login page (URL-mode elicitation).
 
 Under MCP 2026-07-28 every question ends the request with `input_required`; the flow's
 journal travels in the sealed `requestState`, so each round may land on another process
@@ -146,6 +149,13 @@ async def roll_out(plan_id: str, service: str, environment: str) -> Rollout:
     return Rollout(service=service, receipt=receipt, idempotency_key=key, ran_on=instance_label())
 
 
+def open_console_session() -> str:
+    """Mint a console session (stands in for checking the login and creating the session)."""
+    session = f"sess-{secrets.token_hex(4)}"
+    audit("open_session", key=mrtr.current_step().idempotency_key, session=session)
+    return session
+
+
 # -- the server ------------------------------------------------------------------------------
 
 
@@ -240,6 +250,20 @@ def build_server(key: bytes) -> MCPServer:
         who = await ctx.elicit(f"Who is the {app} announcement for?", Audience, key="audience")
         tone = "precise and technical" if who.audience == "engineers" else "friendly and jargon-free"
         return f"Write a short, {tone} announcement of the new {app} release for {who.audience}."
+
+    @flows.resource("deployer://console-session", mime_type="application/json")
+    async def console_session(ctx: mrtr.FlowContext) -> dict[str, str]:
+        """Sign in to the deploy console (URL-mode elicitation: the login happens in a browser)."""
+        url = f"https://console.deployer.example/login?flow={ctx.flow_id}"
+        if not ctx.client_supports("elicitation.url"):
+            return {"status": "sign-in required", "url": url}
+        try:
+            await ctx.elicit_url("Sign in to the deploy console to continue.", url, key="console_login")
+        except mrtr.InputRefused:
+            return {"status": "not signed in"}
+        # Consent only: a real server would now check, in a step, that the login completed.
+        session = await ctx.step("open_session", open_console_session)
+        return {"status": "signed in", "session": session}
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(request: Request) -> JSONResponse:
