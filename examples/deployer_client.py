@@ -75,8 +75,9 @@ def scripted_elicitation(script: dict[str, list[Any]], key: str) -> t.ElicitResu
     return t.ElicitResult(action="accept", content=answer)
 
 
-def interactive_elicitation(params: t.ElicitRequestFormParams) -> t.ElicitResult:
+def interactive_elicitation(key: str, params: t.ElicitRequestFormParams) -> t.ElicitResult:
     """Ask on the terminal, field by field; `/decline` or `/cancel` at any prompt refuses."""
+    print(f"  ? [{key}] {params.message}")
     content: dict[str, Any] = {}
     schema = params.requested_schema
     required = set(schema.get("required", []))
@@ -93,7 +94,7 @@ def interactive_elicitation(params: t.ElicitRequestFormParams) -> t.ElicitResult
                 continue
             value = _parse_field(prop, raw)
             if value is None:
-                print(f"      (not a valid {prop.get('type', 'value')})")
+                print(f"      (expected {_field_hint(prop, name in required)})")
                 continue
             content[name] = value
             break
@@ -138,8 +139,10 @@ class Answerer:
             if isinstance(params, t.ElicitRequestURLParams):
                 # This client opens no browser: consent only, as the spec's URL mode defines.
                 return t.ElicitResult(action="accept"), f"consent to open {params.url}"
-            result = interactive_elicitation(params) if self.interactive else scripted_elicitation(self.script, key)
-            how = "you" if self.interactive else "scripted"
+            if self.interactive:
+                result, how = interactive_elicitation(key, params), "you"
+            else:
+                result, how = scripted_elicitation(self.script, key), "scripted"
             return result, f"{result.action} {json.dumps(result.content) if result.content else ''} ({how})"
         if isinstance(request, t.CreateMessageRequest):
             result = t.CreateMessageResult(
