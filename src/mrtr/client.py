@@ -1,0 +1,182 @@
+"""Client side: drive a multi round-trip call to completion, round by round, in the open.
+
+The official `mcp.Client` already retries `input_required` results for you. `FlowClient`
+does the same with the client rules of MCP 2026-07-28 spelled out and observable — the
+`requestState` echoed byte for byte and only when one was given, every retry a new
+request, a missing `resultType` taken as complete, nothing leaking into other calls — and
+reports each round to an `on_round` hook (for progress displays, logs and tests). Its
+answer handlers also serve legacy servers, which ask through server→client requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import mcp_types as t
+from mcp import Client
+from mcp.client.session import ClientRequestContext
+
+ElicitHandler = Callable[[t.ElicitRequestParams], Awaitable[t.ElicitResult]]
+SampleHandler = Callable[[t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
+RootsHandler = Callable[[], Awaitable[Sequence[t.Root] | t.ListRootsResult]]
+
+# A server that sheds load answers with state only; back off a little before retrying.
+_STATE_ONLY_DELAYS = (0.0, 0.05, 0.1, 0.25)
+
+
+class RoundLimitExceeded(RuntimeError):
+    """The server kept asking past `max_rounds`."""
+
+
+class InputAbandoned(RuntimeError):
+    """A handler could not or would not answer; per the spec the client simply stops retrying."""
+
+
+@dataclass(frozen=True)
+class Round:
+    """One `input_required` answer the client received, and what it sent back."""
+
+    number: int
+    method: str
+    target: str
+    asked: dict[str, t.InputRequest]
+    answered: dict[str, Any]
+    had_state: bool
+
+
+@dataclass
+class FlowClient:
+    """An `mcp.Client` plus explicit, observable MRTR round driving.
+
+    Example:
+        async with FlowClient(url, elicit=ask_user, sample=call_llm) as flows:
+            result = await flows.call_tool("deploy", {"service": "api"})
+    """
+
+    server: Any
+    elicit: ElicitHandler | None = None
+    sample: SampleHandler | None = None
+    roots: RootsHandler | None = None
+    mode: str = "auto"
+    max_rounds: int = 10
+    on_round: Callable[[Round], Awaitable[None] | None] | None = None
+    client_options: dict[str, Any] = field(default_factory=dict)
+    _client: Client | None = field(init=False, default=None)
+
+    async def __aenter__(self) -> FlowClient:
+        self._client = Client(
+            self.server,
+            mode=self.mode,
+            elicitation_callback=self._on_elicit if self.elicit else None,
+            sampling_callback=self._on_sample if self.sample else None,
+            list_roots_callback=self._on_roots if self.roots else None,
+            **self.client_options,
+        )
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._client is not None:
+            await self._client.__aexit__(*exc)
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("use `async with FlowClient(...)` first")
+        return self._client
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> t.CallToolResult:
+        session = self.client.session
+
+        async def send(responses: t.InputResponses | None, state: str | None) -> Any:
+            return await session.call_tool(
+                name, arguments, input_responses=responses, request_state=state, allow_input_required=True
+            )
+
+        return await self._drive("tools/call", name, send)
+
+    async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> t.GetPromptResult:
+        session = self.client.session
+
+        async def send(responses: t.InputResponses | None, state: str | None) -> Any:
+            return await session.get_prompt(
+                name, arguments, input_responses=responses, request_state=state, allow_input_required=True
+            )
+
+        return await self._drive("prompts/get", name, send)
+
+    async def read_resource(self, uri: str) -> t.ReadResourceResult:
+        session = self.client.session
+
+        async def send(responses: t.InputResponses | None, state: str | None) -> Any:
+            return await session.read_resource(
+                uri, input_responses=responses, request_state=state, allow_input_required=True
+            )
+
+        return await self._drive("resources/read", uri, send)
+
+    async def _drive(self, method: str, target: str, send: Callable[..., Awaitable[Any]]) -> Any:
+        result = await send(None, None)
+        state_only = 0
+        for number in range(1, self.max_rounds + 1):
+            if not isinstance(result, t.InputRequiredResult):
+                return result
+            asked = dict(result.input_requests or {})
+            if asked:
+                state_only = 0
+                answered = await self._answer_all(asked)
+            else:
+                await asyncio.sleep(_STATE_ONLY_DELAYS[min(state_only, len(_STATE_ONLY_DELAYS) - 1)])
+                state_only += 1
+                answered = {}
+            if self.on_round is not None:
+                hook = self.on_round(Round(number, method, target, asked, answered, result.request_state is not None))
+                if hook is not None:
+                    await hook
+            # The state goes back exactly as received, and only if there was one.
+            result = await send(answered or None, result.request_state)
+        if isinstance(result, t.InputRequiredResult):
+            raise RoundLimitExceeded(f"{method} {target!r} still needed input after {self.max_rounds} rounds")
+        return result
+
+    async def _answer_all(self, asked: dict[str, t.InputRequest]) -> dict[str, Any]:
+        keys = list(asked)
+        answers = await asyncio.gather(*(self._answer(asked[k]) for k in keys))
+        return dict(zip(keys, answers, strict=True))
+
+    async def _answer(self, request: t.InputRequest) -> Any:
+        if isinstance(request, t.ElicitRequest):
+            if self.elicit is None:
+                raise InputAbandoned("the server asked for elicitation, which this client does not handle")
+            return await self.elicit(request.params)
+        if isinstance(request, t.CreateMessageRequest):
+            if self.sample is None:
+                raise InputAbandoned("the server asked for sampling, which this client does not handle")
+            return await self.sample(request.params)
+        if self.roots is None:
+            raise InputAbandoned("the server asked for roots, which this client does not handle")
+        listed = await self.roots()
+        return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
+
+    # Legacy servers ask through server->client requests: the same handlers answer.
+
+    async def _on_elicit(self, context: ClientRequestContext, params: t.ElicitRequestParams) -> t.ElicitResult:
+        assert self.elicit is not None
+        return await self.elicit(params)
+
+    async def _on_sample(
+        self, context: ClientRequestContext, params: t.CreateMessageRequestParams
+    ) -> t.CreateMessageResult:
+        assert self.sample is not None
+        return await self.sample(params)
+
+    async def _on_roots(self, context: ClientRequestContext) -> t.ListRootsResult:
+        assert self.roots is not None
+        listed = await self.roots()
+        return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
+
+
+__all__ = ["FlowClient", "InputAbandoned", "Round", "RoundLimitExceeded"]

@@ -1,0 +1,68 @@
+"""`mrtr.client.FlowClient`: explicit round driving with the MRTR client rules."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import mcp_types as t
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from mrtr.client import FlowClient, Round, RoundLimitExceeded
+from tests.flowkit import accept, sampled
+from tests.test_flows import deploy_server
+
+pytestmark = pytest.mark.anyio
+
+
+async def answer_elicit(params: t.ElicitRequestParams) -> t.ElicitResult:
+    return accept(env="prod") if "where" in params.message else accept(yes=True)
+
+
+async def answer_sample(params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+    return sampled("low")
+
+
+async def answer_roots() -> list[t.Root]:
+    return [t.Root(uri="file:///srv")]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_flow_client_drives_every_round_and_reports_them(mode: str) -> None:
+    runs: Counter[str] = Counter()
+    rounds: list[Round] = []
+    server = deploy_server(runs, [])
+    async with FlowClient(
+        server, elicit=answer_elicit, sample=answer_sample, roots=answer_roots, mode=mode, on_round=rounds.append
+    ) as flows:
+        result = await flows.call_tool("deploy", {"service": "api"})
+    assert not result.is_error
+    assert result.content[0].text == "applied api-prod; risk: low; roots: ['file:///srv']"
+    assert runs == Counter(plan=1, apply=1)
+    if mode == "auto":
+        assert [sorted(r.method for r in rnd.asked.values()) for rnd in rounds] == [
+            ["elicitation/create"],
+            ["elicitation/create", "sampling/createMessage"],
+            ["roots/list"],
+        ]
+        assert all(rnd.had_state for rnd in rounds)
+    else:
+        assert rounds == []  # legacy servers ask through server->client requests instead
+
+
+async def test_without_a_handler_the_capability_is_not_declared() -> None:
+    server = deploy_server(Counter(), [])
+    async with FlowClient(server, elicit=answer_elicit, sample=answer_sample) as flows:
+        # No roots handler: roots are not declared, so the server refuses with -32021 rather than asking.
+        with pytest.raises(MCPError) as caught:
+            await flows.call_tool("deploy", {"service": "api"})
+    assert caught.value.error.code == t.MISSING_REQUIRED_CLIENT_CAPABILITY
+
+
+async def test_round_limit() -> None:
+    server = deploy_server(Counter(), [])
+    async with FlowClient(
+        server, elicit=answer_elicit, sample=answer_sample, roots=answer_roots, max_rounds=2
+    ) as flows:
+        with pytest.raises(RoundLimitExceeded):
+            await flows.call_tool("deploy", {"service": "api"})
