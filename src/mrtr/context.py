@@ -75,6 +75,10 @@ class Driver(Protocol):
         """The step's result as JSON (journaled, or freshly computed and journaled)."""
         ...
 
+    async def continue_as_task(self) -> None:
+        """Hand over to a durable task here, if this call is becoming one."""
+        ...
+
 
 class FlowContext:
     """Handed to every flow function. Asks and steps are the only non-deterministic doors.
@@ -179,6 +183,17 @@ class FlowContext:
         value = await self._driver.step(name, fn, args, kwargs)
         adapter = _return_adapter(fn)
         return value if adapter is None else adapter.validate_python(value)
+
+    async def continue_as_task(self) -> None:
+        """Mark where a task-enabled flow stops asking inline and continues as a durable task.
+
+        Asks before this point are ordinary MRTR rounds of the `tools/call`; from here the
+        call returns a task and the rest runs on a worker (SEP-2663's composition rule). A
+        task-enabled flow also switches at its first step or at its end. Outside a call
+        that is becoming a task (no task support, or the client did not opt in) it does
+        nothing.
+        """
+        await self._driver.continue_as_task()
 
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
         """Await several asks/steps at once; every unanswered ask goes out in one round."""

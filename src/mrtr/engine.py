@@ -1,8 +1,9 @@
-"""Run one request of a flow: pick the era, replay against the journal, shape the result.
+"""Run a flow: one request of an ephemeral flow, or one run of a durable task.
 
-request -> `run_flow` -> (`JournalDriver` + `Replay`) -> flow function -> result, or an
-`InputRequiredResult` whose `requestState` is the encoded journal (the SDK's
-`RequestStateBoundary` seals it on the way out and verifies it on the way back in).
+request -> `run_flow` -> `execute` (a `Replay` of the journal, served by a `JournalDriver`)
+-> flow function -> the value, an `InputRequiredResult` whose `requestState` is the
+encoded journal (the SDK's `RequestStateBoundary` seals it on the way out and verifies it
+on the way back in), or — for a task-enabled call — a durable task that takes over.
 """
 
 from __future__ import annotations
@@ -10,35 +11,30 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
-from mcp.shared.message import ServerMessageMetadata
-from mcp_types import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    MISSING_REQUIRED_CLIENT_CAPABILITY,
-    CreateMessageResult,
-    ElicitResult,
-    InputRequiredResult,
-    ListRootsResult,
-)
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequiredResult
 from mcp_types.version import is_version_at_least
 
 from mrtr import journal as journal_codec
-from mrtr.asks import Ask, BadAnswer, Capability, required_capability, supports
-from mrtr.context import FlowContext, StepInfo, arg_digest, call_step, to_journal
+from mrtr.context import FlowContext
+from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver
 from mrtr.errors import FlowError, FlowExpired, StateTooLarge, TooManyRounds
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.replay import Replay
 
+if TYPE_CHECKING:
+    from mrtr.worker import TaskRuntime
+
 _STATELESS_VERSION = "2026-07-28"
-_LEGACY_REASK_LIMIT = 3
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+TaskSupport = Literal["never", "optional", "required"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,46 +63,123 @@ class FlowSpec:
     ctx_param: str | None
     limits: Limits
     audience: str
+    task: TaskSupport = "never"
+    runtime: TaskRuntime | None = None
+
+
+@dataclass
+class Outcome:
+    """How one run of a flow against its journal ended."""
+
+    replay: Replay
+    parked: bool = False
+    """Settled with asks outstanding (`replay.parked`)."""
+    became_task: bool = False
+    value: Any = None
+    error: BaseException | None = None
+
+
+class TaskCreated(MCPError):
+    """Carries a `CreateTaskResult` out of the SDK's tool call to the tasks extension.
+
+    The SDK passes `MCPError`s through its tool wrapper untouched; the extension's
+    `tools/call` interceptor catches this one and answers with `result` instead.
+    """
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(code=INTERNAL_ERROR, message="task created outside the tasks extension")
+        self.result = result
 
 
 async def run_flow(spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any]) -> Any:
     """Run one request of `spec`; returns the flow's value or an `InputRequiredResult`."""
     version = request.protocol_version
-    if version is None or not is_version_at_least(version, _STATELESS_VERSION):
-        return await _call(spec, FlowContext(LiveDriver(request), request), arguments)
+    modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
+    probe = False
+    if spec.task != "never":
+        declared = modern and declares_tasks(request.client_capabilities)
+        if spec.task == "required" and not declared:
+            raise MCPError(
+                code=-32021,
+                message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        probe = declared
+    if not modern:
+        return await call_flow(spec, FlowContext(LiveDriver(request), request), arguments)
     try:
-        return await _run_round(spec, request, arguments)
+        return await _run_round(spec, request, arguments, probe)
     except FlowError as exc:
-        code = INVALID_PARAMS if isinstance(exc, FlowExpired | TooManyRounds) else INTERNAL_ERROR
-        raise MCPError(code=code, message=str(exc), data={"reason": exc.reason, "flow": spec.name}) from exc
+        raise as_protocol_error(spec, exc) from exc
 
 
-async def _call(spec: FlowSpec, ctx: FlowContext, arguments: Mapping[str, Any]) -> Any:
+def as_protocol_error(spec: FlowSpec, exc: FlowError) -> MCPError:
+    code = INVALID_PARAMS if isinstance(exc, FlowExpired | TooManyRounds) else INTERNAL_ERROR
+    return MCPError(code=code, message=str(exc), data={"reason": exc.reason, "flow": spec.name})
+
+
+def declares_tasks(capabilities: ClientCapabilities | None) -> bool:
+    return capabilities is not None and TASKS_EXTENSION in (capabilities.extensions or {})
+
+
+async def call_flow(spec: FlowSpec, ctx: FlowContext, arguments: Mapping[str, Any]) -> Any:
     kwargs = dict(arguments)
     if spec.ctx_param is not None:
         kwargs[spec.ctx_param] = ctx
     return await spec.fn(**kwargs)
 
 
-async def _run_round(spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any]) -> Any:
+async def execute(
+    spec: FlowSpec,
+    journal: Journal,
+    answers: Mapping[str, Any],
+    capabilities: ClientCapabilities | None,
+    arguments: Mapping[str, Any],
+    *,
+    request: Context[Any, Any] | None = None,
+    probe: bool = False,
+    checkpoint: Callable[[], Awaitable[None]] | None = None,
+) -> Outcome:
+    """Run the flow once from the top against `journal`, until it ends or settles on asks."""
+    replay = Replay(journal, answers, capabilities)
+    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint)
+    flow = asyncio.get_running_loop().create_task(call_flow(spec, FlowContext(driver, request), arguments))
+    replay.flow_task = flow
+    try:
+        await asyncio.wait({flow})
+    finally:
+        if not flow.done():  # whoever awaits us was cancelled: take the flow down with us
+            flow.cancel()
+            await asyncio.wait({flow})
+        replay.close()
+    if flow.cancelled() and replay.settled:
+        return Outcome(replay, parked=True)
+    if flow.cancelled():
+        raise asyncio.CancelledError
+    error = flow.exception()
+    if probe or isinstance(error, BecomeTask):
+        # Probing ends at the first side effect, or at the end: either way a task takes over.
+        return Outcome(replay, became_task=True)
+    return Outcome(replay, value=None if error else flow.result(), error=error)
+
+
+async def _run_round(spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any], probe: bool) -> Any:
     journal = _load_journal(spec, request.request_state)
     answers = {
         key: value.model_dump(mode="json", by_alias=True, exclude_none=True)
         for key, value in (request.input_responses or {}).items()
     }
-    replay = Replay(journal, answers, request.client_capabilities)
-    flow = asyncio.get_running_loop().create_task(_call(spec, FlowContext(JournalDriver(replay), request), arguments))
-    replay.flow_task = flow
-    try:
-        await asyncio.wait({flow})
-    finally:
-        if not flow.done():  # this request itself was cancelled
-            flow.cancel()
-            await asyncio.wait({flow})
-        replay.close()
-    if flow.cancelled() and replay.settled:
-        return _input_required(spec, request, replay)
-    return flow.result()  # the flow's value, or the error it ended with
+    outcome = await execute(
+        spec, journal, answers, request.client_capabilities, arguments, request=request, probe=probe
+    )
+    if outcome.parked:
+        return _input_required(spec, request, outcome.replay)
+    if outcome.became_task:
+        assert spec.runtime is not None
+        raise TaskCreated(await spec.runtime.start(spec, arguments, request.client_capabilities, journal))
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.value
 
 
 def _load_journal(spec: FlowSpec, state: str | None) -> Journal:
@@ -160,84 +233,3 @@ def sealed_size(state: str, request: Context[Any, Any], audience: str) -> int:
     claims |= {"aud": audience, "p": "x" * 32}
     payload = len(json.dumps(claims, separators=(",", ":"))) + 8
     return 3 + math.ceil((4 + 12 + payload + 16) * 4 / 3)
-
-
-# -- drivers -------------------------------------------------------------------------------
-
-
-def _missing_capability(capability: Capability) -> MCPError:
-    return MCPError(
-        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-        message=f"This call needs the client capability {capability!r}, which the request did not declare",
-        data={"requiredCapabilities": required_capability(capability)},
-    )
-
-
-class JournalDriver:
-    """2026-07-28: asks and steps are served from, and recorded into, the journal."""
-
-    def __init__(self, replay: Replay) -> None:
-        self._replay = replay
-        self.flow_id = replay.journal.flow_id
-
-    def supports(self, capability: Capability) -> bool:
-        return supports(self._replay.capabilities, capability)
-
-    async def ask(self, ask: Ask) -> Any:
-        replay = self._replay
-        key = replay.key_for(ask)
-        answer = replay.answer_for(key, ask)
-        if answer is not None:
-            return answer
-        if not supports(replay.capabilities, ask.capability):
-            raise _missing_capability(ask.capability)
-        return await replay.park(key, ask)
-
-    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        replay = self._replay
-        key = replay.step_key(name)
-        digest = arg_digest(args, kwargs)
-        found, value = replay.recorded_step(key, digest)
-        if found:
-            return value
-        replay.step_started()
-        try:
-            result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
-        except BaseException:
-            replay.step_finished(None, digest, None)
-            raise
-        value = to_journal(key, result)
-        replay.step_finished(key, digest, value)
-        return value
-
-
-class LiveDriver:
-    """2025-11-25 and earlier: asks are server-to-client requests; steps just run."""
-
-    def __init__(self, request: Context[Any, Any]) -> None:
-        self._request = request
-        self.flow_id = os.urandom(12).hex()
-        self._step_counts: dict[str, int] = {}
-
-    def supports(self, capability: Capability) -> bool:
-        return supports(self._request.client_capabilities, capability)
-
-    async def ask(self, ask: Ask) -> Any:
-        if not self.supports(ask.capability):
-            raise _missing_capability(ask.capability)
-        result_type = {"sample": CreateMessageResult, "roots": ListRootsResult}.get(ask.kind, ElicitResult)
-        metadata = ServerMessageMetadata(related_request_id=self._request.request_context.request_id)
-        for _ in range(_LEGACY_REASK_LIMIT):
-            result = await self._request.session.send_request(ask.request, result_type, metadata=metadata)
-            try:
-                return ask.accept(result.model_dump(mode="json", by_alias=True, exclude_none=True))
-            except BadAnswer:
-                continue
-        raise MCPError(code=INVALID_PARAMS, message=f"The client answered {_LEGACY_REASK_LIMIT} times off-schema")
-
-    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        n = self._step_counts.get(name, 0) + 1
-        self._step_counts[name] = n
-        key = name if n == 1 else f"{name}#{n}"
-        result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
-        return to_journal(key, result)
