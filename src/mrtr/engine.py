@@ -64,6 +64,8 @@ class FlowSpec:
     limits: Limits
     audience: str
     task: TaskSupport = "never"
+    mrtr_first: bool = False
+    """Task calls ask inline (MRTR rounds) until the first step or `continue_as_task()`."""
     runtime: TaskRuntime | None = None
 
 
@@ -104,6 +106,9 @@ async def run_flow(spec: FlowSpec, request: Context[Any, Any], arguments: Mappin
                 message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
                 data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
+        if declared and not spec.mrtr_first:
+            assert spec.runtime is not None
+            raise TaskCreated(await spec.runtime.start(spec, arguments, request.client_capabilities, Journal.start()))
         probe = declared
     if not modern:
         return await call_flow(spec, FlowContext(LiveDriver(request), request), arguments)

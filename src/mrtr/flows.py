@@ -8,6 +8,7 @@ conversion are exactly what `@server.tool()` gives; only the body runs under the
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import typing
@@ -17,13 +18,17 @@ from typing import Any, TypeVar
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
+from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import Annotations, Icon, ToolAnnotations
 
 from mrtr.context import FlowContext
-from mrtr.engine import FlowSpec, Limits, run_flow
+from mrtr.engine import FlowSpec, Limits, TaskSupport, run_flow
 from mrtr.errors import InputRefused
 from mrtr.static_resources import StaticResourceFlows
+from mrtr.stores import TaskStore
+from mrtr.tasks import TasksExtension
+from mrtr.worker import TaskRuntime
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,13 +50,37 @@ class Flows:
         self,
         server: MCPServer[Any],
         *,
+        store: TaskStore | None = None,
         max_rounds: int = 25,
         deadline: float = 3600.0,
         max_state_bytes: int = 64 * 1024,
+        task_lease: float = 10.0,
+        task_ttl: float | None = 3600.0,
+        task_poll_interval: float = 0.5,
     ) -> None:
         self.server = server
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         self._static = StaticResourceFlows(server)
+        self._store = store
+        self._task_options = {"lease": task_lease, "ttl": task_ttl, "poll_interval": task_poll_interval}
+        self._runtime: TaskRuntime | None = None
+        if store is not None:
+            self._tasks()
+
+    @property
+    def runtime(self) -> TaskRuntime:
+        """The durable-task runtime (created, with the tasks extension, on first need)."""
+        return self._tasks()
+
+    def _tasks(self) -> TaskRuntime:
+        if self._runtime is None:
+            if self._store is None:
+                from mrtr.stores.sqlite import SQLiteStore
+
+                self._store = SQLiteStore("mrtr-tasks.db")  # the embedded default
+            self._runtime = TaskRuntime(self._store, **self._task_options)  # type: ignore[arg-type]
+            install_extension(self.server, TasksExtension(self._runtime))
+        return self._runtime
 
     def tool(
         self,
@@ -63,16 +92,34 @@ class Flows:
         meta: dict[str, Any] | None = None,
         structured_output: bool | None = None,
         *,
+        task: TaskSupport = "never",
+        mrtr_first: bool = False,
         max_rounds: int | None = None,
         deadline: float | None = None,
         max_state_bytes: int | None = None,
     ) -> Callable[[F], F]:
-        """Register an async flow function as a tool (same metadata options as `@server.tool()`)."""
+        """Register an async flow function as a tool (same metadata options as `@server.tool()`).
+
+        `task="optional"` runs the call as a durable task when the client declares the tasks
+        extension (and inline otherwise); `task="required"` refuses clients that do not
+        (-32021). The same body serves every case: in a task, its asks park the task in
+        `input_required` until `tasks/update` answers. With `mrtr_first=True` the call
+        first asks inline, as MRTR rounds, and becomes a task at its first step or
+        `ctx.continue_as_task()` (SEP-2663's composition).
+        """
         _reject_bare_use(name, "tool")
+        if task not in ("never", "optional", "required"):
+            raise ValueError(f"task must be 'never', 'optional' or 'required', not {task!r}")
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
+            runtime = self._tasks() if task != "never" else None
+            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, task, runtime)
+            spec = dataclasses.replace(spec, mrtr_first=mrtr_first)
             wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_tool_error)
+            if runtime is not None:
+                request_param = spec.ctx_param or _HIDDEN_CTX
+                shape = func_metadata(wrapper, skip_names=[request_param], structured_output=structured_output)
+                runtime.register(spec, shape.convert_result)
             self.server.add_tool(
                 wrapper,
                 name=spec.name,
@@ -151,6 +198,8 @@ class Flows:
         max_rounds: int | None,
         deadline: float | None,
         max_state_bytes: int | None,
+        task: TaskSupport = "never",
+        runtime: TaskRuntime | None = None,
     ) -> FlowSpec:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"flow {name!r} must be an async function (it awaits the client)")
@@ -159,7 +208,15 @@ class Flows:
             deadline=deadline if deadline is not None else self.limits.deadline,
             max_state_bytes=max_state_bytes if max_state_bytes is not None else self.limits.max_state_bytes,
         )
-        return FlowSpec(name=name, fn=fn, ctx_param=_flow_context_param(fn), limits=limits, audience=self.server.name)
+        return FlowSpec(
+            name=name,
+            fn=fn,
+            ctx_param=_flow_context_param(fn),
+            limits=limits,
+            audience=self.server.name,
+            task=task,
+            runtime=runtime,
+        )
 
 
 def _reject_bare_use(first: object, what: str) -> None:
@@ -211,3 +268,21 @@ def _sdk_entry_point(
     entry.__signature__ = signature.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
     entry.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
     return entry
+
+
+def install_extension(server: MCPServer[Any], extension: TasksExtension) -> None:
+    """Add an `Extension` to a server that already exists.
+
+    `MCPServer` takes extensions at construction; `Flows` attaches to a built server, so
+    it applies the extension the way the constructor does. Pinned to the SDK minor we
+    test (mcp 2.3); fails loudly rather than half-installing if those internals move.
+    """
+    apply = getattr(server, "_apply_extension", None)
+    install = getattr(server, "_install_extension_interceptor", None)
+    if apply is None or install is None:
+        raise RuntimeError(
+            "this mcp version cannot take extensions after construction; "
+            "pass MCPServer(extensions=[...]) a TasksExtension yourself"
+        )
+    apply(extension)
+    install()

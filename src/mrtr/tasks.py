@@ -1,0 +1,165 @@
+"""The `io.modelcontextprotocol/tasks` extension (SEP-2663) as an SDK `Extension`.
+
+Wire layer only: it checks the per-request opt-in and the `Mcp-Name` routing header,
+validates answers, and applies state transitions to the store with compare-and-set;
+running flows is the `TaskRuntime`'s job. Any instance sharing the store answers any
+`tasks/get`, `tasks/update` or `tasks/cancel`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jsonschema
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
+from mcp_types import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    CallToolRequestParams,
+    CreateMessageResult,
+    ElicitResult,
+    ListRootsResult,
+    RequestParams,
+)
+from pydantic import BaseModel, Field, ValidationError
+
+from mrtr.engine import TASKS_EXTENSION, TaskCreated, declares_tasks
+from mrtr.stores import TaskRecord
+from mrtr.worker import TaskRuntime, task_fields
+
+_CAS_RETRIES = 20
+
+
+class TaskRequestParams(RequestParams):
+    task_id: str = Field(min_length=1)
+
+
+class UpdateTaskParams(TaskRequestParams):
+    input_responses: dict[str, Any]
+
+
+class TasksExtension(Extension):
+    identifier = TASKS_EXTENSION
+
+    def __init__(self, runtime: TaskRuntime) -> None:
+        self.runtime = runtime
+
+    def methods(self) -> list[MethodBinding]:
+        return [
+            MethodBinding("tasks/get", TaskRequestParams, self._get),
+            MethodBinding("tasks/update", UpdateTaskParams, self._update),
+            MethodBinding("tasks/cancel", TaskRequestParams, self._cancel),
+        ]
+
+    async def intercept_tool_call(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        try:
+            return await call_next(ctx)
+        except TaskCreated as created:
+            return created.result
+
+    # -- handlers ------------------------------------------------------------------------
+
+    async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> dict[str, Any]:
+        record = await self._load(ctx, params)
+        detailed = task_fields(record)
+        if record.status == "input_required":
+            detailed["inputRequests"] = record.input_requests
+        elif record.status == "completed" and record.result is not None:
+            detailed["result"] = record.result
+        elif record.status == "failed" and record.error is not None:
+            detailed["error"] = record.error
+        return {"resultType": "complete", **detailed}
+
+    async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
+        record = await self._load(ctx, params)
+        for _ in range(_CAS_RETRIES):
+            outstanding = record.input_requests if record.status == "input_required" else {}
+            accepted = {
+                key: _checked_answer(key, outstanding[key], answer)
+                for key, answer in params.input_responses.items()
+                if key in outstanding  # never issued, already answered, superseded: ignored (spec SHOULD)
+            }
+            if not accepted:
+                return {"resultType": "complete"}
+            remaining = {k: v for k, v in outstanding.items() if k not in accepted}
+            changed = record.copy(
+                responses=record.responses | accepted,
+                input_requests=remaining,
+                status="input_required" if remaining else "working",
+                updated_at=time.time(),
+            )
+            if await self.runtime.store.save(changed):
+                if not remaining:
+                    await self.runtime.try_claim(changed.task_id)  # resume here, at once
+                return {"resultType": "complete"}
+            record = await self._reload(params.task_id)
+        raise MCPError(code=INVALID_PARAMS, message="task is busy; retry the update")
+
+    async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> dict[str, Any]:
+        record = await self._load(ctx, params)
+        for _ in range(_CAS_RETRIES):
+            if record.terminal or record.cancel_requested:
+                return {"resultType": "complete"}  # idempotent, also on finished tasks
+            now = time.time()
+            running_somewhere = record.status == "working" and record.lease_until >= now
+            changed = record.copy(cancel_requested=True, updated_at=now)
+            if not running_somewhere:
+                changed = changed.copy(status="cancelled", input_requests={}, lease_owner=None, lease_until=0.0)
+            if await self.runtime.store.save(changed):
+                if running_somewhere:
+                    self.runtime.cancel_local(record.task_id)  # elsewhere: its heartbeat sees the flag
+                return {"resultType": "complete"}
+            record = await self._reload(params.task_id)
+        raise MCPError(code=INVALID_PARAMS, message="task is busy; retry the cancel")
+
+    # -- shared checks -------------------------------------------------------------------
+
+    async def _load(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> TaskRecord:
+        if not declares_tasks(ctx.session.client_capabilities):
+            raise MCPError(
+                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message=f"{ctx.method} needs the {TASKS_EXTENSION} extension declared on the request",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        headers = getattr(ctx.request, "headers", None)
+        # Routing header (MUST on HTTP): checked when sent; clients that cannot set it still work.
+        name = headers.get(MCP_NAME_HEADER) if headers is not None else None
+        if name is not None and decode_header_value(name) != params.task_id:
+            raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
+        self.runtime.ensure_scanning()
+        return await self._reload(params.task_id)
+
+    async def _reload(self, task_id: str) -> TaskRecord:
+        record = await self.runtime.store.load(task_id, time.time())
+        if record is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown or expired task: {task_id}")
+        return record
+
+
+def _checked_answer(key: str, request: dict[str, Any], answer: Any) -> Any:
+    """Validate one `tasks/update` answer against the request it answers; -32602 if it does not fit."""
+    method = request.get("method")
+    model: type[BaseModel] = {
+        "elicitation/create": ElicitResult,
+        "sampling/createMessage": CreateMessageResult,
+        "roots/list": ListRootsResult,
+    }.get(method, ElicitResult)
+    try:
+        parsed = model.model_validate(answer)
+        if isinstance(parsed, ElicitResult) and parsed.action == "accept":
+            schema = request.get("params", {}).get("requestedSchema")
+            if schema is not None:
+                jsonschema.validate(parsed.content or {}, schema)
+    except (ValidationError, jsonschema.ValidationError) as exc:
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"inputResponses[{key!r}] does not answer the {method} request it is keyed to",
+        ) from exc
+    return parsed.model_dump(mode="json", by_alias=True, exclude_none=True)

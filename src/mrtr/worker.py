@@ -1,0 +1,303 @@
+"""The task runtime: runs durable flows under a lease, resumes them anywhere, survives death.
+
+A task is a flow whose journal lives in a `TaskStore` instead of `requestState`. The
+instance that creates a task runs it at once, holding a lease it renews while the flow
+runs; every finished step is checkpointed to the store before the flow goes on. When
+the flow asks, the task parks in `input_required`; `tasks/update` answers make it
+`working` again, and whichever instance claims it next replays the flow from the journal.
+If a worker dies, its lease runs out and another instance's scanner claims the task and
+replays it: finished steps return from the journal; the step that was interrupted runs
+again, under the same idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, ClientCapabilities, TextContent
+
+from mrtr import journal as journal_codec
+from mrtr.engine import FlowSpec, Outcome, as_protocol_error, execute
+from mrtr.errors import FlowError, InputRefused
+from mrtr.journal import Journal
+from mrtr.stores import TaskRecord, TaskStore
+
+logger = logging.getLogger(__name__)
+
+ConvertResult = Callable[[Any], CallToolResult]
+
+
+class LeaseLost(Exception):
+    """Another worker owns this task now (our lease ran out); stop without writing."""
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def task_fields(record: TaskRecord) -> dict[str, Any]:
+    """The wire `Task` object (SEP-2663): the fields every task response carries."""
+    fields: dict[str, Any] = {
+        "taskId": record.task_id,
+        "status": record.status,
+        "createdAt": iso(record.created_at),
+        "lastUpdatedAt": iso(record.updated_at),
+        "ttlMs": record.ttl_ms,
+        "pollIntervalMs": record.poll_interval_ms,
+    }
+    if record.status_message is not None:
+        fields["statusMessage"] = record.status_message
+    return fields
+
+
+class TaskRuntime:
+    """Creates, runs, resumes and cancels the durable flows of one server instance.
+
+    Args:
+        store: Where tasks live; share it across the fleet.
+        lease: Seconds a worker may go silent before another instance takes its task over.
+        ttl: Seconds a task stays readable after creation (`None`: forever).
+        poll_interval: Seconds clients are told to wait between `tasks/get` polls.
+        scan_interval: Seconds between this instance's looks for orphaned work.
+    """
+
+    def __init__(
+        self,
+        store: TaskStore,
+        *,
+        lease: float = 10.0,
+        ttl: float | None = 3600.0,
+        poll_interval: float = 0.5,
+        scan_interval: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.ttl_ms = None if ttl is None else int(ttl * 1000)
+        self.poll_interval_ms = max(1, int(poll_interval * 1000))
+        self.scan_interval = scan_interval
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.flows: dict[str, tuple[FlowSpec, ConvertResult]] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._scanner: asyncio.Task[None] | None = None
+
+    def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
+        self.flows[spec.name] = (spec, convert)
+
+    # -- creation ------------------------------------------------------------------------
+
+    async def start(
+        self,
+        spec: FlowSpec,
+        arguments: Any,
+        capabilities: ClientCapabilities | None,
+        journal: Journal,
+    ) -> dict[str, Any]:
+        """Durably create a task for this call and start running it here; returns `CreateTaskResult`."""
+        now = time.time()
+        journal.pending = {}
+        record = TaskRecord(
+            task_id=secrets.token_urlsafe(18),
+            flow=spec.name,
+            arguments=dict(arguments),
+            capabilities=capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {},
+            status="working",
+            created_at=now,
+            updated_at=now,
+            ttl_ms=self.ttl_ms,
+            poll_interval_ms=self.poll_interval_ms,
+            journal=journal_codec.encode(journal),
+            lease_owner=self.worker_id,
+            lease_until=now + self.lease,
+        )
+        await self.store.create(record)  # durable before the client hears of it
+        self._launch(record)
+        self.ensure_scanning()
+        return {"resultType": "task", **task_fields(record)}
+
+    # -- scanning for orphaned or resumable work -----------------------------------------
+
+    def ensure_scanning(self) -> None:
+        """Start this instance's background scanner (idempotent; needs a running loop)."""
+        if self._scanner is None or self._scanner.done():
+            self._scanner = asyncio.get_running_loop().create_task(self._scan_forever())
+
+    async def _scan_forever(self) -> None:
+        scans = 0
+        while True:
+            try:
+                await self.scan_once()
+                scans += 1
+                if scans % 60 == 0:
+                    await self.store.purge_expired(time.time())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("task scan failed; retrying")
+            await asyncio.sleep(self.scan_interval)
+
+    async def scan_once(self) -> int:
+        """Claim and launch every task whose lease has run out; returns how many."""
+        launched = 0
+        for task_id in await self.store.claimable(time.time(), limit=32):
+            if task_id not in self._running and await self.try_claim(task_id):
+                launched += 1
+        return launched
+
+    async def try_claim(self, task_id: str) -> bool:
+        now = time.time()
+        record = await self.store.load(task_id, now)
+        if record is None or not record.claimable or record.lease_until >= now or task_id in self._running:
+            return False
+        claimed = record.copy(lease_owner=self.worker_id, lease_until=now + self.lease, updated_at=now)
+        if not await self.store.save(claimed):
+            return False
+        self._launch(claimed)
+        return True
+
+    def _launch(self, record: TaskRecord) -> None:
+        run = asyncio.get_running_loop().create_task(self._run(record))
+        self._running[record.task_id] = run
+        run.add_done_callback(lambda _: self._running.pop(record.task_id, None))
+
+    def cancel_local(self, task_id: str) -> bool:
+        run = self._running.get(task_id)
+        if run is None:
+            return False
+        run.cancel()
+        return True
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._scanner, *self._running.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- one run of a task ---------------------------------------------------------------
+
+    async def _run(self, record: TaskRecord) -> None:
+        held = _Held(record)
+        entry = self.flows.get(record.flow)
+        if entry is None:
+            await self._finish(held, status="failed", error={"code": -32601, "message": f"no flow {record.flow!r}"})
+            return
+        spec, convert = entry
+        journal = journal_codec.decode(record.journal)
+        capabilities = ClientCapabilities.model_validate(record.capabilities) if record.capabilities else None
+
+        async def checkpoint() -> None:
+            await self._write(held, journal=journal_codec.encode(journal))
+
+        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
+        try:
+            outcome = await execute(
+                spec, journal, record.responses, capabilities, record.arguments, checkpoint=checkpoint
+            )
+        except asyncio.CancelledError:
+            heartbeat.cancel()
+            if held.cancel_seen or await self._cancel_requested(held):
+                await self._finish(held, status="cancelled", journal=journal_codec.encode(journal))
+                return
+            raise  # shutting down: leave the lease to run out so another instance resumes
+        except LeaseLost:
+            logger.warning("task %s: lease lost to another worker; stopping", record.task_id)
+            return
+        finally:
+            heartbeat.cancel()
+        try:
+            await self._settle(held, spec, convert, journal, outcome)
+        except LeaseLost:
+            logger.warning("task %s: lease lost before its outcome was saved", record.task_id)
+
+    async def _settle(
+        self, held: _Held, spec: FlowSpec, convert: ConvertResult, journal: Journal, outcome: Outcome
+    ) -> None:
+        if outcome.parked:
+            parked = outcome.replay.parked
+            journal.pending = {key: ask.digest for key, ask in parked.items()}
+            await self._finish(
+                held,
+                status="input_required",
+                journal=journal_codec.encode(journal),
+                input_requests={key: ask.wire_request() for key, ask in parked.items()},
+            )
+            return
+        error = outcome.error
+        if error is None:
+            result = convert(outcome.value)
+            await self._finish(held, status="completed", result=_wire(result))
+        elif isinstance(error, MCPError):
+            await self._finish(held, status="failed", error=error.error.model_dump(mode="json", exclude_none=True))
+        elif isinstance(error, FlowError):
+            failure = as_protocol_error(spec, error).error
+            await self._finish(held, status="failed", error=failure.model_dump(mode="json", exclude_none=True))
+        else:
+            if isinstance(error, InputRefused | ToolError):
+                text = str(error)
+            else:
+                logger.error("task %s: flow %r raised", held.record.task_id, spec.name, exc_info=error)
+                text = f"Error executing tool {spec.name}"
+            result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+            await self._finish(held, status="completed", result=_wire(result))
+
+    async def _heartbeat(self, held: _Held, run: asyncio.Task[Any] | None) -> None:
+        interval = min(1.0, self.lease / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._write(held)
+            except LeaseLost:
+                if run is not None:
+                    run.cancel()
+                return
+            if held.record.cancel_requested and not held.cancel_seen:
+                held.cancel_seen = True
+                if run is not None:
+                    run.cancel()
+
+    async def _cancel_requested(self, held: _Held) -> bool:
+        fresh = await self.store.load(held.record.task_id, time.time())
+        return fresh is not None and fresh.cancel_requested
+
+    async def _write(self, held: _Held, *, release: bool = False, **changes: Any) -> None:
+        """Save our fields over the freshest record while we still own the lease."""
+        for _ in range(20):
+            now = time.time()
+            lease = {"lease_owner": None, "lease_until": 0.0} if release else {"lease_until": now + self.lease}
+            candidate = held.record.copy(**changes, **lease, updated_at=now)
+            if await self.store.save(candidate):
+                held.record = candidate
+                return
+            fresh = await self.store.load(held.record.task_id, now)
+            if fresh is None or fresh.lease_owner != self.worker_id or fresh.terminal:
+                raise LeaseLost
+            held.record = fresh  # someone else wrote (an update, a cancel request): merge and retry
+        raise LeaseLost
+
+    async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
+        """Record where this run ended and give up the lease in the same write."""
+        await self._write(held, release=True, status=status, responses={}, **({"input_requests": {}} | changes))
+
+
+class _Held:
+    """The freshest record this worker wrote or saw, for compare-and-set."""
+
+    def __init__(self, record: TaskRecord) -> None:
+        self.record = record
+        self.cancel_seen = False
+
+
+def _wire(result: CallToolResult) -> dict[str, Any]:
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+__all__ = ["LeaseLost", "TaskRuntime", "iso", "task_fields"]
