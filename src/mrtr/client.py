@@ -19,6 +19,8 @@ import mcp_types as t
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 
+from mrtr.task_client import CreatedTask, TasksClient, TaskSnapshot, cancel_task, follow_task
+
 ElicitHandler = Callable[[t.ElicitRequestParams], Awaitable[t.ElicitResult]]
 SampleHandler = Callable[[t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
 RootsHandler = Callable[[], Awaitable[Sequence[t.Root] | t.ListRootsResult]]
@@ -63,17 +65,24 @@ class FlowClient:
     mode: str = "auto"
     max_rounds: int = 10
     on_round: Callable[[Round], Awaitable[None] | None] | None = None
+    tasks: bool = False
+    """Declare the tasks extension: a server may then answer with a durable task, followed here."""
+    on_task: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None
+    """Called with each new status of a task this client follows (for progress displays)."""
     client_options: dict[str, Any] = field(default_factory=dict)
     _client: Client | None = field(init=False, default=None)
 
     async def __aenter__(self) -> FlowClient:
+        options = dict(self.client_options)
+        if self.tasks:
+            options["extensions"] = [*options.get("extensions", ()), TasksClient(self._answer, on_status=self.on_task)]
         self._client = Client(
             self.server,
             mode=self.mode,
             elicitation_callback=self._on_elicit if self.elicit else None,
             sampling_callback=self._on_sample if self.sample else None,
             list_roots_callback=self._on_roots if self.roots else None,
-            **self.client_options,
+            **options,
         )
         await self._client.__aenter__()
         return self
@@ -93,10 +102,22 @@ class FlowClient:
 
         async def send(responses: t.InputResponses | None, state: str | None) -> Any:
             return await session.call_tool(
-                name, arguments, input_responses=responses, request_state=state, allow_input_required=True
+                name,
+                arguments,
+                input_responses=responses,
+                request_state=state,
+                allow_input_required=True,
+                allow_claimed=True,
             )
 
-        return await self._drive("tools/call", name, send)
+        result = await self._drive("tools/call", name, send)
+        if isinstance(result, CreatedTask):  # MRTR rounds are over; the rest is a durable task
+            return await follow_task(session, result.task_id, self._answer, on_status=self.on_task)
+        return result
+
+    async def cancel_task(self, task_id: str) -> None:
+        """Ask the server to cancel a task (cooperative; poll to see it end)."""
+        await cancel_task(self.client.session, task_id)
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> t.GetPromptResult:
         session = self.client.session

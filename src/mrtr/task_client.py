@@ -1,0 +1,182 @@
+"""Client side of durable tasks: opt in, poll, answer `input_required`, cancel, watch.
+
+`TasksClient` is an SDK `ClientExtension`: given to `mcp.Client(extensions=[...])` it
+declares `io.modelcontextprotocol/tasks` on every request and claims the `task` result
+shape, so `client.call_tool(...)` transparently follows a task to its end. The same
+elicitation, sampling and roots handlers that answer MRTR rounds answer the task's
+`inputRequests` (all three kinds), through `tasks/update`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import mcp_types as t
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict, TypeAdapter
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+Answerer = Callable[[t.InputRequest], Awaitable[Any]]
+
+
+class TaskCancelled(RuntimeError):
+    """The task ended `cancelled`."""
+
+
+class CreatedTask(t.Result):
+    """The flat `CreateTaskResult` a server returns instead of the tool's result."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    status_message: str | None = None
+    created_at: str | None = None
+    last_updated_at: str | None = None
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+
+class _TaskParams(t.RequestParams):
+    task_id: str
+
+
+class _UpdateParams(_TaskParams):
+    input_responses: dict[str, Any]
+
+
+class _TaskRequest(t.Request[_TaskParams, str]):
+    name_param = "taskId"  # the SDK mirrors it into the Mcp-Name routing header
+
+
+class _UpdateRequest(t.Request[_UpdateParams, str]):
+    name_param = "taskId"
+
+
+_ANY = TypeAdapter(dict[str, Any])
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """What one `tasks/get` said; handed to `on_status` whenever status or message changes."""
+
+    task_id: str
+    status: str
+    status_message: str | None
+    input_keys: tuple[str, ...]
+    raw: dict[str, Any]
+
+
+async def get_task(session: ClientSession, task_id: str) -> dict[str, Any]:
+    return await session.send_request(_TaskRequest(method="tasks/get", params=_TaskParams(task_id=task_id)), _ANY)
+
+
+async def cancel_task(session: ClientSession, task_id: str) -> None:
+    await session.send_request(_TaskRequest(method="tasks/cancel", params=_TaskParams(task_id=task_id)), _ANY)
+
+
+async def update_task(session: ClientSession, task_id: str, responses: dict[str, Any]) -> None:
+    params = _UpdateParams(task_id=task_id, input_responses=responses)
+    await session.send_request(_UpdateRequest(method="tasks/update", params=params), _ANY)
+
+
+async def follow_task(
+    session: ClientSession,
+    task_id: str,
+    answer: Answerer,
+    *,
+    poll_interval: float = 0.5,
+    on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
+) -> t.CallToolResult:
+    """Poll a task to its end, answering its input requests; returns the tool's result.
+
+    Raises:
+        MCPError: The task `failed` (its JSON-RPC error).
+        TaskCancelled: The task was cancelled.
+    """
+    answered: set[str] = set()
+    last: tuple[str, str | None] | None = None
+    while True:
+        task = await get_task(session, task_id)
+        status = task.get("status", "working")
+        requests = task.get("inputRequests") or {}
+        if on_status is not None and (status, task.get("statusMessage")) != last:
+            last = (status, task.get("statusMessage"))
+            hook = on_status(TaskSnapshot(task_id, status, last[1], tuple(requests), task))
+            if hook is not None:
+                await hook
+        if status == "completed":
+            return t.CallToolResult.model_validate(task.get("result") or {"content": []})
+        if status == "failed":
+            error = task.get("error") or {"code": t.INTERNAL_ERROR, "message": "task failed"}
+            raise MCPError.from_error_data(t.ErrorData.model_validate(error))
+        if status == "cancelled":
+            raise TaskCancelled(task.get("statusMessage") or f"task {task_id} was cancelled")
+        # Snapshots repeat pending keys on every poll: answer each key once.
+        fresh = {k: v for k, v in requests.items() if k not in answered} if status == "input_required" else {}
+        if fresh:
+            parsed = {k: TypeAdapter(t.InputRequest).validate_python(v) for k, v in fresh.items()}
+            values = await asyncio.gather(*(answer(r) for r in parsed.values()))
+            wire = {
+                k: v.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(v, "model_dump") else v
+                for k, v in zip(parsed, values, strict=True)
+            }
+            await update_task(session, task_id, wire)
+            answered |= set(fresh)
+            continue
+        interval = task.get("pollIntervalMs")
+        await asyncio.sleep(interval / 1000 if isinstance(interval, int) and interval > 0 else poll_interval)
+
+
+class TasksClient(ClientExtension):
+    """Declares the tasks extension and follows `task` results to completion.
+
+    Args:
+        answer: Turns one input request (elicitation, sampling, roots) into its result.
+        on_status: Called with each new status (for progress displays).
+    """
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(
+        self,
+        answer: Answerer,
+        *,
+        on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
+        on_created: Callable[[CreatedTask], Awaitable[None] | None] | None = None,
+    ) -> None:
+        self._answer = answer
+        self._on_status = on_status
+        self._on_created = on_created
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=self._resolve)]
+
+    async def _resolve(self, created: CreatedTask, ctx: ClaimContext) -> t.CallToolResult:
+        if self._on_created is not None:
+            hook = self._on_created(created)
+            if hook is not None:
+                await hook
+        interval = (created.poll_interval_ms or 500) / 1000
+        return await follow_task(
+            ctx.session, created.task_id, self._answer, poll_interval=interval, on_status=self._on_status
+        )
+
+
+__all__ = [
+    "CreatedTask",
+    "TaskCancelled",
+    "TaskSnapshot",
+    "TasksClient",
+    "cancel_task",
+    "follow_task",
+    "get_task",
+    "update_task",
+]

@@ -1,0 +1,275 @@
+"""Durable tasks in one process: the tasks extension, flows as tasks, the task client."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import mcp_types as t
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+import mrtr
+from mrtr.client import FlowClient
+from mrtr.stores.sqlite import SQLiteStore
+from mrtr.task_client import CreatedTask, TaskCancelled, TasksClient, TaskSnapshot, cancel_task, get_task, update_task
+from tests.flowkit import accept, new_server, sampled
+
+pytestmark = pytest.mark.anyio
+
+
+class Confirm(BaseModel):
+    confirm: bool
+
+
+class Name(BaseModel):
+    name: str
+
+
+def task_server(runs: Counter[str], **options: Any):
+    server = new_server("tasks-under-test")
+    flows = mrtr.Flows(server, store=SQLiteStore(":memory:"), task_poll_interval=0.05, **options)
+
+    @flows.tool(task="optional")
+    async def confirm_delete(filename: str, ctx: mrtr.FlowContext) -> str:
+        size = await ctx.step("stat", lambda: runs.update(["stat"]) or 42)
+        ok = await ctx.elicit(f"Delete {filename} ({size} bytes)?", Confirm)
+        if not ok.confirm:
+            return "kept"
+        await ctx.step("delete", lambda: runs.update(["delete"]))
+        return f"deleted {filename}"
+
+    @flows.tool(task="optional")
+    async def survey(ctx: mrtr.FlowContext) -> str:
+        first, second = await ctx.gather(ctx.elicit("First name?", Name), ctx.elicit("Last name?", Name))
+        mood = await ctx.sample("Mood?", max_tokens=5)
+        folders = await ctx.list_roots()
+        return f"{first.name} {second.name}, {mood.content.text}, {len(folders)} roots"
+
+    @flows.tool(task="optional")
+    async def slow_compute(seconds: float, ctx: mrtr.FlowContext) -> str:
+        try:
+            await ctx.step("sleep", asyncio.sleep, seconds)
+        except asyncio.CancelledError:
+            runs["cancel-seen"] += 1
+            raise
+        return "done"
+
+    @flows.tool(task="required")
+    async def failing_job(ctx: mrtr.FlowContext) -> str:
+        raise ValueError("disk on fire")  # an unexpected error: its text stays in the server log
+
+    @flows.tool(task="required")
+    async def protocol_error_job(ctx: mrtr.FlowContext) -> str:
+        raise MCPError(code=-32050, message="backend refused")
+
+    @flows.tool(task="optional", mrtr_first=True)
+    async def greet_later(ctx: mrtr.FlowContext) -> str:
+        who = await ctx.elicit("Who?", Name)
+        await ctx.continue_as_task()
+        await ctx.step("log", lambda: runs.update(["greeted"]))
+        return f"Hello, {who.name}!"
+
+    return server
+
+
+async def answer(request: t.InputRequest) -> Any:
+    if isinstance(request, t.ElicitRequest):
+        message = request.params.message
+        if "Delete" in message:
+            return accept(confirm=True)
+        return accept(name="Ada" if "First" in message else "Lovelace")
+    if isinstance(request, t.CreateMessageRequest):
+        return sampled("curious")
+    return t.ListRootsResult(roots=[t.Root(uri="file:///a"), t.Root(uri="file:///b")])
+
+
+def tasks_client(server, **kwargs: Any) -> Client:
+    """A client that declares every capability; task inputs go through `TasksClient`, not callbacks."""
+    return Client(
+        server,
+        extensions=[TasksClient(answer, **kwargs)],
+        elicitation_callback=_unused,
+        sampling_callback=_unused,
+        list_roots_callback=_unused,
+    )
+
+
+async def _unused(*args: Any) -> Any:
+    raise AssertionError("task inputs go through tasks/update, not callbacks")
+
+
+async def wait_for(session, task_id: str, status: str, timeout: float = 5.0) -> dict[str, Any]:
+    async with asyncio.timeout(timeout):
+        while True:
+            task = await get_task(session, task_id)
+            if task["status"] == status:
+                return task
+            await asyncio.sleep(0.02)
+
+
+async def test_official_client_follows_a_task_transparently() -> None:
+    runs: Counter[str] = Counter()
+    seen: list[TaskSnapshot] = []
+    async with tasks_client(task_server(runs), on_status=seen.append) as client:
+        result = await client.call_tool("confirm_delete", {"filename": "a.txt"})
+    assert result.content[0].text == "deleted a.txt" and not result.is_error
+    assert runs == Counter(stat=1, delete=1), "steps run once although the flow replayed after the answer"
+    statuses = [s.status for s in seen]
+    assert statuses[0] == "working" and "input_required" in statuses and statuses[-1] == "completed"
+
+
+async def test_create_result_is_flat_and_get_is_detailed() -> None:
+    async with tasks_client(task_server(Counter())) as client:
+        created = await client.session.call_tool("confirm_delete", {"filename": "b"}, allow_claimed=True)
+        assert isinstance(created, CreatedTask)
+        wire = created.model_dump(by_alias=True, exclude_none=True)
+        assert wire["resultType"] == "task" and wire["status"] == "working"
+        assert {"taskId", "createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"} <= set(wire)
+        assert not {"task", "result", "error", "inputRequests", "requestState"} & set(wire)
+        task = await wait_for(client.session, created.task_id, "input_required")
+        ((key, request),) = task["inputRequests"].items()
+        assert request["method"] == "elicitation/create" and "Delete b (42 bytes)?" in request["params"]["message"]
+        assert "requestState" not in task and task["resultType"] == "complete"
+        await update_task(client.session, created.task_id, {key: {"action": "accept", "content": {"confirm": True}}})
+        done = await wait_for(client.session, created.task_id, "completed")
+        assert done["result"]["content"][0]["text"] == "deleted b"
+        assert "_meta" not in done["result"] or "io.modelcontextprotocol/related-task" not in done["result"]["_meta"]
+
+
+async def test_every_kind_of_input_and_partial_updates() -> None:
+    async with tasks_client(task_server(Counter())) as client:
+        created = await client.session.call_tool("survey", {}, allow_claimed=True)
+        task = await wait_for(client.session, created.task_id, "input_required")
+        keys = {r["params"]["message"]: k for k, r in task["inputRequests"].items()}
+        assert set(keys) == {"First name?", "Last name?"}
+        await update_task(
+            client.session,
+            created.task_id,
+            {keys["First name?"]: {"action": "accept", "content": {"name": "Ada"}}, "never-asked": {"roots": []}},
+        )
+        partial = await get_task(client.session, created.task_id)  # read at once: the update is visible
+        assert partial["status"] == "input_required"
+        assert list(partial["inputRequests"]) == [keys["Last name?"]]
+        # A wrong-schema answer is refused precisely and loses nothing.
+        with pytest.raises(MCPError) as caught:
+            await update_task(
+                client.session, created.task_id, {keys["Last name?"]: {"action": "accept", "content": {}}}
+            )
+        assert caught.value.error.code == t.INVALID_PARAMS
+        still = await get_task(client.session, created.task_id)
+        assert list(still["inputRequests"]) == [keys["Last name?"]]
+    # The client driver answers elicitation, sampling and roots alike.
+    async with tasks_client(task_server(Counter())) as client:
+        result = await client.call_tool("survey", {})
+        assert result.content[0].text == "Ada Lovelace, curious, 2 roots"
+
+
+async def test_errors_end_tasks_the_right_way() -> None:
+    async with tasks_client(task_server(Counter())) as client:
+        failing = await client.call_tool("failing_job", {})
+        assert failing.is_error and failing.content[0].text == "Error executing tool failing_job"
+        with pytest.raises(MCPError) as caught:
+            await client.call_tool("protocol_error_job", {})
+        assert caught.value.error.code == -32050 and caught.value.error.message == "backend refused"
+        created = await client.session.call_tool("protocol_error_job", {}, allow_claimed=True)
+        failed = await wait_for(client.session, created.task_id, "failed")
+        assert failed["error"]["code"] == -32050 and "result" not in failed
+
+
+async def test_without_the_extension() -> None:
+    server = task_server(Counter())
+    async with Client(server) as plain:
+        # Optional task tools simply run inline.
+        result = await plain.call_tool("slow_compute", {"seconds": 0})
+        assert result.content[0].text == "done"
+        with pytest.raises(MCPError) as caught:
+            await plain.call_tool("failing_job", {})
+        assert caught.value.error.code == t.MISSING_REQUIRED_CLIENT_CAPABILITY
+        assert caught.value.error.data == {
+            "requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+        }
+        with pytest.raises(MCPError) as caught:
+            await get_task(plain.session, "anything")
+        assert caught.value.error.code == t.MISSING_REQUIRED_CLIENT_CAPABILITY
+    async with tasks_client(server) as client:
+        for call in (get_task, cancel_task):
+            with pytest.raises(MCPError) as caught:
+                await call(client.session, "no-such-task")
+            assert caught.value.error.code == t.INVALID_PARAMS
+
+
+async def test_cancel_reaches_the_flow_and_is_idempotent() -> None:
+    runs: Counter[str] = Counter()
+    async with tasks_client(task_server(runs)) as client:
+        created = await client.session.call_tool("slow_compute", {"seconds": 30}, allow_claimed=True)
+        await asyncio.sleep(0.1)
+        await cancel_task(client.session, created.task_id)
+        await wait_for(client.session, created.task_id, "cancelled", timeout=3)
+        assert runs["cancel-seen"] == 1
+        await cancel_task(client.session, created.task_id)  # terminal: same empty ack
+
+        waiting = await client.session.call_tool("confirm_delete", {"filename": "c"}, allow_claimed=True)
+        await wait_for(client.session, waiting.task_id, "input_required")
+        await cancel_task(client.session, waiting.task_id)
+        cancelled = await get_task(client.session, waiting.task_id)
+        assert cancelled["status"] == "cancelled" and "inputRequests" not in cancelled
+
+    created_ids: list[str] = []
+    async with Client(
+        task_server(runs), extensions=[TasksClient(answer, on_created=lambda c: created_ids.append(c.task_id))]
+    ) as client:
+        follower = asyncio.create_task(client.call_tool("slow_compute", {"seconds": 30}))
+        await asyncio.sleep(0.2)
+        (task_id,) = created_ids
+        await cancel_task(client.session, task_id)
+        with pytest.raises(TaskCancelled):
+            await follower
+
+
+async def test_mrtr_rounds_then_a_task() -> None:
+    runs: Counter[str] = Counter()
+    async with tasks_client(task_server(runs)) as client:
+        first = await client.session.call_tool("greet_later", {}, allow_input_required=True, allow_claimed=True)
+        assert isinstance(first, t.InputRequiredResult)
+        (key,) = first.input_requests or {}
+        second = await client.session.call_tool(
+            "greet_later",
+            {},
+            input_responses={key: accept(name="Alice")},
+            request_state=first.request_state,
+            allow_input_required=True,
+            allow_claimed=True,
+        )
+        assert isinstance(second, CreatedTask)
+        assert not {"requestState", "inputRequests"} & set(second.model_dump(by_alias=True, exclude_none=True))
+        done = await wait_for(client.session, second.task_id, "completed")
+        assert done["result"]["content"][0]["text"] == "Hello, Alice!"
+    assert runs["greeted"] == 1
+
+
+async def test_flow_client_follows_tasks_and_reports_status() -> None:
+    statuses: list[str] = []
+
+    async def elicit(params: t.ElicitRequestParams) -> t.ElicitResult:
+        return accept(confirm=True)
+
+    async with FlowClient(
+        task_server(Counter()), elicit=elicit, tasks=True, on_task=lambda s: statuses.append(s.status)
+    ) as flows:
+        result = await flows.call_tool("confirm_delete", {"filename": "d"})
+    assert result.content[0].text == "deleted d"
+    assert statuses[0] == "working" and statuses[-1] == "completed" and "input_required" in statuses
+
+
+async def test_expired_tasks_are_unknown() -> None:
+    async with tasks_client(task_server(Counter(), task_ttl=0.3)) as client:
+        created = await client.session.call_tool("slow_compute", {"seconds": 0}, allow_claimed=True)
+        await wait_for(client.session, created.task_id, "completed")
+        await asyncio.sleep(0.4)
+        with pytest.raises(MCPError) as caught:
+            await get_task(client.session, created.task_id)
+        assert caught.value.error.code == t.INVALID_PARAMS
