@@ -44,6 +44,13 @@ class Flows:
         max_rounds: Default cap on client round trips per flow.
         deadline: Default seconds a flow may take from its first round; never renewed.
         max_state_bytes: Default cap on the sealed `requestState`.
+        store: Where durable tasks live (`SQLiteStore`, `RedisStore`, `PostgresStore`);
+            share one across the fleet. Defaults to `SQLiteStore("mrtr-tasks.db")` once a
+            task flow is registered.
+        task_lease: Seconds a silent worker keeps a task before another instance takes over.
+        task_ttl: Seconds a task stays readable after creation (`None`: forever).
+        task_poll_interval: The `pollIntervalMs` clients are told, in seconds.
+        task_scan_interval: Seconds between this instance's looks for orphaned tasks.
     """
 
     def __init__(
@@ -57,12 +64,18 @@ class Flows:
         task_lease: float = 10.0,
         task_ttl: float | None = 3600.0,
         task_poll_interval: float = 0.5,
+        task_scan_interval: float = 1.0,
     ) -> None:
         self.server = server
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         self._static = StaticResourceFlows(server)
         self._store = store
-        self._task_options = {"lease": task_lease, "ttl": task_ttl, "poll_interval": task_poll_interval}
+        self._task_options = {
+            "lease": task_lease,
+            "ttl": task_ttl,
+            "poll_interval": task_poll_interval,
+            "scan_interval": task_scan_interval,
+        }
         self._runtime: TaskRuntime | None = None
         if store is not None:
             self._tasks()
