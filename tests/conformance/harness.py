@@ -1,0 +1,199 @@
+"""Run the official MCP conformance suite against our fixtures, and read what it found.
+
+Shared by tests/test_conformance.py and tests/conformance/summarize.py so both run the suite
+the same way: the same pinned suite and Node, the same flags, the same timeouts, the same
+parsing of its `checks.json` files.
+
+Why pin both packages: npm's `latest` tag of the suite has no MRTR scenarios, and the suite
+needs Node >= 22 (it imports `globSync` from "fs"), which the system Node may not be; `npx -p
+node@22.23.3` fetches that Node into the npm cache once (~15 s cold, ~370 MB) and reuses it.
+`-y` is always passed because a user's ~/.npmrc may say `yes=false`, which would make npx
+wait for a prompt nobody answers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.conformance.server import READY_PREFIX
+from tests.servers import stop
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SERVER_SCRIPT = HERE / "server.py"
+CLIENT_SCRIPT = HERE / "client.py"
+BASELINE = HERE / "expected-failures.yml"
+RESULTS_MD = HERE / "results.md"
+
+CONFORMANCE_PACKAGE = "@modelcontextprotocol/conformance@0.2.0-alpha.11"
+NODE_PACKAGE = "node@22.23.3"
+SPEC_VERSION = "2026-07-28"
+CLIENT_SCENARIO = "sep-2322-client-request-state"
+
+MRTR_SCENARIOS: tuple[str, ...] = tuple(
+    f"input-required-result-{name}"
+    for name in (
+        "basic-elicitation",
+        "basic-sampling",
+        "basic-list-roots",
+        "request-state",
+        "multiple-input-requests",
+        "multi-round",
+        "missing-input-response",
+        "non-tool-request",
+        "result-type",
+        "unsupported-methods",
+        "tampered-state",
+        "capability-check",
+        "ignore-extra-params",
+        "validate-input",
+    )
+)
+"""The 14 MRTR server scenarios of the 2026-07-28 suite (spec/conformance.md §4)."""
+
+SUITE_TIMEOUT = 180.0
+"""Seconds for one `npx ... conformance` run: a cold npm download is ~15 s, a warm run < 10 s."""
+START_TIMEOUT = 20.0
+
+# Result directories are `[server-]<scenario>-<ISO timestamp with ':' and '.' as '-'>`.
+_RESULT_DIR = re.compile(r"^(?:server-)?(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$")
+
+
+def find_npx() -> str | None:
+    """The `npx` executable, or None when Node tooling is not installed."""
+    return shutil.which("npx")
+
+
+def conformance_command(npx: str, *args: str) -> list[str]:
+    """`npx -y -p node@… -p @modelcontextprotocol/conformance@… conformance ARGS`."""
+    return [npx, "-y", "-p", NODE_PACKAGE, "-p", CONFORMANCE_PACKAGE, "conformance", *args]
+
+
+@dataclass
+class SuiteRun:
+    """One finished harness invocation: its exit code, its output, and where it wrote results."""
+
+    command: list[str]
+    returncode: int
+    output: str
+    out_dir: Path
+    seconds: float
+
+    def tail(self, lines: int = 80) -> str:
+        return "\n".join(self.output.splitlines()[-lines:])
+
+
+def run_conformance(npx: str, args: Sequence[str], out_dir: Path, *, timeout: float = SUITE_TIMEOUT) -> SuiteRun:
+    """Run the harness with `-o out_dir`; stdout and stderr are merged (the summary is on stdout).
+
+    Raises:
+        subprocess.TimeoutExpired: The harness did not finish within `timeout` (it is killed).
+    """
+    command = conformance_command(npx, *args, "-o", str(out_dir))
+    started = time.monotonic()
+    completed = subprocess.run(
+        command,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return SuiteRun(command, completed.returncode, completed.stdout, out_dir, time.monotonic() - started)
+
+
+def run_server_suite(npx: str, url: str, out_dir: Path, *, baseline: Path | None = BASELINE) -> SuiteRun:
+    """`--suite all --spec-version 2026-07-28` against `url`, with our baseline unless told otherwise."""
+    args = ["server", "--url", url, "--suite", "all", "--spec-version", SPEC_VERSION]
+    if baseline is not None:
+        args += ["--expected-failures", str(baseline)]
+    return run_conformance(npx, args, out_dir)
+
+
+def run_client_scenario(npx: str, out_dir: Path, scenario: str = CLIENT_SCENARIO) -> SuiteRun:
+    """Run `tests/conformance/client.py` (this interpreter) under the harness's mock server."""
+    command = shlex.join([sys.executable, str(CLIENT_SCRIPT)])
+    return run_conformance(npx, ["client", "--command", command, "--scenario", scenario], out_dir)
+
+
+def load_checks(out_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Scenario name -> its checks, from the `checks.json` files the harness wrote under `out_dir`.
+
+    If `out_dir` holds several runs of a scenario, the latest one counts (timestamps sort).
+    """
+    results: dict[str, list[dict[str, Any]]] = {}
+    for checks_file in sorted(out_dir.glob("*/checks.json")):
+        match = _RESULT_DIR.match(checks_file.parent.name)
+        scenario = match["scenario"] if match else checks_file.parent.name
+        results[scenario] = json.loads(checks_file.read_text())
+    return results
+
+
+def not_successful(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """`id: STATUS (message)` for every check that is not SUCCESS."""
+    return [
+        f"{check.get('id')}: {check.get('status')} ({check.get('errorMessage') or 'no message'})"
+        for check in checks
+        if check.get("status") != "SUCCESS"
+    ]
+
+
+@contextmanager
+def fixture_server(log_path: Path) -> Iterator[str]:
+    """Run tests/conformance/server.py on a free 127.0.0.1 port; yields its URL, always stops it.
+
+    The server binds port 0 and prints its URL once uvicorn listens, so there is no port race
+    and no readiness polling (a GET on /mcp would open an SSE stream that never ends).
+    """
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(SERVER_SCRIPT), "--port", "0"],
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        )
+    try:
+        yield _wait_ready(process, log_path)
+    finally:
+        stop(process)
+
+
+def _wait_ready(process: subprocess.Popen[bytes], log_path: Path) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + START_TIMEOUT
+    buffer = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while b"\n" not in buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError(f"fixture server not ready after {START_TIMEOUT}s:\n{log_path.read_text()}")
+            if selector.select(min(remaining, 0.2)):
+                chunk = os.read(process.stdout.fileno(), 4096)
+                if not chunk:
+                    process.wait(timeout=5)
+                    raise RuntimeError(
+                        f"fixture server exited with {process.returncode} before ready:\n{log_path.read_text()}"
+                    )
+                buffer += chunk
+    line = buffer.split(b"\n", 1)[0].decode()
+    if not line.startswith(READY_PREFIX):
+        raise RuntimeError(f"fixture server printed {line!r} instead of its ready line")
+    return line.removeprefix(READY_PREFIX).split()[0]
