@@ -436,18 +436,21 @@ async def test_size_estimate_never_undercounts_the_real_sealed_token(monkeypatch
     estimates: list[int] = []
     real_estimate = engine.sealed_size
 
-    def spy(*args: object) -> int:
-        estimates.append(real_estimate(*args))  # type: ignore[arg-type]
+    plain_lengths: list[int] = []
+
+    def spy(state: str, *args: object) -> int:
+        plain_lengths.append(len(state))
+        estimates.append(real_estimate(state, *args))  # type: ignore[arg-type]
         return estimates[-1]
 
     monkeypatch.setattr(engine, "sealed_size", spy)
     server = new_server()
-    flows = mrtr.Flows(server)
+    flows = mrtr.Flows(server, max_state_bytes=800)  # near enough to the cap that every round estimates
 
     @flows.tool()
     async def grow(ctx: mrtr.FlowContext) -> int:
         total = 0
-        for i in range(8):
+        for i in range(7):
             total += (await ctx.elicit(f"Number {i}?", Pick)).n
         return total
 
@@ -455,12 +458,13 @@ async def test_size_estimate_never_undercounts_the_real_sealed_token(monkeypatch
         call = Driver(client, "grow")
         await call.send()
         tokens = [len(call.state or "")]
-        for i in range(7):
+        for i in range(6):
             await call.send({next(iter(call.asked)): accept(n=i)})
             tokens.append(len(call.state or ""))
-    assert len(estimates) == len(tokens) == 8
-    for estimate, token in zip(estimates, tokens, strict=True):
+    assert len(estimates) == len(tokens) == 7
+    for estimate, token, plain in zip(estimates, tokens, plain_lengths, strict=True):
         assert 0 <= estimate - token <= 96, (estimate, token)
+        assert token <= 3 * plain + 512, "the engine skips estimating below this bound; it must hold"
 
 
 async def test_capability_not_declared_gives_32021_and_flows_can_degrade() -> None:

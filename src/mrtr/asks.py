@@ -104,11 +104,15 @@ _CAPABILITY: dict[AskKind, Capability] = {
 }
 
 
+# Every round replays every ask: rendering and digesting a question once per process, not
+# once per replay, is most of what a round costs. Asks are immutable, so sharing is safe.
+@lru_cache(maxsize=4096)
 def elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_preanswer: bool) -> Ask:
     params = ElicitRequestFormParams(message=message, requested_schema=_schema_of(schema))
     return _ask("elicit", ElicitRequest(params=params), key, allow_preanswer, schema)
 
 
+@lru_cache(maxsize=1024)
 def elicit_url_ask(message: str, url: str, key: str | None) -> Ask:
     # The 2026-07-28 wire correlates through requestState; the id stays for older peers.
     elicitation_id = key or hashlib.sha256(f"{message}\0{url}".encode()).hexdigest()[:16]
@@ -120,6 +124,7 @@ def sample_ask(params: CreateMessageRequestParams, key: str | None, allow_preans
     return _ask("sample", CreateMessageRequest(params=params), key, allow_preanswer, None)
 
 
+@lru_cache(maxsize=256)
 def roots_ask(key: str | None, allow_preanswer: bool) -> Ask:
     return _ask("roots", ListRootsRequest(), key, allow_preanswer, None)
 

@@ -151,11 +151,16 @@ async def execute(
     flow = asyncio.get_running_loop().create_task(call_flow(spec, FlowContext(driver, request), arguments))
     replay.flow_task = flow
     try:
-        await asyncio.wait({flow})
+        await flow
+    except BaseException:
+        # The flow ended badly or settled (we read which below) — unless *we* are being
+        # cancelled, in which case awaiting it has cancelled it too: let it finish, re-raise.
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            if not flow.done():
+                await asyncio.wait({flow})
+            raise
     finally:
-        if not flow.done():  # whoever awaits us was cancelled: take the flow down with us
-            flow.cancel()
-            await asyncio.wait({flow})
         replay.close()
     if flow.cancelled() and replay.settled:
         return Outcome(replay, parked=True)
@@ -212,8 +217,11 @@ def _input_required(spec: FlowSpec, request: Context[Any, Any], replay: Replay) 
         raise TooManyRounds(f"flow {spec.name!r} needed more than {spec.limits.max_rounds} rounds of client input")
     journal.pending = {key: ask.digest for key, ask in replay.parked.items()}
     state = journal_codec.encode(journal)
-    sealed = sealed_size(state, request, spec.audience)
-    if sealed > spec.limits.max_state_bytes:
+    # Sealing at most ~2.7x the state plus a fixed envelope: only near the cap is it worth estimating.
+    if (
+        3 * len(state) + 512 >= spec.limits.max_state_bytes
+        and (sealed := sealed_size(state, request, spec.audience)) > spec.limits.max_state_bytes
+    ):
         raise StateTooLarge(
             f"flow {spec.name!r} would carry a {sealed:,}-byte requestState, over its "
             f"{spec.limits.max_state_bytes:,}-byte cap; keep step results small (journal an id, not a payload)"

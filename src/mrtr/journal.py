@@ -24,6 +24,7 @@ _COMPRESS_MIN = 160
 _JSON_PREFIX = "j"
 _ZLIB_PREFIX = "z"
 _INFLATE_MAX = 8 << 20
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
 class JournalFormatError(ValueError):
@@ -89,7 +90,7 @@ def encode(journal: Journal) -> str:
     The boundary embeds our string in its own JSON claims, so every quote in plain JSON
     costs an escape; we compare the escaped lengths and compress only when that wins.
     """
-    text = json.dumps(journal.to_wire(), separators=(",", ":"), ensure_ascii=True)
+    text = _ENCODER.encode(journal.to_wire())
     plain = _JSON_PREFIX + text
     if len(text) < _COMPRESS_MIN:
         return plain
