@@ -18,12 +18,19 @@ from typing import Any
 import mcp_types as t
 from mcp import Client
 from mcp.client.session import ClientRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mrtr.task_client import CreatedTask, TasksClient, TaskSnapshot, cancel_task, follow_task
 
 ElicitHandler = Callable[[t.ElicitRequestParams], Awaitable[t.ElicitResult]]
 SampleHandler = Callable[[t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
 RootsHandler = Callable[[], Awaitable[Sequence[t.Root] | t.ListRootsResult]]
+
+_RESULT_MODELS: dict[str, type[t.Result]] = {
+    "tools/call": t.CallToolResult,
+    "prompts/get": t.GetPromptResult,
+    "resources/read": t.ReadResourceResult,
+}
 
 # A server that sheds load answers with state only; back off a little before retrying.
 _STATE_ONLY_DELAYS = (0.0, 0.05, 0.1, 0.25)
@@ -98,21 +105,10 @@ class FlowClient:
         return self._client
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> t.CallToolResult:
-        session = self.client.session
-
-        async def send(responses: t.InputResponses | None, state: str | None) -> Any:
-            return await session.call_tool(
-                name,
-                arguments,
-                input_responses=responses,
-                request_state=state,
-                allow_input_required=True,
-                allow_claimed=True,
-            )
-
-        result = await self._drive("tools/call", name, send)
+        params = {"name": name, "arguments": arguments}
+        result = await self._drive("tools/call", name, lambda r, s: self._send("tools/call", params, r, s))
         if isinstance(result, CreatedTask):  # MRTR rounds are over; the rest is a durable task
-            return await follow_task(session, result.task_id, self._answer, on_status=self.on_task)
+            return await follow_task(self.client.session, result.task_id, self._answer, on_status=self.on_task)
         return result
 
     async def cancel_task(self, task_id: str) -> None:
@@ -120,24 +116,45 @@ class FlowClient:
         await cancel_task(self.client.session, task_id)
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> t.GetPromptResult:
-        session = self.client.session
-
-        async def send(responses: t.InputResponses | None, state: str | None) -> Any:
-            return await session.get_prompt(
-                name, arguments, input_responses=responses, request_state=state, allow_input_required=True
-            )
-
-        return await self._drive("prompts/get", name, send)
+        params = {"name": name, "arguments": arguments}
+        return await self._drive("prompts/get", name, lambda r, s: self._send("prompts/get", params, r, s))
 
     async def read_resource(self, uri: str) -> t.ReadResourceResult:
+        params = {"uri": uri}
+        return await self._drive("resources/read", uri, lambda r, s: self._send("resources/read", params, r, s))
+
+    async def _send(
+        self, method: str, params: dict[str, Any], responses: dict[str, Any] | None, state: str | None
+    ) -> Any:
+        """One request of the exchange, sent as a fresh request (new JSON-RPC id) every time.
+
+        On 2026-07-28 the result is read by the spec's client rules rather than the SDK's
+        typed parser, which rejects a result without `resultType` (the spec: MUST treat it
+        as complete). Uses the session's own envelope stamp and dispatcher, so `_meta`,
+        routing headers and transport behave exactly as for the SDK's own calls.
+        """
+        wire = {k: v for k, v in params.items() if v is not None}
+        if responses:
+            wire["inputResponses"] = {k: _wire(v) for k, v in responses.items()}
+        if state is not None:
+            wire["requestState"] = state  # echoed exactly, and only when the server sent one
         session = self.client.session
+        if self.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return await self._send_legacy(method, params)
+        data: dict[str, Any] = {"method": method, "params": wire}
+        options: dict[str, Any] = {}
+        session._stamp(data, options)  # type: ignore[arg-type]
+        raw = await session._dispatcher.send_raw_request(method, data["params"], options)
+        return _parse_result(method, dict(raw))
 
-        async def send(responses: t.InputResponses | None, state: str | None) -> Any:
-            return await session.read_resource(
-                uri, input_responses=responses, request_state=state, allow_input_required=True
-            )
-
-        return await self._drive("resources/read", uri, send)
+    async def _send_legacy(self, method: str, params: dict[str, Any]) -> Any:
+        # Legacy servers ask through server->client requests (answered by our callbacks).
+        session = self.client.session
+        if method == "tools/call":
+            return await session.call_tool(params["name"], params.get("arguments"))
+        if method == "prompts/get":
+            return await session.get_prompt(params["name"], params.get("arguments"))
+        return await session.read_resource(params["uri"])
 
     async def _drive(self, method: str, target: str, send: Callable[..., Awaitable[Any]]) -> Any:
         result = await send(None, None)
@@ -198,6 +215,22 @@ class FlowClient:
         assert self.roots is not None
         listed = await self.roots()
         return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
+
+
+def _wire(value: Any) -> Any:
+    return value.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(value, "model_dump") else value
+
+
+def _parse_result(method: str, raw: dict[str, Any]) -> Any:
+    """Read a result by the client rules: absent `resultType` is complete, unknown ones invalid."""
+    kind = raw.setdefault("resultType", "complete")
+    if kind == "input_required":
+        return t.InputRequiredResult.model_validate(raw, by_name=False)
+    if kind == "task" and method == "tools/call":
+        return CreatedTask.model_validate(raw, by_name=False)
+    if kind != "complete":
+        raise ValueError(f"server answered {method} with unknown resultType {kind!r}")
+    return _RESULT_MODELS[method].model_validate(raw, by_name=False)
 
 
 __all__ = ["FlowClient", "InputAbandoned", "Round", "RoundLimitExceeded"]
