@@ -1,0 +1,1 @@
+"""Interop matrix fixtures: the mrtr server, the shared scenario, and the foreign client scripts."""
