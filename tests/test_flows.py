@@ -151,7 +151,8 @@ async def test_flow_can_catch_a_refusal_and_branch() -> None:
     async def survey(ctx: mrtr.FlowContext) -> str:
         try:
             pick = await ctx.elicit("Favourite number?", Pick)
-        except mrtr.Declined:
+        except mrtr.Declined as refused:
+            assert refused.key.startswith("elicit_"), "the refusal names the wire key it answered"
             return "no number, fine"
         except mrtr.Cancelled:
             return "maybe later"

@@ -273,3 +273,54 @@ async def test_expired_tasks_are_unknown() -> None:
         with pytest.raises(MCPError) as caught:
             await get_task(client.session, created.task_id)
         assert caught.value.error.code == t.INVALID_PARAMS
+
+
+class _TaskParams(t.RequestParams):
+    task_id: str
+
+
+class _SeedResult(t.Request[_TaskParams, str]):
+    name_param = "taskId"
+
+
+class _SeedAnswer(t.RequestParams):
+    input_responses: dict[str, Any]
+
+
+class _SeedInputResponse(t.Request[_SeedAnswer, str]):
+    pass
+
+
+async def test_seed_dialect_is_off_by_default_and_works_when_asked() -> None:
+    from pydantic import TypeAdapter
+
+    any_dict = TypeAdapter(dict[str, Any])
+    async with tasks_client(task_server(Counter())) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.session.send_request(
+                _SeedResult(method="tasks/result", params=_TaskParams(task_id="x")), any_dict
+            )
+        assert caught.value.error.code == t.METHOD_NOT_FOUND
+
+    async with tasks_client(task_server(Counter(), seed_dialect=True)) as client:
+        created = await client.session.call_tool("confirm_delete", {"filename": "e"}, allow_claimed=True)
+        await wait_for(client.session, created.task_id, "input_required")
+        asked = await client.session.send_request(
+            _SeedResult(method="tasks/result", params=_TaskParams(task_id=created.task_id)), any_dict
+        )
+        assert asked["resultType"] == "input_required"
+        (key,) = asked["inputRequests"]
+        related = {"io.modelcontextprotocol/related-task": {"taskId": created.task_id}}
+        # Off-schema first: acknowledged, and the question stays open (the seed's rule).
+        for content in ({"nonsense": 1}, {"confirm": True}):
+            params = _SeedAnswer(input_responses={key: {"action": "accept", "content": content}}, _meta=related)
+            ack = await client.session.send_request(
+                _SeedInputResponse(method="tasks/input_response", params=params), any_dict
+            )
+            assert ack["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": created.task_id}
+            if "nonsense" in content:
+                assert (await get_task(client.session, created.task_id))["status"] == "input_required"
+        final = await client.session.send_request(
+            _SeedResult(method="tasks/result", params=_TaskParams(task_id=created.task_id)), any_dict
+        )
+        assert final["content"][0]["text"] == "deleted e"

@@ -67,8 +67,8 @@ class Driver(Protocol):
 
     def supports(self, capability: Capability) -> bool: ...
 
-    async def ask(self, ask: Ask) -> Any:
-        """The journaled/received wire answer to `ask` (validated by `Ask.accept`)."""
+    async def ask(self, ask: Ask) -> tuple[str, Any]:
+        """The wire key of `ask` and its journaled/received answer (validated by `Ask.accept`)."""
         ...
 
     async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -121,8 +121,8 @@ class FlowContext:
             Declined: The user declined.
             Cancelled: The user dismissed the form.
         """
-        answer = await self._driver.ask(elicit_ask(message, schema, key, allow_preanswer))
-        _raise_if_refused(answer, message, key)
+        wire_key, answer = await self._driver.ask(elicit_ask(message, schema, key, allow_preanswer))
+        _raise_if_refused(answer, message, wire_key)
         return schema.model_validate(answer["content"])
 
     async def elicit_url(self, message: str, url: str, *, key: str | None = None) -> None:
@@ -131,8 +131,8 @@ class FlowContext:
         Acceptance is consent only: the interaction itself happens out of band, so check
         its outcome afterwards (typically in a step keyed by `ctx.flow_id`).
         """
-        answer = await self._driver.ask(elicit_url_ask(message, url, key))
-        _raise_if_refused(answer, message, key)
+        wire_key, answer = await self._driver.ask(elicit_url_ask(message, url, key))
+        _raise_if_refused(answer, message, wire_key)
 
     async def sample(
         self,
@@ -163,12 +163,12 @@ class FlowContext:
             include_context=include_context,
             metadata=metadata,
         )
-        answer = await self._driver.ask(sample_ask(params, key, allow_preanswer))
+        _, answer = await self._driver.ask(sample_ask(params, key, allow_preanswer))
         return CreateMessageResult.model_validate(answer)
 
     async def list_roots(self, *, key: str | None = None, allow_preanswer: bool = False) -> list[Root]:
         """The client's roots (`roots/list`)."""
-        answer = await self._driver.ask(roots_ask(key, allow_preanswer))
+        _, answer = await self._driver.ask(roots_ask(key, allow_preanswer))
         return ListRootsResult.model_validate(answer).roots
 
     async def step(self, name: str, fn: Callable[..., Awaitable[T] | T], /, *args: Any, **kwargs: Any) -> T:
@@ -200,12 +200,12 @@ class FlowContext:
         return list(await asyncio.gather(*aws))
 
 
-def _raise_if_refused(answer: dict[str, Any], message: str, key: str | None) -> None:
+def _raise_if_refused(answer: dict[str, Any], message: str, key: str) -> None:
     action = answer.get("action")
     if action == "decline":
-        raise Declined(message, key=key or "")
+        raise Declined(message, key=key)
     if action == "cancel":
-        raise Cancelled(message, key=key or "")
+        raise Cancelled(message, key=key)
 
 
 # -- step helpers shared by both drivers ---------------------------------------------------

@@ -70,15 +70,15 @@ class JournalDriver:
     def supports(self, capability: Capability) -> bool:
         return supports(self._replay.capabilities, capability)
 
-    async def ask(self, ask: Ask) -> Any:
+    async def ask(self, ask: Ask) -> tuple[str, Any]:
         replay = self._replay
         key = replay.key_for(ask)
         answer = replay.answer_for(key, ask)
         if answer is not None:
-            return answer
+            return key, answer
         if not supports(replay.capabilities, ask.capability):
             raise missing_capability(ask.capability)
-        return await replay.park(key, ask)
+        return key, await replay.park(key, ask)
 
     async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._probe:
@@ -117,7 +117,8 @@ class LiveDriver:
     def supports(self, capability: Capability) -> bool:
         return supports(self._request.client_capabilities, capability)
 
-    async def ask(self, ask: Ask) -> Any:
+    async def ask(self, ask: Ask) -> tuple[str, Any]:
+        key = ask.explicit_key or ask.derived_key(1)
         if not self.supports(ask.capability):
             raise missing_capability(ask.capability)
         result_type = {"sample": CreateMessageResult, "roots": ListRootsResult}.get(ask.kind, ElicitResult)
@@ -125,7 +126,7 @@ class LiveDriver:
         for _ in range(_LEGACY_REASK_LIMIT):
             result = await self._request.session.send_request(ask.request, result_type, metadata=metadata)
             try:
-                return ask.accept(result.model_dump(mode="json", by_alias=True, exclude_none=True))
+                return key, ask.accept(result.model_dump(mode="json", by_alias=True, exclude_none=True))
             except BadAnswer:
                 continue
         raise MCPError(code=INVALID_PARAMS, message=f"The client answered {_LEGACY_REASK_LIMIT} times off-schema")

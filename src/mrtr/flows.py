@@ -51,6 +51,9 @@ class Flows:
         task_ttl: Seconds a task stays readable after creation (`None`: forever).
         task_poll_interval: The `pollIntervalMs` clients are told, in seconds.
         task_scan_interval: Seconds between this instance's looks for orphaned tasks.
+        seed_dialect: Also serve SEP-2322's original persistent workflow (`tasks/result`,
+            `tasks/input_response`) for early clients; off by default because the tasks
+            extension requires `tasks/result` to be unknown.
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class Flows:
         task_ttl: float | None = 3600.0,
         task_poll_interval: float = 0.5,
         task_scan_interval: float = 1.0,
+        seed_dialect: bool = False,
     ) -> None:
         self.server = server
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
@@ -77,7 +81,8 @@ class Flows:
             "scan_interval": task_scan_interval,
         }
         self._runtime: TaskRuntime | None = None
-        if store is not None:
+        self._seed_dialect = seed_dialect
+        if store is not None or seed_dialect:
             self._tasks()
 
     @property
@@ -92,7 +97,7 @@ class Flows:
 
                 self._store = SQLiteStore("mrtr-tasks.db")  # the embedded default
             self._runtime = TaskRuntime(self._store, **self._task_options)  # type: ignore[arg-type]
-            install_extension(self.server, TasksExtension(self._runtime))
+            install_extension(self.server, TasksExtension(self._runtime, seed_dialect=self._seed_dialect))
         return self._runtime
 
     def tool(

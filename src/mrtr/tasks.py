@@ -46,15 +46,21 @@ class UpdateTaskParams(TaskRequestParams):
 class TasksExtension(Extension):
     identifier = TASKS_EXTENSION
 
-    def __init__(self, runtime: TaskRuntime) -> None:
+    def __init__(self, runtime: TaskRuntime, *, seed_dialect: bool = False) -> None:
         self.runtime = runtime
+        self.seed_dialect = seed_dialect
 
     def methods(self) -> list[MethodBinding]:
-        return [
+        methods = [
             MethodBinding("tasks/get", TaskRequestParams, self._get),
             MethodBinding("tasks/update", UpdateTaskParams, self._update),
             MethodBinding("tasks/cancel", TaskRequestParams, self._cancel),
         ]
+        if self.seed_dialect:
+            from mrtr.seed_dialect import seed_methods
+
+            methods += seed_methods(self)
+        return methods
 
     async def intercept_tool_call(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
@@ -78,16 +84,31 @@ class TasksExtension(Extension):
         return {"resultType": "complete", **detailed}
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
-        record = await self._load(ctx, params)
+        await self._load(ctx, params)
+        await self.apply_answers(params.task_id, params.input_responses, strict=True)
+        return {"resultType": "complete"}
+
+    async def apply_answers(self, task_id: str, responses: dict[str, Any], *, strict: bool) -> None:
+        """Record answers to outstanding input requests; resume the task once none is left.
+
+        Keys that are not outstanding (never issued, already answered, superseded) are
+        ignored. An answer that does not fit its request is a -32602 when `strict`
+        (nothing is recorded), and is dropped otherwise (the request stays outstanding).
+        """
+        record = await self.reload(task_id)
         for _ in range(_CAS_RETRIES):
             outstanding = record.input_requests if record.status == "input_required" else {}
-            accepted = {
-                key: _checked_answer(key, outstanding[key], answer)
-                for key, answer in params.input_responses.items()
-                if key in outstanding  # never issued, already answered, superseded: ignored (spec SHOULD)
-            }
+            accepted: dict[str, Any] = {}
+            for key, answer in responses.items():
+                if key not in outstanding:
+                    continue
+                try:
+                    accepted[key] = _checked_answer(key, outstanding[key], answer)
+                except MCPError:
+                    if strict:
+                        raise
             if not accepted:
-                return {"resultType": "complete"}
+                return
             remaining = {k: v for k, v in outstanding.items() if k not in accepted}
             changed = record.copy(
                 responses=record.responses | accepted,
@@ -98,8 +119,8 @@ class TasksExtension(Extension):
             if await self.runtime.store.save(changed):
                 if not remaining:
                     await self.runtime.try_claim(changed.task_id)  # resume here, at once
-                return {"resultType": "complete"}
-            record = await self._reload(params.task_id)
+                return
+            record = await self.reload(task_id)
         raise MCPError(code=INVALID_PARAMS, message="task is busy; retry the update")
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> dict[str, Any]:
@@ -116,12 +137,18 @@ class TasksExtension(Extension):
                 if running_somewhere:
                     self.runtime.cancel_local(record.task_id)  # elsewhere: its heartbeat sees the flag
                 return {"resultType": "complete"}
-            record = await self._reload(params.task_id)
+            record = await self.reload(params.task_id)
         raise MCPError(code=INVALID_PARAMS, message="task is busy; retry the cancel")
 
     # -- shared checks -------------------------------------------------------------------
 
     async def _load(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> TaskRecord:
+        return await self.load_checked(ctx, params.task_id)
+
+    async def load_checked(
+        self, ctx: ServerRequestContext[Any, Any], task_id: str, *, check_name: bool = True
+    ) -> TaskRecord:
+        """The task, after the opt-in and routing-header checks every tasks/* request passes."""
         if not declares_tasks(ctx.session.client_capabilities):
             raise MCPError(
                 code=MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -130,13 +157,13 @@ class TasksExtension(Extension):
             )
         headers = getattr(ctx.request, "headers", None)
         # Routing header (MUST on HTTP): checked when sent; clients that cannot set it still work.
-        name = headers.get(MCP_NAME_HEADER) if headers is not None else None
-        if name is not None and decode_header_value(name) != params.task_id:
+        name = headers.get(MCP_NAME_HEADER) if headers is not None and check_name else None
+        if name is not None and decode_header_value(name) != task_id:
             raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
         self.runtime.ensure_scanning()
-        return await self._reload(params.task_id)
+        return await self.reload(task_id)
 
-    async def _reload(self, task_id: str) -> TaskRecord:
+    async def reload(self, task_id: str) -> TaskRecord:
         record = await self.runtime.store.load(task_id, time.time())
         if record is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown or expired task: {task_id}")
