@@ -1,8 +1,10 @@
 """mrtr: await-style multi round-trip flows for MCP servers that run on a stateless fleet.
 
-Read top-down: `flows` (registration) -> `engine` (one request) -> `replay` (one run
-against the journal) -> `journal` (what is remembered) ; `context` is what a flow awaits,
-`asks` how questions look on the wire, `errors` what can go wrong.
+Read top-down: `flows` (registration) -> `engine` (one request, or one run of a task) ->
+`drivers` + `replay` (one run against the journal) -> `journal` (what is remembered).
+`context` is what a flow awaits, `asks` how questions look on the wire, `errors` what can
+go wrong. Durable tasks: `tasks` (the extension's wire methods) -> `worker` (leases,
+resumption) -> `stores` (SQLite, Redis, PostgreSQL). Clients: `client`, `task_client`.
 """
 
 from mrtr.asks import Capability
@@ -19,6 +21,7 @@ from mrtr.errors import (
     TooManyRounds,
 )
 from mrtr.flows import Flows
+from mrtr.stores import TaskRecord, TaskStore
 
 __all__ = [
     "Cancelled",
@@ -30,6 +33,11 @@ __all__ = [
     "FlowExpired",
     "Flows",
     "InputRefused",
+    "PostgresStore",
+    "RedisStore",
+    "SQLiteStore",
+    "TaskRecord",
+    "TaskStore",
     "NondeterminismError",
     "StateTooLarge",
     "StepInfo",
@@ -38,3 +46,12 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # Store backends load their drivers (redis, psycopg) only when asked for.
+    if name in ("SQLiteStore", "RedisStore", "PostgresStore"):
+        from mrtr import stores
+
+        return getattr(stores, name)
+    raise AttributeError(f"module 'mrtr' has no attribute {name!r}")
