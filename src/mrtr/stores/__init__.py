@@ -86,7 +86,8 @@ class TaskStore(Protocol):
         """Store a new record at `record.version` (normally 0).
 
         Raises:
-            TaskExists: The id is taken.
+            TaskExists: The id is taken by a record not yet past its TTL (an expired one
+                counts as absent, as in `load`, and is replaced).
         """
         ...
 
