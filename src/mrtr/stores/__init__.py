@@ -73,10 +73,15 @@ class TaskRecord:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> TaskRecord:
-        return cls(**json.loads(text))
+        # Fields a newer server added are dropped, so a rolling upgrade can read both ways.
+        data = json.loads(text)
+        return cls(**{k: v for k, v in data.items() if k in _FIELDS})
 
     def copy(self, **changes: Any) -> TaskRecord:
         return replace(self, **changes)
+
+
+_FIELDS = frozenset(TaskRecord.__dataclass_fields__)
 
 
 class TaskStore(Protocol):
