@@ -595,3 +595,27 @@ async def test_rolling_upgrade_keeps_answers_to_questions_still_asked() -> None:
         assert "Microsoft" in call.asked[microsoft].params.message
         done = await call.send({microsoft: accept(env="msuser")})
         assert text_of(done) == "octocat+msuser"
+
+
+async def test_state_past_the_sdk_ttl_is_rejected() -> None:
+    """The SDK's per-round TTL applies on top of the flow deadline: a stale round is refused."""
+    import os
+
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.request_state import RequestStateSecurity
+
+    server = MCPServer("short-ttl", request_state_security=RequestStateSecurity(keys=[os.urandom(32)], ttl=0.3))
+    flows = mrtr.Flows(server)
+
+    @flows.tool()
+    async def ask_once(ctx: mrtr.FlowContext) -> int:
+        return (await ctx.elicit("Pick a number", Pick)).n
+
+    async with manual_client(server) as client:
+        call = Driver(client, "ask_once")
+        await call.send()
+        await asyncio.sleep(0.4)
+        with pytest.raises(MCPError) as caught:
+            await call.send({next(iter(call.asked)): accept(n=1)})
+        assert caught.value.error.code == t.INVALID_PARAMS
+        assert caught.value.error.message == "Invalid or expired requestState"
