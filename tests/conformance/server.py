@@ -2,6 +2,8 @@
 
 Usage:
     python tests/conformance/server.py --port PORT     # http://127.0.0.1:PORT/mcp (0: any free port)
+    ... [--store URL]    # where tasks live: sqlite:///PATH, redis://..., postgresql://...
+                         # (default: SQLite in a temporary file, deleted on exit)
 
 Why this exists: the suite (`@modelcontextprotocol/conformance`, `--suite all --spec-version
 2026-07-28`) probes a server by name — fixed tools, prompts and resources it calls and checks.
@@ -11,6 +13,12 @@ gather`), never a hand-built `InputRequiredResult`, so a passing run is evidence
 about this file. Where the suite needs a wire key it dictates (`user_name`, `step1`...), the flow
 names it with `key=`; where a scenario answers a key without any prior round (no
 `requestState`), the ask says `allow_preanswer=True`.
+
+The tasks scenarios (`tasks-*`, SEP-2663, conformance.md §6) are served the same way: their
+seven fixtures (`greet`, `slow_compute`, `failing_job`, `protocol_error_job`, `confirm_delete`,
+`multi_input`, `test_tool_with_task`) are mrtr flows registered with `@flows.tool(task=...)`,
+and the task surface (`tasks/get`, `tasks/update`, `tasks/cancel`) is mrtr's own tasks
+extension over a real `TaskStore`.
 
 Everything else here (content-type tools, prompts, resources, completion, the SEP-2575
 diagnostics, a `x-mcp-header` tool, a JSON Schema 2020-12 tool) is a plain SDK fixture modelled
@@ -27,20 +35,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import logging
+import signal
 import socket
 import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import mcp_types as t
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.request_state import RequestStateSecurity
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, Field
 
 import mrtr
+from mrtr.stores import TaskStore
 
 SERVER_NAME = "mrtr-conformance-fixtures"
 SERVER_VERSION = mrtr.__version__
@@ -161,6 +178,71 @@ def add_mrtr_fixtures(flows: mrtr.Flows) -> None:
 def _text_of(result: t.CreateMessageResult) -> str:
     content = result.content
     return content.text if isinstance(content, t.TextContent) else f"({content.type} answer)"
+
+
+# -- tasks fixtures (SEP-2663): all mrtr flows ---------------------------------------------------
+
+FAILING_JOB_SECONDS = 1.0
+"""`failing_job` reports its tool error "after ~1s" (the scenario's fixture description)."""
+
+
+class Confirm(BaseModel):
+    confirm: bool
+
+
+def add_task_fixtures(flows: mrtr.Flows) -> None:
+    """The fixtures of the `tasks-*` scenarios (conformance.md §6), as task-enabled flows.
+
+    Which tools may become tasks is server-internal (there is no wire declaration), so each
+    fixture says it with `task=`: `"never"` for the sync-only `greet`, `"optional"` for tools
+    that run as a task only when the request declares the extension, `"required"` for tools
+    that refuse other clients with -32021.
+    """
+
+    @flows.tool(description="Tasks: sync only, never a task (even with a legacy `task` param).")
+    async def greet(name: str) -> str:
+        return f"Hello, {name}!"
+
+    @flows.tool(task="optional", description="Tasks: sleeps `seconds` (a step), then reports; a task when declared.")
+    async def slow_compute(seconds: float, label: str = "", *, ctx: mrtr.FlowContext) -> str:
+        # The sleep is the flow's one side effect, so it is a step: a replay after the
+        # task is resumed elsewhere returns the journaled result instead of sleeping again,
+        # and `tasks/cancel` cancels the flow right here, ending the task `cancelled`.
+        await ctx.step("compute", asyncio.sleep, seconds)
+        return f"{label or 'slow_compute'}: done after {seconds:g}s"
+
+    @flows.tool(task="required", description="Tasks: task only; works ~1s, then ends with a tool error (isError).")
+    async def failing_job(ctx: mrtr.FlowContext) -> str:
+        await ctx.step("work", asyncio.sleep, FAILING_JOB_SECONDS)
+        # A ToolError is a tool execution error: the task ends `completed` with isError.
+        raise ToolError("failing_job failed on purpose (a tool execution error)")
+
+    @flows.tool(task="optional", description="Tasks: fails with a JSON-RPC error; as a task it ends `failed`.")
+    async def protocol_error_job(ctx: mrtr.FlowContext) -> str:
+        # An MCPError is a protocol error: the task ends `failed` with it as `error`.
+        raise MCPError(code=t.INTERNAL_ERROR, message="protocol_error_job failed on purpose (a protocol error)")
+
+    @flows.tool(task="optional", description="Tasks: asks to confirm deleting `filename` (one elicitation).")
+    async def confirm_delete(filename: str, ctx: mrtr.FlowContext) -> str:
+        answer = await ctx.elicit(f"Delete {filename}?", Confirm)
+        return f"Deleted {filename}" if answer.confirm else f"Kept {filename}"
+
+    @flows.tool(task="optional", description="Tasks: asks two questions at once (two keys pending together).")
+    async def multi_input(ctx: mrtr.FlowContext) -> str:
+        who, go = await ctx.gather(ctx.elicit("What is your name?", Name), ctx.elicit("Proceed?", Confirm))
+        return f"{who.name}: {'proceeding' if go.confirm else 'stopped'}"
+
+    @flows.tool(
+        task="required",
+        mrtr_first=True,
+        description="Tasks: asks a name inline (MRTR, key user_name), then continues as a task that greets.",
+    )
+    async def test_tool_with_task(ctx: mrtr.FlowContext) -> str:
+        # Round 1 is an ordinary MRTR round (no task yet); the round that brings the answer
+        # reaches continue_as_task() and returns the CreateTaskResult (SEP-2663 composition).
+        who = await ctx.elicit("What is your name?", Name, key="user_name")
+        await ctx.continue_as_task()
+        return f"Hello, {who.name}! (finished as a task)"
 
 
 # -- SEP-2575 (server-stateless) diagnostics ----------------------------------------------------
@@ -339,19 +421,62 @@ def json_schema_2020_12_tool() -> Tool:
     return tool
 
 
-def build_server() -> MCPServer[Any]:
-    """One server with every fixture; a fresh process-local key seals each `requestState`."""
+def build_server(store: TaskStore) -> tuple[MCPServer[Any], mrtr.Flows]:
+    """One server with every fixture; a fresh process-local key seals each `requestState`.
+
+    Returns the `Flows` too, so the caller can stop its task runtime before closing `store`.
+    """
     server: MCPServer[Any] = MCPServer(
         SERVER_NAME,
         version=SERVER_VERSION,
         request_state_security=RequestStateSecurity.ephemeral(),
         tools=[json_schema_2020_12_tool()],
     )
-    flows = mrtr.Flows(server)
+    # The harness polls tasks every 200 ms; say so, instead of the 500 ms default.
+    flows = mrtr.Flows(server, store=store, task_poll_interval=0.2)
     add_mrtr_fixtures(flows)
+    add_task_fixtures(flows)
     add_stateless_diagnostics(server, flows)
     add_plain_fixtures(server)
-    return server
+    return server, flows
+
+
+def open_store(url: str) -> TaskStore:
+    """A `TaskStore` for `--store`: `sqlite:///PATH`, `redis://...`/`rediss://...` or `postgresql://...`."""
+    if url.startswith("sqlite:///"):
+        from mrtr.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(url.removeprefix("sqlite:///"))
+    if url.startswith(("redis://", "rediss://")):
+        from mrtr.stores.redis import RedisStore
+
+        return RedisStore(url, prefix="mrtr-conformance:")
+    if url.startswith(("postgresql://", "postgres://")):
+        from mrtr.stores.postgres import PostgresStore
+
+        return PostgresStore(url, table="mrtr_conformance_tasks")
+    raise ValueError(f"--store {url!r}: expected sqlite:///PATH, redis://... or postgresql://...")
+
+
+@contextlib.asynccontextmanager
+async def task_store(url: str | None) -> AsyncIterator[TaskStore]:
+    """The fixtures' store: `url`'s, or by default SQLite in a temporary file removed on exit.
+
+    A file rather than `:memory:` so the default exercises the same code path as a real
+    deployment (WAL, the worker thread, the busy timeout).
+    """
+    with contextlib.ExitStack() as files:
+        if url is None:
+            from mrtr.stores.sqlite import SQLiteStore
+
+            tmp = files.enter_context(tempfile.TemporaryDirectory(prefix="mrtr-conformance-tasks-"))
+            store: TaskStore = SQLiteStore(str(Path(tmp) / "tasks.db"))
+        else:
+            store = open_store(url)
+        try:
+            yield store
+        finally:
+            await store.close()
 
 
 async def serve(server: MCPServer[Any], port: int) -> None:
@@ -378,12 +503,44 @@ async def serve(server: MCPServer[Any], port: int) -> None:
     await serving
 
 
+async def run(port: int, store_url: str | None) -> None:
+    """Serve every fixture until stopped, then stop running tasks before the store closes."""
+    async with task_store(store_url) as store:
+        server, flows = build_server(store)
+        try:
+            await serve(server, port)
+        finally:
+            await flows.runtime.close()
+
+
+class Terminated(Exception):
+    """SIGTERM arrived: unwinds `run` so the task runtime, the store and the temporary file close.
+
+    uvicorn shuts down gracefully on SIGTERM and then re-raises the signal under the handler
+    that was there before it; with the default handler the process would die right there,
+    skipping every `finally` (and leaving the temporary SQLite file behind on each run).
+    """
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, required=True, help="TCP port on 127.0.0.1 (0: any free port)")
+    parser.add_argument(
+        "--store",
+        default=None,
+        metavar="URL",
+        help="task store: sqlite:///PATH, redis://..., postgresql://... (default: SQLite in a temporary file)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(build_server(), args.port))
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    # Orderly stops: SIGTERM (tests/servers.py) or Ctrl-C; either way the `finally`s have run.
+    with contextlib.suppress(Terminated, KeyboardInterrupt):
+        asyncio.run(run(args.port, args.store))
 
 
 if __name__ == "__main__":
