@@ -33,6 +33,7 @@ from tests.conformance.harness import (
     MRTR_SCENARIOS,
     TASK_ENVELOPE_SCHEMA_BUG_IN,
     TASKS_ALWAYS_SKIPPED,
+    TASKS_FIXED_PACKAGE,
     TASKS_SCENARIOS,
     find_npx,
     fixture_server,
@@ -47,9 +48,6 @@ from tests.conformance.harness import (
 from tests.conformance.summarize import RunInfo, render, render_tasks
 
 pytestmark = pytest.mark.slow
-
-# A known FlowClient gap (reported to the owner of src/mrtr): see test_client_scenario.
-_NO_RESULT_TYPE_SIGNATURE = ("CallToolResult.resultType", "Field required")
 
 
 @pytest.fixture(scope="module")
@@ -94,17 +92,21 @@ def test_server_tasks_scenarios(npx: str, tmp_path: Path) -> None:
     )
 
 
+def test_server_tasks_scenarios_strict_on_the_fixed_suite(npx: str, tmp_path: Path) -> None:
+    """The same nine tasks scenarios under the suite release that fixed its CreateTaskResult
+    schema check: every check SUCCESS, nothing excused (an empty baseline)."""
+    with fixture_server(tmp_path / "server.log") as url:
+        run = run_tasks_suite(npx, url, tmp_path / "out", package=TASKS_FIXED_PACKAGE)
+    names = (*TASKS_SCENARIOS, TASKS_ALWAYS_SKIPPED)
+    results = {name: checks for name, checks in load_checks(run.out_dir).items() if name in names}
+    print("\n".join(render_tasks(results, RunInfo(run.returncode, run.seconds))))
+    failing = tasks_failures(results, excuse_envelope_bug=False)
+    assert not failing, f"tasks checks that are not SUCCESS under {TASKS_FIXED_PACKAGE}: {failing}\n{run.tail()}"
+
+
 def test_client_scenario_request_state(npx: str, tmp_path: Path) -> None:
     run = run_client_scenario(npx, tmp_path / "out")
     checks = load_checks(run.out_dir).get(CLIENT_SCENARIO, [])
-    if run.returncode != 0 and all(part in run.output for part in _NO_RESULT_TYPE_SIGNATURE):
-        # FlowClient drives rounds through the SDK's ClientSession.call_tool, which validates a
-        # 2026-07-28 result against a schema where `resultType` is required; the mock's
-        # `test_mrtr_no_result_type` answer (no resultType, which clients MUST treat as
-        # complete) raises pydantic.ValidationError, and the client exits 1. Only this exact
-        # failure is tolerated; once FlowClient handles it, this branch stops being taken.
-        assert not not_successful(checks), f"the harness's own checks failed too: {not_successful(checks)}"
-        pytest.xfail("FlowClient rejects a result without resultType instead of treating it as complete")
     assert run.returncode == 0, f"conformance harness exited {run.returncode}:\n{run.tail()}"
     assert checks, f"no checks recorded for {CLIENT_SCENARIO}:\n{run.tail()}"
     assert not not_successful(checks), f"client checks that are not SUCCESS: {not_successful(checks)}"
