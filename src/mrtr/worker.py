@@ -24,12 +24,12 @@ from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, ClientCapabilities, TextContent
+from mcp_types import INTERNAL_ERROR, CallToolResult, ClientCapabilities, TextContent
 
 from mrtr import journal as journal_codec
 from mrtr.engine import FlowSpec, Outcome, as_protocol_error, execute
 from mrtr.errors import FlowError, InputRefused
-from mrtr.journal import Journal
+from mrtr.journal import Journal, JournalFormatError
 from mrtr.stores import TaskRecord, TaskStore
 
 logger = logging.getLogger(__name__)
@@ -191,8 +191,16 @@ class TaskRuntime:
             await self._finish(held, status="failed", error={"code": -32601, "message": f"no flow {record.flow!r}"})
             return
         spec, convert = entry
-        journal = journal_codec.decode(record.journal)
-        capabilities = ClientCapabilities.model_validate(record.capabilities) if record.capabilities else None
+        try:
+            journal = journal_codec.decode(record.journal)
+            capabilities = ClientCapabilities.model_validate(record.capabilities) if record.capabilities else None
+        except (JournalFormatError, ValueError) as exc:
+            # A record this server cannot read (e.g. written by an incompatible version):
+            # fail it once, clearly, rather than have every instance retry it forever.
+            logger.error("task %s: unreadable record: %s", record.task_id, exc)
+            error = {"code": INTERNAL_ERROR, "message": "this server cannot read the task's journal"}
+            await self._finish(held, status="failed", error=error)
+            return
 
         async def checkpoint() -> None:
             await self._write(held, journal=journal_codec.encode(journal))
