@@ -149,6 +149,12 @@ async def test_a_killed_worker_loses_nothing(kind: str, tmp_path: Path) -> None:
             process_a.kill()  # SIGKILL, mid-step: no cleanup, no lease release
             process_a.wait()
 
+            async def b_took_over() -> bool:
+                return any(e["step"] == "transform" and e["instance"] == "B" for e in audit(journal))
+
+            # No request has reached B yet: its worker, started with the app, adopts the task.
+            await wait_until(b_took_over, 15, "B's worker to adopt the orphaned task")
+
             async def parked() -> dict[str, Any] | None:
                 task = await get_task(on_b.session, task_id)  # B answers for the dead A
                 return task if task["status"] == "input_required" else None

@@ -8,11 +8,12 @@ conversion are exactly what `@server.tool()` gives; only the body runs under the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -21,6 +22,7 @@ from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import Annotations, Icon, ToolAnnotations
+from starlette.applications import Starlette
 
 from mrtr.context import FlowContext
 from mrtr.engine import FlowSpec, Limits, TaskSupport, run_flow
@@ -99,6 +101,30 @@ class Flows:
             self._runtime = TaskRuntime(self._store, **self._task_options)  # type: ignore[arg-type]
             install_extension(self.server, TasksExtension(self._runtime, seed_dialect=self._seed_dialect))
         return self._runtime
+
+    def streamable_http_app(self, **options: Any) -> Starlette:
+        """`server.streamable_http_app(**options)`, with this instance's task worker tied to its lifespan.
+
+        The worker then adopts orphaned tasks from boot, not only once a `tasks/*` request
+        arrives, and stops with the app (its leases lapse, so another instance resumes).
+        """
+        app = self.server.streamable_http_app(**options)
+        if self._runtime is None:
+            return app
+        runtime = self._runtime
+        inner = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def lifespan(instance: Starlette) -> AsyncIterator[Any]:
+            async with inner(instance) as state:
+                runtime.ensure_scanning()
+                try:
+                    yield state
+                finally:
+                    await runtime.close()
+
+        app.router.lifespan_context = lifespan
+        return app
 
     def tool(
         self,

@@ -68,7 +68,7 @@ async def publish(item: str) -> str:
     return f"published {item}"
 
 
-def build_server() -> MCPServer:
+def build_server() -> tuple[MCPServer, mrtr.Flows]:
     server = MCPServer(
         "task-fleet", request_state_security=RequestStateSecurity(keys=[bytes.fromhex(os.environ["MRTR_STATE_KEY"])])
     )
@@ -90,7 +90,7 @@ def build_server() -> MCPServer:
             return "not published"
         return await ctx.step("publish", publish, shaped)
 
-    return server
+    return server, flows
 
 
 def main() -> None:
@@ -102,7 +102,8 @@ def main() -> None:
     sock.bind(("127.0.0.1", args.port))
     sock.listen(128)  # queue connections until uvicorn accepts them
     port = sock.getsockname()[1]
-    app = build_server().streamable_http_app(stateless_http=True)
+    _, flows = build_server()
+    app = flows.streamable_http_app(stateless_http=True)  # the task worker starts with the app
     print(f"task-server ready: http://127.0.0.1:{port}/mcp", flush=True)
     config = uvicorn.Config(app, log_level="warning")
     uvicorn.Server(config).run(sockets=[sock])
