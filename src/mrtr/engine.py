@@ -95,11 +95,15 @@ class TaskCreated(MCPError):
 
 async def run_flow(spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any]) -> Any:
     """Run one request of `spec`; returns the flow's value or an `InputRequiredResult`."""
-    version = request.protocol_version
+    # Read the request once, from the SDK's plain per-request context: the pydantic
+    # `Context` properties cost more per access than the rest of a round's bookkeeping.
+    wire = request.request_context
+    version = wire.protocol_version
+    capabilities = wire.session.client_capabilities
     modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
     probe = False
     if spec.task != "never":
-        declared = modern and declares_tasks(request.client_capabilities)
+        declared = modern and declares_tasks(capabilities)
         if spec.task == "required" and not declared:
             raise MCPError(
                 code=-32021,
@@ -108,12 +112,12 @@ async def run_flow(spec: FlowSpec, request: Context[Any, Any], arguments: Mappin
             )
         if declared and not spec.mrtr_first:
             assert spec.runtime is not None
-            raise TaskCreated(await spec.runtime.start(spec, arguments, request.client_capabilities, Journal.start()))
+            raise TaskCreated(await spec.runtime.start(spec, arguments, capabilities, Journal.start()))
         probe = declared
     if not modern:
         return await call_flow(spec, FlowContext(LiveDriver(request), request), arguments)
     try:
-        return await _run_round(spec, request, arguments, probe)
+        return await _run_round(spec, request, wire.params or {}, capabilities, arguments, probe)
     except FlowError as exc:
         raise as_protocol_error(spec, exc) from exc
 
@@ -173,20 +177,24 @@ async def execute(
     return Outcome(replay, value=None if error else flow.result(), error=error)
 
 
-async def _run_round(spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any], probe: bool) -> Any:
-    journal = _load_journal(spec, request.request_state)
-    answers = {
-        key: value.model_dump(mode="json", by_alias=True, exclude_none=True)
-        for key, value in (request.input_responses or {}).items()
-    }
-    outcome = await execute(
-        spec, journal, answers, request.client_capabilities, arguments, request=request, probe=probe
-    )
+async def _run_round(
+    spec: FlowSpec,
+    request: Context[Any, Any],
+    params: Mapping[str, Any],
+    capabilities: ClientCapabilities | None,
+    arguments: Mapping[str, Any],
+    probe: bool,
+) -> Any:
+    # `params` already passed the SDK's validation (malformed inputResponses are -32602
+    # before we run) and the boundary's unsealing (requestState is our plaintext).
+    journal = _load_journal(spec, params.get("requestState"))
+    answers = params.get("inputResponses") or {}
+    outcome = await execute(spec, journal, answers, capabilities, arguments, request=request, probe=probe)
     if outcome.parked:
         return _input_required(spec, request, outcome.replay)
     if outcome.became_task:
         assert spec.runtime is not None
-        raise TaskCreated(await spec.runtime.start(spec, arguments, request.client_capabilities, journal))
+        raise TaskCreated(await spec.runtime.start(spec, arguments, capabilities, journal))
     if outcome.error is not None:
         raise outcome.error
     return outcome.value
