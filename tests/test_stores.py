@@ -434,3 +434,20 @@ async def test_redis_expires_keys_and_drops_them_from_the_claimable_index(make_s
     assert await redis.zscore(store._claim_key, "gone") is None  # type: ignore[attr-defined]
     assert await store.purge_expired(time.time()) == 1  # still counted, and the index emptied
     assert await redis.zrange(store._expiry_key, 0, -1) == ["live"]  # type: ignore[attr-defined]
+
+
+async def test_open_store_picks_the_backend_from_the_url() -> None:
+    from mrtr.stores import open_store
+    from mrtr.stores.postgres import PostgresStore
+    from mrtr.stores.redis import RedisStore
+    from mrtr.stores.sqlite import SQLiteStore
+
+    memory = open_store("sqlite:///:memory:")
+    assert isinstance(memory, SQLiteStore)
+    await memory.close()
+    redis_store = open_store("redis://127.0.0.1:6379/0", namespace="svc")
+    assert isinstance(redis_store, RedisStore)
+    await redis_store.close()
+    assert isinstance(open_store("postgresql://postgres@127.0.0.1:5432/postgres", namespace="svc_tasks"), PostgresStore)
+    with pytest.raises(ValueError, match="unknown task store URL"):
+        open_store("mysql://nope")

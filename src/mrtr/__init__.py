@@ -21,7 +21,7 @@ from mrtr.errors import (
     TooManyRounds,
 )
 from mrtr.flows import Flows
-from mrtr.stores import TaskRecord, TaskStore
+from mrtr.stores import TaskRecord, TaskStore, open_store
 
 __all__ = [
     "Cancelled",
@@ -43,6 +43,7 @@ __all__ = [
     "StepInfo",
     "TooManyRounds",
     "current_step",
+    "open_store",
 ]
 
 __version__ = "0.1.0"

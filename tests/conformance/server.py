@@ -39,7 +39,6 @@ import contextlib
 import json
 import logging
 import signal
-import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -47,17 +46,22 @@ from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
 
-import mcp_types as t
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.prompts.base import UserMessage
-from mcp.server.mcpserver.tools.base import Tool
-from mcp.server.request_state import RequestStateSecurity
-from mcp.shared.exceptions import MCPError
-from pydantic import BaseModel, Field
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
+    sys.path.insert(0, str(ROOT))
 
-import mrtr
-from mrtr.stores import TaskStore
+import mcp_types as t  # noqa: E402
+from mcp.server.mcpserver import Context, MCPServer  # noqa: E402
+from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402
+from mcp.server.mcpserver.prompts.base import UserMessage  # noqa: E402
+from mcp.server.mcpserver.tools.base import Tool  # noqa: E402
+from mcp.server.request_state import RequestStateSecurity  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+from pydantic import BaseModel, Field  # noqa: E402
+
+import mrtr  # noqa: E402
+from mrtr.stores import TaskStore, open_store  # noqa: E402
+from tests.serving import serve_http  # noqa: E402
 
 SERVER_NAME = "mrtr-conformance-fixtures"
 SERVER_VERSION = mrtr.__version__
@@ -441,23 +445,6 @@ def build_server(store: TaskStore) -> tuple[MCPServer[Any], mrtr.Flows]:
     return server, flows
 
 
-def open_store(url: str) -> TaskStore:
-    """A `TaskStore` for `--store`: `sqlite:///PATH`, `redis://...`/`rediss://...` or `postgresql://...`."""
-    if url.startswith("sqlite:///"):
-        from mrtr.stores.sqlite import SQLiteStore
-
-        return SQLiteStore(url.removeprefix("sqlite:///"))
-    if url.startswith(("redis://", "rediss://")):
-        from mrtr.stores.redis import RedisStore
-
-        return RedisStore(url, prefix="mrtr-conformance:")
-    if url.startswith(("postgresql://", "postgres://")):
-        from mrtr.stores.postgres import PostgresStore
-
-        return PostgresStore(url, table="mrtr_conformance_tasks")
-    raise ValueError(f"--store {url!r}: expected sqlite:///PATH, redis://... or postgresql://...")
-
-
 @contextlib.asynccontextmanager
 async def task_store(url: str | None) -> AsyncIterator[TaskStore]:
     """The fixtures' store: `url`'s, or by default SQLite in a temporary file removed on exit.
@@ -472,7 +459,7 @@ async def task_store(url: str | None) -> AsyncIterator[TaskStore]:
             tmp = files.enter_context(tempfile.TemporaryDirectory(prefix="mrtr-conformance-tasks-"))
             store: TaskStore = SQLiteStore(str(Path(tmp) / "tasks.db"))
         else:
-            store = open_store(url)
+            store = open_store(url, namespace="mrtr_conformance_tasks")
         try:
             yield store
         finally:
@@ -485,22 +472,7 @@ async def serve(server: MCPServer[Any], port: int) -> None:
     `stateless_http=True`: the suite speaks 2026-07-28 only, whose requests are
     self-contained POSTs; no session state is kept between them.
     """
-    import uvicorn
-
-    app = server.streamable_http_app(stateless_http=True)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))  # bound before serving, so the printed port is really ours
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, lifespan="on")
-    runner = uvicorn.Server(config)
-    serving = asyncio.create_task(runner.serve(sockets=[sock]))
-    while not runner.started:
-        if serving.done():
-            await serving
-            raise SystemExit("uvicorn did not start")
-        await asyncio.sleep(0.01)
-    print(f"{READY_PREFIX} http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
-    await serving
+    await serve_http(server.streamable_http_app(stateless_http=True), port, READY_PREFIX)
 
 
 async def run(port: int, store_url: str | None) -> None:

@@ -12,32 +12,22 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import sys
+from pathlib import Path
 
-import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel
 
-import mrtr
-from mrtr.stores import TaskStore
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
+    sys.path.insert(0, str(ROOT))
+
+import mrtr  # noqa: E402
+from mrtr.stores import open_store  # noqa: E402
+from tests.serving import serve_http  # noqa: E402
 
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
-
-
-def make_store(url: str, namespace: str) -> TaskStore:
-    if url.startswith("sqlite:///"):
-        from mrtr.stores.sqlite import SQLiteStore
-
-        return SQLiteStore(url.removeprefix("sqlite:///"))
-    if url.startswith("redis://"):
-        from mrtr.stores.redis import RedisStore
-
-        return RedisStore(url, prefix=f"{namespace}:")
-    from mrtr.stores.postgres import PostgresStore
-
-    return PostgresStore(url, table=namespace)
 
 
 def audit(step: str, phase: str) -> None:
@@ -74,7 +64,7 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
     )
     flows = mrtr.Flows(
         server,
-        store=make_store(os.environ["MRTR_STORE"], os.environ.get("MRTR_STORE_NAMESPACE", "mrtr_fleet")),
+        store=open_store(os.environ["MRTR_STORE"], namespace=os.environ.get("MRTR_STORE_NAMESPACE", "mrtr_fleet")),
         task_lease=float(os.environ.get("MRTR_LEASE", "1.0")),
         task_scan_interval=0.2,
         task_poll_interval=0.1,
@@ -97,17 +87,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", args.port))
-    sock.listen(128)  # queue connections until uvicorn accepts them
-    port = sock.getsockname()[1]
     _, flows = build_server()
     app = flows.streamable_http_app(stateless_http=True)  # the task worker starts with the app
-    print(f"task-server ready: http://127.0.0.1:{port}/mcp", flush=True)
-    config = uvicorn.Config(app, log_level="warning")
-    uvicorn.Server(config).run(sockets=[sock])
-    sys.exit(0)
+    asyncio.run(serve_http(app, args.port, "task-server ready:"))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import logging
 import os
-import socket
 import sys
 from collections import Counter
 from pathlib import Path
@@ -43,6 +42,7 @@ from pydantic import BaseModel, Field  # noqa: E402
 import mrtr  # noqa: E402
 from tests.interop import scenario  # noqa: E402
 from tests.servers import READY_PREFIX  # noqa: E402
+from tests.serving import serve_http  # noqa: E402
 
 SERVER_NAME = "mrtr-interop"
 MAX_ITEMS = 10
@@ -100,23 +100,9 @@ def load_key() -> bytes:
     return bytes.fromhex(raw) if raw else os.urandom(32)
 
 
-async def serve_http(server: MCPServer, port: int) -> None:
+async def serve(server: MCPServer, port: int) -> None:
     """Streamable HTTP on 127.0.0.1 only; both eras on one app (legacy clients get stateful sessions)."""
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))  # bound before serving, so the printed port is really ours
-    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", timeout_graceful_shutdown=2)
-    runner = uvicorn.Server(config)
-    serving = asyncio.create_task(runner.serve(sockets=[sock]))
-    while not runner.started:
-        if serving.done():
-            await serving
-            raise SystemExit("uvicorn did not start")
-        await asyncio.sleep(0.01)
-    print(f"{READY_PREFIX} http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
-    await serving
+    await serve_http(server.streamable_http_app(), port, READY_PREFIX)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -130,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.stdio:
         asyncio.run(server.run_stdio_async())
     else:
-        asyncio.run(serve_http(server, args.port))
+        asyncio.run(serve(server, args.port))
 
 
 if __name__ == "__main__":

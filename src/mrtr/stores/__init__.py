@@ -123,6 +123,28 @@ class TaskStore(Protocol):
         ...
 
 
+def open_store(url: str, *, namespace: str | None = None) -> TaskStore:
+    """A store from a URL, for configuration by environment (e.g. `MRTR_STORE`).
+
+    `sqlite:///PATH` (or `sqlite:///:memory:`), `redis://...` / `rediss://...`, and
+    `postgresql://...` / `postgres://...`. `namespace` becomes the Redis key prefix or the
+    PostgreSQL table, so several services can share one database.
+    """
+    if url.startswith("sqlite:///"):
+        from mrtr.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(url.removeprefix("sqlite:///"))
+    if url.startswith(("redis://", "rediss://")):
+        from mrtr.stores.redis import RedisStore
+
+        return RedisStore(url, prefix=f"{namespace}:" if namespace else "mrtr:")
+    if url.startswith(("postgresql://", "postgres://")):
+        from mrtr.stores.postgres import PostgresStore
+
+        return PostgresStore(url, table=namespace or "mrtr_tasks")
+    raise ValueError(f"unknown task store URL {url!r}: expected sqlite:///PATH, redis://... or postgresql://...")
+
+
 def __getattr__(name: str) -> Any:
     # Backends import their drivers lazily so `import mrtr` never needs redis or psycopg.
     if name == "SQLiteStore":
@@ -140,4 +162,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["TERMINAL", "TaskExists", "TaskRecord", "TaskStatus", "TaskStore"]
+__all__ = ["TERMINAL", "TaskExists", "TaskRecord", "TaskStatus", "TaskStore", "open_store"]
