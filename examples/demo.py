@@ -1,13 +1,22 @@
-"""`make demo`: one deployment flow whose rounds alternate between two server processes.
+"""`make demo`: a flow whose rounds alternate between two servers, then a task that outlives one.
 
 Starts two instances of examples/deployer_server.py (labels A and B) on free 127.0.0.1
-ports, sharing a freshly generated state key, then drives the `deploy` flow with
-examples/deployer_client.py so that consecutive rounds land on different processes.
-Afterwards it reads the servers' audit log to show that each side effect really ran
-exactly once, on whichever instance got there first, and runs the same flow once more
-with a 2025-11-25 (legacy) client to show that one server serves both protocol eras.
+ports, sharing a freshly generated state key and one SQLite task store in a temp dir.
 
-The servers are always stopped: on success, on error and on Ctrl-C.
+Part 1 drives the ephemeral `deploy` flow with examples/deployer_client.py so that
+consecutive rounds land on different processes, reads the servers' audit log to show
+that each side effect really ran exactly once, on whichever instance got there first,
+and runs the same flow once more with a 2025-11-25 (legacy) client to show that one
+server serves both protocol eras.
+
+Part 2 shows a durable task surviving its worker: it starts the `migrate` task on A,
+waits (watching the audit log) until A is inside the slow step, and SIGKILLs A: no
+shutdown, no lease release. Then it follows the task on B with `tasks/get`, answers
+its question with `tasks/update` and checks the audit: the finished step ran once, the
+interrupted one twice (A, then B) under the same idempotency key. The lease is 1 s
+here (10 s by default) so B takes over within a couple of seconds.
+
+The servers are always stopped and the temp dir removed: on success, on error and on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -20,13 +29,24 @@ import secrets
 import signal
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import mcp_types as t
-from deployer_client import SCENARIOS, Answerer, drive, summarize
+from deployer_client import (
+    MIGRATION_SCRIPT,
+    SCENARIOS,
+    Answerer,
+    drive,
+    follow_migration,
+    start_migration,
+    summarize,
+    summarize_migration,
+)
 from deployer_server import READY_PREFIX
 from mcp import Client
 
@@ -34,6 +54,11 @@ HERE = Path(__file__).resolve().parent
 SERVER = HERE / "deployer_server.py"
 READY_TIMEOUT = 20.0
 STOP_TIMEOUT = 5.0
+TASK_LEASE = 1.0
+"""Seconds a silent worker keeps its task: short, so B adopts A's task soon after the kill."""
+SLOW_STEP = 2.0
+"""Seconds the migration's slow step takes: long enough to be killed in the middle of."""
+PART2_TIMEOUT = 30.0
 
 
 @dataclass
@@ -50,6 +75,8 @@ async def spawn(label: str, key: str, workdir: Path, stack: AsyncExitStack) -> I
         "MRTR_STATE_KEY": key,
         "MRTR_INSTANCE": label,
         "MRTR_AUDIT_LOG": str(workdir / "audit.log"),
+        "MRTR_STORE": f"sqlite:///{workdir / 'tasks.db'}",  # one file, shared by both processes
+        "MRTR_TASK_LEASE": str(TASK_LEASE),
         "PYTHONUNBUFFERED": "1",
     }
     stderr_path = workdir / f"server-{label}.log"
@@ -93,9 +120,117 @@ def audit_summary(path: Path) -> dict[str, list[str]]:
     if path.exists():
         for line in path.read_text().splitlines():
             entry = json.loads(line)
+            if entry.get("flow") == "migrate":
+                continue  # part 2's task, summarized separately
             name = entry["step"] + (f":{entry['service']}" if "service" in entry else "")
             ran[name].append(entry["instance"])
     return dict(ran)
+
+
+@dataclass
+class AuditTail:
+    """Follows the `migrate` task's lines in the servers' audit log while part 2 runs.
+
+    Printing each line as it appears puts the servers' real side effects on the same
+    timeline as the client's polls and the kill; `wait_for` lets the demo time the kill
+    to the moment A is inside the slow step.
+    """
+
+    path: Path
+    origin: float
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    _offset: int = 0
+
+    def poll(self) -> None:
+        """Read complete new lines (a line being written is left for the next poll)."""
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as log:
+            log.seek(self._offset)
+            chunk = log.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        for line in complete.decode().splitlines():
+            entry = json.loads(line)
+            if entry.get("flow") != "migrate":
+                continue
+            self.entries.append(entry)
+            phase = f" {entry['phase']}" if "phase" in entry else ""
+            print(f"  +{self.elapsed():4.1f}s [audit] instance {entry['instance']} ran {entry['step']}{phase}"
+                  f"  (key {entry['key']})")  # fmt: skip
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.origin
+
+    async def follow(self) -> None:
+        while True:
+            self.poll()
+            await asyncio.sleep(0.05)
+
+    async def wait_for(self, seen: Callable[[list[dict[str, Any]]], bool], timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not seen(self.entries):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.05)
+
+
+def slow_step_started_on(label: str) -> Callable[[list[dict[str, Any]]], bool]:
+    """A predicate for `AuditTail.wait_for`: the moment to kill `label` is once it is inside the slow step."""
+
+    def seen(entries: list[dict[str, Any]]) -> bool:
+        return any(e["step"] == "migrate_schema" and e.get("phase") == "start" and e["instance"] == label
+                   for e in entries)  # fmt: skip
+
+    return seen
+
+
+def check_migration_audit(entries: list[dict[str, Any]]) -> bool:
+    """Print what really ran for the task and whether it is what a durable task promises."""
+
+    def ran_on(step: str, phase: str | None = None) -> list[str]:
+        return [e["instance"] for e in entries if e["step"] == step and e.get("phase") == phase]
+
+    backups, switches = ran_on("backup"), ran_on("switch_traffic")
+    starts, ends = ran_on("migrate_schema", "start"), ran_on("migrate_schema", "end")
+    keys = sorted({e["key"] for e in entries if e["step"] == "migrate_schema" and e.get("phase") == "start"})
+    print("\nside effects that really ran for the task (server audit log):")
+    print(f"  backup: {len(backups)}x, on instance {', '.join(backups)}")
+    print(f"  migrate_schema: started {len(starts)}x (on {', '.join(starts)}), finished {len(ends)}x "
+          f"(on {', '.join(ends)}), idempotency key{'s' if len(keys) != 1 else ''} {', '.join(keys)}")  # fmt: skip
+    print(f"  switch_traffic: {len(switches)}x, on instance {', '.join(switches)}")
+    ok = backups == ["A"] and starts == ["A", "B"] and len(keys) == 1 and ends == ["B"] and switches == ["B"]
+    print("  finished steps ran once; the step A died in ran again on B under the same idempotency key" if ok
+          else "  UNEXPECTED: not the run-once / re-run-once pattern of a durable task")  # fmt: skip
+    return ok
+
+
+async def durable_task_part(a: Instance, b: Instance, workdir: Path) -> bool:
+    """Part 2: start `migrate` on A, SIGKILL A inside the slow step, finish the task on B."""
+    print("\n=== durable task survives its worker: start on A, SIGKILL A mid-step, finish on B ===")
+    origin = time.monotonic()
+    tail = AuditTail(workdir / "audit.log", origin)  # part 1's lines are skipped: not the task's
+    following = asyncio.create_task(tail.follow())
+    try:
+        task_id = await start_migration(a.url, "shop", SLOW_STEP)
+        await tail.wait_for(slow_step_started_on("A"), PART2_TIMEOUT, "A to start the slow step")
+        a.process.kill()  # SIGKILL: no cleanup, no lease release, no goodbye to the store
+        await a.process.wait()
+        print(f"  +{tail.elapsed():4.1f}s SIGKILL -> instance A (pid {a.process.pid}), mid-step; "
+              f"exit status {a.process.returncode}; its {TASK_LEASE:g} s lease is left to run out")  # fmt: skip
+        print("  (nobody tells B: its worker finds the task in the shared store once A's lease has lapsed)")
+        print(f"\nfollowing task {task_id} on instance B ({b.url})")
+        script = {key: list(values) for key, values in MIGRATION_SCRIPT.items()}
+        result = await follow_migration(
+            b.url, task_id, Answerer(interactive=False, script=script), timeout=PART2_TIMEOUT, since=origin
+        )
+        tail.poll()  # the last lines may have landed after the final poll
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+    print("\nresult:\n" + "\n".join("  " + line for line in summarize_migration(result).splitlines()))
+    audited = check_migration_audit(tail.entries)
+    return audited and not result.is_error and (result.structured_content or {}).get("status") == "migrated"
 
 
 async def legacy_run(url: str) -> dict[str, Any]:
@@ -132,7 +267,7 @@ async def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mrtr-demo-") as tmp:
         workdir = Path(tmp)
         async with AsyncExitStack() as stack:
-            print("starting two deployer instances with one shared state key ...")
+            print("starting two deployer instances with one shared state key and one SQLite task store ...")
             a = await spawn("A", key, workdir, stack)
             b = await spawn("B", key, workdir, stack)
             for instance in (a, b):  # both boot in parallel; wait for each in turn
@@ -157,11 +292,14 @@ async def main() -> int:
             print(f"  negotiated {legacy['version']}; the server sent {len(legacy['asked'])} requests to the client")
             print(f"  ({', '.join(sorted(set(legacy['asked'])))}) inside one tools/call; status: {legacy['status']}")
 
+            survived = await durable_task_part(a, b, workdir)
+
         ok = (
             not result.is_error
             and (result.structured_content or {}).get("status") == "deployed"
             and once
             and legacy["status"] == "deployed"
+            and survived
         )
         print("\nservers stopped. demo " + ("OK" if ok else "FAILED"))
         return 0 if ok else 1

@@ -7,12 +7,19 @@ state, echoed verbatim. Each round goes to the next URL given on the command lin
 with two instances the rounds alternate A, B, A, ... and the output shows that any
 instance can pick the flow up (the `X-Mrtr-Instance` response header names who answered).
 
+With `--migrate` it drives the durable `migrate` task instead (servers started with
+`MRTR_STORE`): `tools/call` on the first URL only *creates* the task (a `CreateTaskResult`
+with its `taskId`); the client then follows it on the last URL with `tasks/get` polls and
+answers its question with `tasks/update`. No round carries state: the journal is in the
+servers' shared store, so the instance that started the task may die meanwhile.
+
 Answers come from the keyboard when stdin is a terminal, from a script otherwise
 (`--scripted` forces the script). Sampling is always scripted: there is no LLM here.
 
 Usage:
     python examples/deployer_client.py http://127.0.0.1:8001/mcp http://127.0.0.1:8002/mcp
     python examples/deployer_client.py URL_A URL_B --scripted --scenario staging
+    python examples/deployer_client.py URL_A URL_B --migrate        # start on A, follow on B
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -31,6 +39,9 @@ import mcp_types as t
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from pydantic import TypeAdapter
+
+from mrtr.task_client import CreatedTask, TasksClient, get_task, update_task
 
 INSTANCE_HEADER = "x-mrtr-instance"
 MODERN = "2026-07-28"
@@ -59,6 +70,8 @@ SCENARIOS: dict[str, dict[str, list[Any]]] = {
         "target": ["decline"],
     },
 }
+# Scripted answers for the `migrate` task (same format).
+MIGRATION_SCRIPT: dict[str, list[Any]] = {"cutover": [{"switch": True}]}
 SCRIPTED_ROOTS = ["file:///srv/shop"]
 SCRIPTED_RISK = "The worker's schema migration may lock the orders table for ~30 s; deploy off-peak."
 
@@ -189,6 +202,21 @@ def summarize(result: t.CallToolResult) -> str:
     return "\n".join(lines)
 
 
+def summarize_migration(result: t.CallToolResult) -> str:
+    """The `migrate` task's final result, readable."""
+    if result.is_error:
+        return "tool error: " + " ".join(c.text for c in result.content if isinstance(c, t.TextContent))
+    report = result.structured_content or {}
+    lines = [
+        f"status: {report.get('status')}  app: {report.get('app')}  schema: {report.get('schema_version')}",
+        f"backup {report.get('backup')} taken on instance {report.get('backed_up_on')}",
+        f"schema migrated on instance {report.get('migrated_on')} (idempotency key {report.get('idempotency_key')})",
+    ]
+    if report.get("switched_on"):
+        lines.append(f"traffic switched on instance {report['switched_on']}")
+    return "\n".join(lines)
+
+
 # -- driving ------------------------------------------------------------------------------------
 
 
@@ -202,8 +230,12 @@ class Endpoint:
 
 
 @asynccontextmanager
-async def connect(url: str) -> AsyncIterator[Endpoint]:
-    """A modern-mode `Client` for `url` whose HTTP responses report the answering instance."""
+async def connect(url: str, *, tasks: bool = False) -> AsyncIterator[Endpoint]:
+    """A modern-mode `Client` for `url` whose HTTP responses report the answering instance.
+
+    `tasks=True` declares the tasks extension (through `TasksClient`), which a
+    `task="required"` tool demands; the task is then followed by hand, never by the extension.
+    """
 
     async def on_response(response: httpx2.Response) -> None:
         endpoint.last_instance = response.headers.get(INSTANCE_HEADER, "?")
@@ -216,6 +248,7 @@ async def connect(url: str) -> AsyncIterator[Endpoint]:
         client = Client(
             streamable_http_client(url, http_client=http),
             mode="auto",
+            extensions=[TasksClient(never)] if tasks else [],
             elicitation_callback=never,
             sampling_callback=never,
             list_roots_callback=never,
@@ -266,15 +299,105 @@ async def drive(
         raise RuntimeError(f"flow still asking after {max_rounds} rounds")
 
 
+_INPUT_REQUEST: TypeAdapter[t.InputRequest] = TypeAdapter(t.InputRequest)
+
+
+async def start_migration(url: str, app: str, seconds: float, *, out: Callable[[str], None] = print) -> str:
+    """Create a `migrate` task on `url` and return its id; the task runs on without this client."""
+    async with connect(url, tasks=True) as endpoint:
+        out(f"tools/call migrate -> {endpoint.url}")
+        arguments = {"app": app, "seconds": seconds}
+        created = await endpoint.client.session.call_tool("migrate", arguments, allow_claimed=True)
+        if not isinstance(created, CreatedTask):
+            raise RuntimeError(f"expected a CreateTaskResult, got {type(created).__name__}")
+        out(f"  answered by instance {endpoint.last_instance}: CreateTaskResult")
+        out(f"  taskId: {created.task_id}  status: {created.status}  pollIntervalMs: {created.poll_interval_ms}")
+        return created.task_id
+
+
+async def follow_migration(
+    url: str,
+    task_id: str,
+    answerer: Answerer,
+    *,
+    out: Callable[[str], None] = print,
+    timeout: float = 60.0,
+    since: float | None = None,
+) -> t.CallToolResult:
+    """Poll a task on `url` until it ends, printing each status change and answering its asks.
+
+    Written out by hand (rather than `mrtr.task_client.follow_task`) so that every
+    `tasks/get` and `tasks/update` shows up in the output, with the instance that served it.
+    Printed offsets count from `since` (a `time.monotonic()` value; default: now), so a
+    caller can put them on one clock with its own output.
+    """
+    async with connect(url, tasks=True) as endpoint:
+        session = endpoint.client.session
+        started = time.monotonic() if since is None else since
+        last: tuple[str, str | None] | None = None
+        answered: set[str] = set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            task = await get_task(session, task_id)
+            status = task.get("status", "working")
+            current = (status, task.get("statusMessage"))
+            if current != last:
+                message = f" ({current[1]})" if current[1] else ""
+                elapsed = time.monotonic() - started
+                out(f"  +{elapsed:4.1f}s tasks/get -> answered by instance {endpoint.last_instance}: {status}{message}")
+                last = current
+            if status == "completed":
+                return t.CallToolResult.model_validate(task.get("result") or {"content": []})
+            if status in ("failed", "cancelled"):
+                raise RuntimeError(f"task {task_id} ended {status}: {task.get('error') or task.get('statusMessage')}")
+            # A parked task repeats its pending asks on every poll: answer each key once.
+            requests = (task.get("inputRequests") or {}) if status == "input_required" else {}
+            fresh = {key: _INPUT_REQUEST.validate_python(raw) for key, raw in requests.items() if key not in answered}
+            if fresh:
+                wire: dict[str, Any] = {}
+                for key, request in fresh.items():
+                    out(f"  asks [{key}] {describe(request)}")
+                    response, how = answerer.answer(key, request)
+                    out(f"  reply [{key}] {how}")
+                    wire[key] = response.model_dump(mode="json", by_alias=True, exclude_none=True)
+                await update_task(session, task_id, wire)
+                out(f"  tasks/update -> answered by instance {endpoint.last_instance}: accepted")
+                answered |= set(fresh)
+                continue
+            interval = task.get("pollIntervalMs")
+            await asyncio.sleep(interval / 1000 if isinstance(interval, int) and interval > 0 else 0.5)
+        raise TimeoutError(f"task {task_id} did not finish within {timeout:.0f}s")
+
+
+async def migrate(urls: list[str], app: str, answerer: Answerer, seconds: float) -> t.CallToolResult:
+    """Start a `migrate` task on the first URL and follow it to its end on the last."""
+    task_id = await start_migration(urls[0], app, seconds)
+    print(f"\nfollowing task {task_id} on {urls[-1]}")
+    return await follow_migration(urls[-1], task_id, answerer)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Drive the deployer flow round by round across server URLs.")
     parser.add_argument("urls", nargs="+", help="MCP endpoints; rounds rotate through them")
     parser.add_argument("--app", default="shop", help="the app to deploy (default: shop)")
     parser.add_argument("--scripted", action="store_true", help="use scripted answers even on a terminal")
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="production", help="which script to use")
+    parser.add_argument("--migrate", action="store_true", help="run the durable `migrate` task (needs MRTR_STORE)")
+    parser.add_argument("--seconds", type=float, default=2.0, help="how long the migration's slow step takes")
     args = parser.parse_args(argv)
 
     interactive = sys.stdin.isatty() and not args.scripted
+    if args.migrate:
+        mode = "interactive (type /decline or /cancel to refuse)" if interactive else "scripted"
+        print(f"migrating {args.app!r} as a durable task; answers: {mode}")
+        script = {key: list(values) for key, values in MIGRATION_SCRIPT.items()}
+        try:
+            result = asyncio.run(migrate(args.urls, args.app, Answerer(interactive, script), args.seconds))
+        except MCPError as exc:
+            print(f"\nserver error {exc.code}: {exc}")
+            return 1
+        print("\nresult:\n" + "\n".join("  " + line for line in summarize_migration(result).splitlines()))
+        return 1 if result.is_error else 0
     script = {key: list(values) for key, values in SCENARIOS[args.scenario].items()}
     mode = "interactive (type /decline or /cancel to refuse)" if interactive else f"scripted ({args.scenario})"
     print(f"deploying {args.app!r}; answers: {mode}; sampling: {SAMPLING_NOTE}")

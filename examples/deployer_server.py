@@ -19,12 +19,23 @@ journal travels in the sealed `requestState`, so each round may land on another 
 as long as all processes share `MRTR_STATE_KEY` and the server name. Under 2025-11-25
 the same code sends ordinary server-to-client requests inside one call.
 
+With `MRTR_STORE` set (a `mrtr.open_store` URL: `sqlite:////tmp/deployer-tasks.db`, four
+slashes for an absolute path, or `redis://...` / `postgresql://...`) the server also offers
+`migrate`, a *durable task* (tasks extension, `task="required"`): its journal lives in that
+store, so when the worker running it dies, another instance sharing the store adopts it
+once the lease (`MRTR_TASK_LEASE` seconds, default 10) runs out, and replays it.
+`MRTR_STORE_NAMESPACE` picks the Redis key prefix / PostgreSQL table. Without `MRTR_STORE`
+there is no `migrate` and no tasks extension, and the server is exactly the ephemeral one:
+durability needs a store the whole fleet shares, which only the operator can name, and the
+library's embedded default (`mrtr-tasks.db` in the working directory) would litter it.
+
 Side effects are observable: each step appends a JSON line to the file named by
 `MRTR_AUDIT_LOG` (if set), which is how the demo and the tests prove run-once.
 
 Usage:
     MRTR_STATE_KEY=$(python -c 'import secrets; print(secrets.token_hex(32))') \\
     MRTR_INSTANCE=A python examples/deployer_server.py --port 8001   # HTTP at /mcp
+    MRTR_STORE=sqlite:////tmp/deployer-tasks.db MRTR_TASK_LEASE=1 ...  # + the durable `migrate`
     python examples/deployer_server.py --stdio                        # stdio
 """
 
@@ -38,7 +49,7 @@ import os
 import secrets
 import socket
 import sys
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
@@ -57,6 +68,7 @@ READY_PREFIX = "deployer ready:"
 """First stdout line of an HTTP server, followed by its URL: spawners wait for it."""
 
 MAX_SERVICES = 5
+MAX_MIGRATION_SECONDS = 60.0
 
 logger = logging.getLogger("deployer")
 
@@ -90,6 +102,10 @@ class Audience(BaseModel):
     audience: Literal["engineers", "customers"] = Field(description="Who reads the announcement")
 
 
+class Cutover(BaseModel):
+    switch: bool = Field(description="Switch live traffic to the migrated schema now?")
+
+
 # -- results ---------------------------------------------------------------------------------
 
 
@@ -114,6 +130,20 @@ class DeployReport(BaseModel):
     ticket: str | None = None
     rolled_out: list[Rollout] = []
     skipped: list[str] = []
+
+
+class MigrationReport(BaseModel):
+    """The `migrate` task's result; the `*_on` fields name the instance that really did each step."""
+
+    app: str
+    status: Literal["migrated", "not_switched"]
+    backup: str
+    backed_up_on: str
+    schema_version: str
+    migrated_on: str
+    idempotency_key: str
+    """The schema step's key: what a real migration tool would dedupe a re-run on."""
+    switched_on: str | None = None
 
 
 # -- side effects (run only inside ctx.step) -------------------------------------------------
@@ -149,6 +179,33 @@ async def roll_out(plan_id: str, service: str, environment: str) -> Rollout:
     return Rollout(service=service, receipt=receipt, idempotency_key=key, ran_on=instance_label())
 
 
+def take_backup(app: str) -> dict[str, str]:
+    """Snapshot the app's database before touching its schema (quick; never worth repeating)."""
+    backup = f"backup-{app}-{secrets.token_hex(3)}"
+    audit("backup", flow="migrate", key=mrtr.current_step().idempotency_key, backup=backup)
+    return {"backup": backup, "ran_on": instance_label()}
+
+
+async def migrate_schema(app: str, seconds: float) -> dict[str, str]:
+    """The slow part: change the schema (not safe to interrupt, safe to redo under one key).
+
+    Audited at start *and* end, so a worker killed in between shows up as a start without
+    an end, and the re-run elsewhere as a second start under the same idempotency key.
+    """
+    key = mrtr.current_step().idempotency_key
+    audit("migrate_schema", flow="migrate", phase="start", key=key)
+    await asyncio.sleep(seconds)  # stands in for ALTER TABLE on a big table
+    version = f"{app}-v2"
+    audit("migrate_schema", flow="migrate", phase="end", key=key, schema_version=version)
+    return {"schema_version": version, "ran_on": instance_label(), "key": key}
+
+
+def switch_traffic(app: str, schema_version: str) -> str:
+    """Point live traffic at the migrated schema."""
+    audit("switch_traffic", flow="migrate", key=mrtr.current_step().idempotency_key, schema_version=schema_version)
+    return instance_label()
+
+
 def open_console_session() -> str:
     """Mint a console session (stands in for checking the login and creating the session)."""
     session = f"sess-{secrets.token_hex(4)}"
@@ -159,14 +216,28 @@ def open_console_session() -> str:
 # -- the server ------------------------------------------------------------------------------
 
 
-def build_server(key: bytes) -> MCPServer:
-    """The deployer server; every instance of a fleet must get the same `key`."""
-    server = MCPServer(
-        SERVER_NAME,
-        instructions="Deployment assistant: call `deploy` with an app name and answer its questions.",
-        request_state_security=RequestStateSecurity(keys=[key]),
+def build_server(
+    key: bytes, store: mrtr.TaskStore | None = None, task_lease: float = 10.0
+) -> tuple[MCPServer, mrtr.Flows]:
+    """The deployer server and its `Flows`; every instance of a fleet must get the same `key`.
+
+    With a `store` (shared by the fleet) it also registers the durable `migrate` task.
+    The `Flows` is returned because serving over HTTP must go through
+    `flows.streamable_http_app()`: that starts this instance's task worker at boot, so it
+    adopts a dead instance's tasks without waiting for a request to arrive first.
+    """
+    instructions = "Deployment assistant: call `deploy` with an app name and answer its questions."
+    if store is not None:
+        instructions += " `migrate` runs a schema migration as a durable task (tasks extension required)."
+    server = MCPServer(SERVER_NAME, instructions=instructions, request_state_security=RequestStateSecurity(keys=[key]))
+    flows = mrtr.Flows(
+        server,
+        store=store,
+        task_lease=task_lease,
+        # Look for orphans several times per lease, so a takeover follows a death closely.
+        task_scan_interval=min(1.0, task_lease / 4),
+        task_poll_interval=min(0.5, task_lease / 4),
     )
-    flows = mrtr.Flows(server)
 
     @flows.tool()
     async def deploy(app: str, ctx: mrtr.FlowContext) -> DeployReport:
@@ -265,12 +336,47 @@ def build_server(key: bytes) -> MCPServer:
         session = await ctx.step("open_session", open_console_session)
         return {"status": "signed in", "session": session}
 
+    if store is not None:
+
+        @flows.tool(task="required")
+        async def migrate(
+            app: str,
+            ctx: mrtr.FlowContext,
+            seconds: Annotated[float, Field(ge=0, le=MAX_MIGRATION_SECONDS, description="How slow to migrate")] = 2.0,
+        ) -> MigrationReport:
+            """Migrate an app's database schema as a durable task: backup, migrate (slow), ask, cut over.
+
+            Each side effect is a step, checkpointed to the store as it finishes. If the
+            worker dies mid-migration, another instance resumes the task: the backup is
+            replayed from the journal, the migration runs again under the same idempotency key.
+            """
+            backup = await ctx.step("backup", take_backup, app)
+            schema = await ctx.step("migrate_schema", migrate_schema, app, seconds)
+            report = MigrationReport(
+                app=app,
+                status="not_switched",
+                backup=backup["backup"],
+                backed_up_on=backup["ran_on"],
+                schema_version=schema["schema_version"],
+                migrated_on=schema["ran_on"],
+                idempotency_key=schema["key"],
+            )
+            question = f"{app}: schema {report.schema_version} is ready (backup {report.backup}). Switch traffic?"
+            try:
+                answer = await ctx.elicit(question, Cutover, key="cutover")
+            except mrtr.InputRefused:
+                return report  # the old schema keeps serving; the backup stays for a later try
+            if answer.switch:
+                report.switched_on = await ctx.step("switch_traffic", switch_traffic, app, report.schema_version)
+                report.status = "migrated"
+            return report
+
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(request: Request) -> JSONResponse:
         """Readiness probe for spawners (not MCP)."""
         return JSONResponse({"ok": True, "instance": instance_label()})
 
-    return server
+    return server, flows
 
 
 # -- serving ---------------------------------------------------------------------------------
@@ -296,6 +402,24 @@ class InstanceHeader:
         await self.app(scope, receive, stamped)
 
 
+def load_store() -> tuple[mrtr.TaskStore | None, float]:
+    """The fleet's task store from `MRTR_STORE` (None if unset) and the lease from `MRTR_TASK_LEASE`."""
+    raw_lease = os.environ.get("MRTR_TASK_LEASE", "10")
+    try:
+        lease = float(raw_lease)
+    except ValueError:
+        sys.exit(f"MRTR_TASK_LEASE must be a number of seconds, not {raw_lease!r}")
+    if lease <= 0:
+        sys.exit("MRTR_TASK_LEASE must be positive")
+    url = os.environ.get("MRTR_STORE")
+    if not url:
+        return None, lease
+    try:
+        return mrtr.open_store(url, namespace=os.environ.get("MRTR_STORE_NAMESPACE")), lease
+    except ValueError as exc:
+        sys.exit(f"MRTR_STORE: {exc}")
+
+
 def load_key() -> bytes:
     """The fleet's shared state key from `MRTR_STATE_KEY` (hex), or a process-local one."""
     raw = os.environ.get("MRTR_STATE_KEY")
@@ -311,17 +435,18 @@ def load_key() -> bytes:
     return key
 
 
-async def serve_http(server: MCPServer, port: int) -> None:
+async def serve_http(flows: mrtr.Flows, port: int) -> None:
     """Serve streamable HTTP on 127.0.0.1:`port` (0 = any free port) at /mcp.
 
     One app serves both eras: 2026-07-28 requests (`MCP-Protocol-Version: 2026-07-28`)
     are self-contained POSTs the SDK routes to its stateless handler whatever the
     session mode; older clients get ordinary stateful sessions, which they need for
-    server-to-client requests (so legacy clients must stick to one instance).
+    server-to-client requests (so legacy clients must stick to one instance). The app
+    comes from `flows.streamable_http_app()` so the task worker (if any) lives with it.
     """
     import uvicorn
 
-    app = InstanceHeader(server.streamable_http_app(), instance_label())
+    app = InstanceHeader(flows.streamable_http_app(), instance_label())
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))  # bound before serving, so the printed port is really ours
@@ -345,11 +470,12 @@ def main(argv: list[str] | None = None) -> None:
     where.add_argument("--stdio", action="store_true", help="serve over stdin/stdout")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    server = build_server(load_key())
+    store, lease = load_store()
+    server, flows = build_server(load_key(), store, lease)
     if args.stdio:
         asyncio.run(server.run_stdio_async())
     else:
-        asyncio.run(serve_http(server, args.port))
+        asyncio.run(serve_http(flows, args.port))
 
 
 if __name__ == "__main__":
