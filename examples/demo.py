@@ -198,14 +198,15 @@ def check_migration_audit(entries: list[dict[str, Any]]) -> bool:
     print(f"  backup: {len(backups)}x, on instance {', '.join(backups)}")
     print(f"  migrate_schema: started {len(starts)}x (on {', '.join(starts)}), finished {len(ends)}x "
           f"(on {', '.join(ends)}), idempotency key{'s' if len(keys) != 1 else ''} {', '.join(keys)}")  # fmt: skip
-    print(f"  switch_traffic: {len(switches)}x, on instance {', '.join(switches)}")
-    ok = backups == ["A"] and starts == ["A", "B"] and len(keys) == 1 and ends == ["B"] and switches == ["B"]
+    print(f"  switch_traffic: {len(switches)}x, on instance {', '.join(switches)}" if switches
+          else "  switch_traffic: not run (traffic was not switched)")  # fmt: skip
+    ok = backups == ["A"] and starts == ["A", "B"] and len(keys) == 1 and ends == ["B"] and switches in (["B"], [])
     print("  finished steps ran once; the step A died in ran again on B under the same idempotency key" if ok
           else "  UNEXPECTED: not the run-once / re-run-once pattern of a durable task")  # fmt: skip
     return ok
 
 
-async def durable_task_part(a: Instance, b: Instance, workdir: Path) -> bool:
+async def durable_task_part(a: Instance, b: Instance, workdir: Path, interactive: bool) -> bool:
     """Part 2: start `migrate` on A, SIGKILL A inside the slow step, finish the task on B."""
     print("\n=== durable task survives its worker: start on A, SIGKILL A mid-step, finish on B ===")
     origin = time.monotonic()
@@ -222,7 +223,7 @@ async def durable_task_part(a: Instance, b: Instance, workdir: Path) -> bool:
         print(f"\nfollowing task {task_id} on instance B ({b.url})")
         script = {key: list(values) for key, values in MIGRATION_SCRIPT.items()}
         result = await follow_migration(
-            b.url, task_id, Answerer(interactive=False, script=script), timeout=PART2_TIMEOUT, since=origin
+            b.url, task_id, Answerer(interactive=interactive, script=script), timeout=PART2_TIMEOUT, since=origin
         )
         tail.poll()  # the last lines may have landed after the final poll
     finally:
@@ -230,6 +231,8 @@ async def durable_task_part(a: Instance, b: Instance, workdir: Path) -> bool:
         await asyncio.gather(following, return_exceptions=True)
     print("\nresult:\n" + "\n".join("  " + line for line in summarize_migration(result).splitlines()))
     audited = check_migration_audit(tail.entries)
+    if interactive:  # the outcome is yours to choose; the durability pattern is not
+        return audited
     return audited and not result.is_error and (result.structured_content or {}).get("status") == "migrated"
 
 
@@ -263,6 +266,7 @@ async def legacy_run(url: str) -> dict[str, Any]:
 
 
 async def main() -> int:
+    interactive = sys.stdin.isatty()  # a person at a terminal answers; otherwise the script does
     key = secrets.token_hex(32)
     with tempfile.TemporaryDirectory(prefix="mrtr-demo-") as tmp:
         workdir = Path(tmp)
@@ -276,7 +280,7 @@ async def main() -> int:
 
             script = {k: list(v) for k, v in SCENARIOS["production"].items()}
             print("\n=== 2026-07-28: one deploy flow, each round a new request to the other instance ===")
-            result = await drive([a.url, b.url], "shop", Answerer(interactive=False, script=script))
+            result = await drive([a.url, b.url], "shop", Answerer(interactive=interactive, script=script))
             print("\nresult:\n" + "\n".join("  " + line for line in summarize(result).splitlines()))
 
             ran = audit_summary(workdir / "audit.log")
@@ -292,15 +296,10 @@ async def main() -> int:
             print(f"  negotiated {legacy['version']}; the server sent {len(legacy['asked'])} requests to the client")
             print(f"  ({', '.join(sorted(set(legacy['asked'])))}) inside one tools/call; status: {legacy['status']}")
 
-            survived = await durable_task_part(a, b, workdir)
+            survived = await durable_task_part(a, b, workdir, interactive)
 
-        ok = (
-            not result.is_error
-            and (result.structured_content or {}).get("status") == "deployed"
-            and once
-            and legacy["status"] == "deployed"
-            and survived
-        )
+        deployed = not result.is_error and (result.structured_content or {}).get("status") == "deployed"
+        ok = (deployed or interactive) and once and legacy["status"] == "deployed" and survived
         print("\nservers stopped. demo " + ("OK" if ok else "FAILED"))
         return 0 if ok else 1
 
