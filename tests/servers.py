@@ -3,8 +3,8 @@
 In-memory tests cannot show that a flow survives a change of process: only separate
 interpreters share nothing but the key. This module starts `examples/deployer_server.py`
 under uvicorn on 127.0.0.1 (the OS picks a free port; the server prints its URL once it
-listens), waits for it, and always stops it again. Used by tests/test_http_fleet.py;
-other tests and benchmarks may reuse it.
+listens), waits for it, and always stops it again. `spawn_servers` does the same for any
+test server script (conformance fixtures, interop fixtures, the durable-task fleet).
 """
 
 from __future__ import annotations
@@ -64,41 +64,61 @@ def stdio_params(key: str, label: str, audit_log: Path | None = None) -> StdioSe
     )
 
 
-@contextmanager
-def http_servers(
-    specs: Sequence[tuple[str, str]], workdir: Path, *, audit_log: Path | None = None
-) -> Iterator[dict[str, ServerProcess]]:
-    """Run one HTTP deployer per `(label, key)`; yields them by label, stops them all on exit.
+@dataclass(frozen=True)
+class ServerSpec:
+    """How to start one test server process: which script, under what label and environment."""
 
-    All processes boot in parallel. If any fails to come up within `START_TIMEOUT`, all
-    are stopped and the error carries the failing server's log.
+    label: str
+    env: Mapping[str, str]
+    script: Path = SERVER_SCRIPT
+    ready_prefix: str = READY_PREFIX
+
+
+@contextmanager
+def spawn_servers(specs: Sequence[ServerSpec], workdir: Path) -> Iterator[dict[str, ServerProcess]]:
+    """Run each spec's script with `--port 0`; yields the servers by label, stops them all on exit.
+
+    Every test server binds a free 127.0.0.1 port and prints `ready_prefix URL` once uvicorn
+    accepts, so there is no port race and no readiness polling (a GET on /mcp would open an
+    SSE stream that never ends). All processes boot in parallel; if one fails to come up
+    within `START_TIMEOUT`, all are stopped and the error carries the failing server's log.
     """
     started: list[subprocess.Popen[bytes]] = []
     try:
-        pending: list[tuple[str, subprocess.Popen[bytes], Path]] = []
-        for label, key in specs:
-            log_path = workdir / f"server-{label}.log"
+        pending: list[tuple[ServerSpec, subprocess.Popen[bytes], Path]] = []
+        for spec in specs:
+            log_path = workdir / f"server-{spec.label}.log"
             with log_path.open("wb") as log:
                 process = subprocess.Popen(
-                    [sys.executable, str(SERVER_SCRIPT), "--port", "0"],
+                    [sys.executable, str(spec.script), "--port", "0"],
+                    cwd=ROOT,
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.PIPE,
                     stderr=log,
-                    env=os.environ | server_env(key, label, audit_log),
+                    env=os.environ | {"PYTHONUNBUFFERED": "1"} | dict(spec.env),
                 )
             started.append(process)
-            pending.append((label, process, log_path))
+            pending.append((spec, process, log_path))
         servers = {}
-        for label, process, log_path in pending:
-            url = _wait_ready(label, process, log_path, time.monotonic() + START_TIMEOUT)
-            servers[label] = ServerProcess(label, url, process, log_path)
+        for spec, process, log_path in pending:
+            url = _wait_ready(spec, process, log_path, time.monotonic() + START_TIMEOUT)
+            servers[spec.label] = ServerProcess(spec.label, url, process, log_path)
         yield servers
     finally:
         for process in started:
             stop(process)
 
 
-def _wait_ready(label: str, process: subprocess.Popen[bytes], log_path: Path, deadline: float) -> str:
+@contextmanager
+def http_servers(
+    specs: Sequence[tuple[str, str]], workdir: Path, *, audit_log: Path | None = None
+) -> Iterator[dict[str, ServerProcess]]:
+    """Run one HTTP deployer per `(label, key)`; yields them by label, stops them all on exit."""
+    with spawn_servers([ServerSpec(label, server_env(key, label, audit_log)) for label, key in specs], workdir) as s:
+        yield s
+
+
+def _wait_ready(spec: ServerSpec, process: subprocess.Popen[bytes], log_path: Path, deadline: float) -> str:
     assert process.stdout is not None
     buffer = b""
     with selectors.DefaultSelector() as selector:
@@ -106,19 +126,19 @@ def _wait_ready(label: str, process: subprocess.Popen[bytes], log_path: Path, de
         while b"\n" not in buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RuntimeError(f"server {label} not ready after {START_TIMEOUT}s:\n{log_path.read_text()}")
+                raise RuntimeError(f"server {spec.label} not ready after {START_TIMEOUT}s:\n{log_path.read_text()}")
             if selector.select(min(remaining, 0.2)):
                 chunk = os.read(process.stdout.fileno(), 4096)
                 if not chunk:
                     process.wait(timeout=STOP_TIMEOUT)
                     raise RuntimeError(
-                        f"server {label} exited with {process.returncode} before ready:\n{log_path.read_text()}"
+                        f"server {spec.label} exited with {process.returncode} before ready:\n{log_path.read_text()}"
                     )
                 buffer += chunk
     line = buffer.split(b"\n", 1)[0].decode()
-    if not line.startswith(READY_PREFIX):
-        raise RuntimeError(f"server {label} printed {line!r} instead of its ready line")
-    return line.removeprefix(READY_PREFIX).split()[0]
+    if not line.startswith(spec.ready_prefix):
+        raise RuntimeError(f"server {spec.label} printed {line!r} instead of its ready line")
+    return line.removeprefix(spec.ready_prefix).split()[0]
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

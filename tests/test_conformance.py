@@ -63,7 +63,7 @@ def npx() -> str:
 
 
 def test_server_suite_all_2026_07_28(npx: str, tmp_path: Path) -> None:
-    with fixture_server(tmp_path / "server.log") as url:
+    with fixture_server(tmp_path) as url:
         run = run_server_suite(npx, url, tmp_path / "out", baseline=BASELINE)
     results = load_checks(run.out_dir)
     print(render(results, exit_code=run.returncode, seconds=run.seconds))
@@ -77,7 +77,7 @@ def test_server_suite_all_2026_07_28(npx: str, tmp_path: Path) -> None:
 
 def test_server_tasks_scenarios(npx: str, tmp_path: Path) -> None:
     """All nine graded tasks scenarios pass against the mrtr task flows, with no baseline."""
-    with fixture_server(tmp_path / "server.log") as url:
+    with fixture_server(tmp_path) as url:
         run = run_tasks_suite(npx, url, tmp_path / "out")
     names = (*TASKS_SCENARIOS, TASKS_ALWAYS_SKIPPED)
     results = {name: checks for name, checks in load_checks(run.out_dir).items() if name in names}
@@ -88,14 +88,14 @@ def test_server_tasks_scenarios(npx: str, tmp_path: Path) -> None:
     failing = tasks_failures(results)
     assert not failing, (
         f"tasks checks that are not SUCCESS: {failing}\n{run.tail()}\n"
-        f"server log:\n{(tmp_path / 'server.log').read_text()[-4000:]}"
+        f"server log:\n{(tmp_path / 'server-conformance.log').read_text()[-4000:]}"
     )
 
 
 def test_server_tasks_scenarios_strict_on_the_fixed_suite(npx: str, tmp_path: Path) -> None:
     """The same nine tasks scenarios under the suite release that fixed its CreateTaskResult
     schema check: every check SUCCESS, nothing excused (an empty baseline)."""
-    with fixture_server(tmp_path / "server.log") as url:
+    with fixture_server(tmp_path) as url:
         run = run_tasks_suite(npx, url, tmp_path / "out", package=TASKS_FIXED_PACKAGE)
     names = (*TASKS_SCENARIOS, TASKS_ALWAYS_SKIPPED)
     results = {name: checks for name, checks in load_checks(run.out_dir).items() if name in names}

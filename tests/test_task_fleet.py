@@ -12,10 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import selectors
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,10 +23,12 @@ import pytest
 from mcp import Client
 
 from mrtr.task_client import CreatedTask, TasksClient, get_task, update_task
+from tests.servers import ServerSpec, spawn_servers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SERVER = Path(__file__).parent / "fleet" / "task_server.py"
+READY = "task-server ready:"
 
 
 def _service_reachable(port: int) -> bool:
@@ -60,44 +58,9 @@ def _store_url(kind: str, tmp_path: Path) -> tuple[str, str]:
 
 @contextmanager
 def instances(labels: list[str], env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, tuple[str, Any]]]:
-    started: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
-    try:
-        for label in labels:
-            log = (tmp_path / f"{label}.log").open("wb")
-            process = subprocess.Popen(
-                [sys.executable, str(SERVER), "--port", "0"],
-                stdout=subprocess.PIPE,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                env=os.environ | env | {"MRTR_INSTANCE": label, "PYTHONUNBUFFERED": "1"},
-            )
-            started[label] = ("", process)
-        for label, (_, process) in list(started.items()):
-            started[label] = (_ready_url(process, tmp_path / f"{label}.log"), process)
-        yield started
-    finally:
-        for _, process in started.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-                try:
-                    process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-
-
-def _ready_url(process: subprocess.Popen[bytes], log: Path) -> str:
-    assert process.stdout is not None
-    deadline = time.monotonic() + 20
-    buffer = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while b"\n" not in buffer:
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError(f"task server did not start:\n{log.read_text()}")
-            if selector.select(0.2):
-                buffer += os.read(process.stdout.fileno(), 4096)
-    return buffer.split(b"\n", 1)[0].decode().removeprefix("task-server ready: ").strip()
+    specs = [ServerSpec(label, env | {"MRTR_INSTANCE": label}, script=SERVER, ready_prefix=READY) for label in labels]
+    with spawn_servers(specs, tmp_path) as servers:
+        yield {label: (server.url, server.process) for label, server in servers.items()}
 
 
 def audit(path: Path) -> list[dict[str, str]]:

@@ -14,9 +14,7 @@ wait for a prompt nobody answers.
 from __future__ import annotations
 
 import json
-import os
 import re
-import selectors
 import shlex
 import shutil
 import subprocess
@@ -29,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conformance.server import READY_PREFIX
-from tests.servers import stop
+from tests.servers import ServerSpec, spawn_servers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -100,7 +98,6 @@ _TASK_ENVELOPE_SCHEMA_ERROR = "CallToolResult: must have required property 'cont
 
 SUITE_TIMEOUT = 180.0
 """Seconds for one `npx ... conformance` run: a cold npm download is ~15 s, a warm run < 10 s."""
-START_TIMEOUT = 20.0
 
 # Result directories are `[server-]<scenario>-<ISO timestamp with ':' and '.' as '-'>`.
 _RESULT_DIR = re.compile(r"^(?:server-)?(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$")
@@ -264,46 +261,11 @@ def not_successful(checks: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 @contextmanager
-def fixture_server(log_path: Path) -> Iterator[str]:
+def fixture_server(workdir: Path) -> Iterator[str]:
     """Run tests/conformance/server.py on a free 127.0.0.1 port; yields its URL, always stops it.
 
-    The server binds port 0 and prints its URL once uvicorn listens, so there is no port race
-    and no readiness polling (a GET on /mcp would open an SSE stream that never ends).
+    Its log is `workdir / "server-conformance.log"`.
     """
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, str(SERVER_SCRIPT), "--port", "0"],
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            env=os.environ | {"PYTHONUNBUFFERED": "1"},
-        )
-    try:
-        yield _wait_ready(process, log_path)
-    finally:
-        stop(process)
-
-
-def _wait_ready(process: subprocess.Popen[bytes], log_path: Path) -> str:
-    assert process.stdout is not None
-    deadline = time.monotonic() + START_TIMEOUT
-    buffer = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while b"\n" not in buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RuntimeError(f"fixture server not ready after {START_TIMEOUT}s:\n{log_path.read_text()}")
-            if selector.select(min(remaining, 0.2)):
-                chunk = os.read(process.stdout.fileno(), 4096)
-                if not chunk:
-                    process.wait(timeout=5)
-                    raise RuntimeError(
-                        f"fixture server exited with {process.returncode} before ready:\n{log_path.read_text()}"
-                    )
-                buffer += chunk
-    line = buffer.split(b"\n", 1)[0].decode()
-    if not line.startswith(READY_PREFIX):
-        raise RuntimeError(f"fixture server printed {line!r} instead of its ready line")
-    return line.removeprefix(READY_PREFIX).split()[0]
+    spec = ServerSpec("conformance", {}, script=SERVER_SCRIPT, ready_prefix=READY_PREFIX)
+    with spawn_servers([spec], workdir) as servers:
+        yield servers["conformance"].url

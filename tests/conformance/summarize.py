@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         with tempfile.TemporaryDirectory(prefix="mrtr-conformance-") as tmp:
             work = Path(tmp)
-            with fixture_server(work / "server.log") as url:
+            with fixture_server(work) as url:
                 run = run_server_suite(npx, url, work / "out")
                 pending = run_tasks_suite(npx, url, work / "tasks")
             main_run = RunInfo(run.returncode, run.seconds)

@@ -21,14 +21,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.servers import ServerProcess, _wait_ready, new_key, server_env, stop
+from tests.servers import ServerProcess, ServerSpec, new_key, server_env, spawn_servers
 
 HERE = Path(__file__).resolve().parent
 SERVER_SCRIPT = HERE / "server.py"
@@ -65,24 +64,10 @@ def stdio_command() -> list[str]:
 
 @contextmanager
 def http_server(workdir: Path, label: str = "interop") -> Iterator[ServerProcess]:
-    """The fixture server under uvicorn on a free 127.0.0.1 port; always stopped on exit.
-
-    Reuses `tests.servers`: the server prints its `READY_PREFIX` line, `_wait_ready` reads it.
-    """
-    log_path = workdir / f"server-{label}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, str(SERVER_SCRIPT), "--port", "0"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            env=os.environ | server_env(new_key(), label),
-        )
-    try:
-        url = _wait_ready(label, process, log_path, time.monotonic() + START_TIMEOUT)
-        yield ServerProcess(label, url, process, log_path)
-    finally:
-        stop(process)
+    """The fixture server under uvicorn on a free 127.0.0.1 port; always stopped on exit."""
+    spec = ServerSpec(label, server_env(new_key(), label), script=SERVER_SCRIPT)
+    with spawn_servers([spec], workdir) as servers:
+        yield servers[label]
 
 
 # -- installs ----------------------------------------------------------------------------------
