@@ -20,7 +20,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mrtr.task_client import CreatedTask, TasksClient, TaskSnapshot, cancel_task, follow_task
+from mrtr.task_client import CreatedTask, TasksClient, TaskSnapshot, as_wire, cancel_task, follow_task
 
 ElicitHandler = Callable[[t.ElicitRequestParams], Awaitable[t.ElicitResult]]
 SampleHandler = Callable[[t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
@@ -135,7 +135,7 @@ class FlowClient:
         """
         wire = {k: v for k, v in params.items() if v is not None}
         if responses:
-            wire["inputResponses"] = {k: _wire(v) for k, v in responses.items()}
+            wire["inputResponses"] = {k: as_wire(v) for k, v in responses.items()}
         if state is not None:
             wire["requestState"] = state  # echoed exactly, and only when the server sent one
         session = self.client.session
@@ -196,8 +196,7 @@ class FlowClient:
             return await self.sample(request.params)
         if self.roots is None:
             raise InputAbandoned("the server asked for roots, which this client does not handle")
-        listed = await self.roots()
-        return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
+        return await self._on_roots(None)
 
     # Legacy servers ask through server->client requests: the same handlers answer.
 
@@ -211,14 +210,10 @@ class FlowClient:
         assert self.sample is not None
         return await self.sample(params)
 
-    async def _on_roots(self, context: ClientRequestContext) -> t.ListRootsResult:
+    async def _on_roots(self, context: ClientRequestContext | None) -> t.ListRootsResult:
         assert self.roots is not None
         listed = await self.roots()
         return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
-
-
-def _wire(value: Any) -> Any:
-    return value.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(value, "model_dump") else value
 
 
 def _parse_result(method: str, raw: dict[str, Any]) -> Any:

@@ -25,7 +25,7 @@ from mcp_types import (
 
 from mrtr.asks import Ask, BadAnswer, Capability, required_capability, supports
 from mrtr.context import StepInfo, arg_digest, call_step, to_journal
-from mrtr.replay import Replay
+from mrtr.replay import Replay, numbered
 
 _LEGACY_REASK_LIMIT = 3
 
@@ -132,9 +132,7 @@ class LiveDriver:
         raise MCPError(code=INVALID_PARAMS, message=f"The client answered {_LEGACY_REASK_LIMIT} times off-schema")
 
     async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        n = self._step_counts.get(name, 0) + 1
-        self._step_counts[name] = n
-        key = name if n == 1 else f"{name}#{n}"
+        key = numbered(self._step_counts, name)
         result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
         return to_journal(key, result)
 

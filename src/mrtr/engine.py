@@ -68,6 +68,11 @@ class FlowSpec:
     """Task calls ask inline (MRTR rounds) until the first step or `continue_as_task()`."""
     runtime: TaskRuntime | None = None
 
+    @property
+    def request_param(self) -> str:
+        """Where the SDK injects its `Context`: the flow's own ctx parameter, or a hidden one."""
+        return self.ctx_param or "mrtr_request"
+
 
 @dataclass
 class Outcome:
@@ -223,7 +228,7 @@ def _input_required(spec: FlowSpec, request: Context[Any, Any], replay: Replay) 
     journal.rounds += 1
     if journal.rounds > spec.limits.max_rounds:
         raise TooManyRounds(f"flow {spec.name!r} needed more than {spec.limits.max_rounds} rounds of client input")
-    journal.pending = {key: ask.digest for key, ask in replay.parked.items()}
+    journal.pending = replay.pending()
     state = journal_codec.encode(journal)
     # Sealing at most ~2.7x the state plus a fixed envelope: only near the cap is it worth estimating.
     if (

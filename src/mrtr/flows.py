@@ -34,8 +34,6 @@ from mrtr.worker import TaskRuntime
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_HIDDEN_CTX = "mrtr_request"
-
 
 class Flows:
     """Adds flows to an existing `MCPServer`.
@@ -161,8 +159,7 @@ class Flows:
             spec = dataclasses.replace(spec, mrtr_first=mrtr_first)
             wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_tool_error)
             if runtime is not None:
-                request_param = spec.ctx_param or _HIDDEN_CTX
-                shape = func_metadata(wrapper, skip_names=[request_param], structured_output=structured_output)
+                shape = func_metadata(wrapper, skip_names=[spec.request_param], structured_output=structured_output)
                 runtime.register(spec, shape.convert_result)
             self.server.add_tool(
                 wrapper,
@@ -294,7 +291,7 @@ def _sdk_entry_point(
             continue
         annotation = hints.get(param.name, param.annotation)
         params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
-    request_param = spec.ctx_param or _HIDDEN_CTX
+    request_param = spec.request_param
     params.append(inspect.Parameter(request_param, inspect.Parameter.KEYWORD_ONLY, annotation=Context))
     returns = hints.get("return", signature.return_annotation)
 

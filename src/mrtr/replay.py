@@ -32,6 +32,13 @@ logger = logging.getLogger(__name__)
 _QUIET_PASSES = 3
 
 
+def numbered(counts: dict[str, int], name: str) -> str:
+    """`name` the first time, then `name#2`, `name#3`...: stable step keys for repeated names."""
+    n = counts.get(name, 0) + 1
+    counts[name] = n
+    return name if n == 1 else f"{name}#{n}"
+
+
 class Replay:
     """Bookkeeping for one round: what the flow asked, what it may use, what to keep."""
 
@@ -48,8 +55,6 @@ class Replay:
         self._explicit_keys: set[str] = set()
         self._step_counts: dict[str, int] = {}
         self.parked: dict[str, Ask] = {}
-        self.rejected: dict[str, str] = {}
-        """wire key -> why an answer that arrived this round was not used (for logs/tests)."""
         self._activity = 0
         self._running_steps = 0
         self._steps_idle = asyncio.Event()
@@ -86,16 +91,19 @@ class Replay:
             return None
         asked = self.journal.pending.get(key) == ask.digest
         if not asked and not ask.allow_preanswer:
-            self.rejected[key] = "unsolicited" if key not in self.journal.pending else "question changed"
+            logger.info("ignoring an answer to %r: that question was not asked", key)
             return None
         try:
             accepted = ask.accept(self._incoming[key])
         except BadAnswer as exc:
-            self.rejected[key] = str(exc)
             logger.info("re-asking %r: %s", key, exc)
             return None
         self.journal.answers[key] = (ask.digest, accepted)
         return accepted
+
+    def pending(self) -> dict[str, str]:
+        """The parked asks as the journal remembers them: wire key -> question digest."""
+        return {key: ask.digest for key, ask in self.parked.items()}
 
     async def park(self, key: str, ask: Ask) -> Any:
         """Hold this branch until the round settles; it never resumes (the flow is cancelled)."""
@@ -108,9 +116,7 @@ class Replay:
     # -- steps --------------------------------------------------------------------------
 
     def step_key(self, name: str) -> str:
-        n = self._step_counts.get(name, 0) + 1
-        self._step_counts[name] = n
-        return name if n == 1 else f"{name}#{n}"
+        return numbered(self._step_counts, name)
 
     def recorded_step(self, key: str, arg_digest: str) -> tuple[bool, Any]:
         self._activity += 1

@@ -58,7 +58,7 @@ class StaticResourceFlows:
         except ValidationError as exc:
             raise MCPError(code=INVALID_PARAMS, message="Invalid resources/read params") from exc
         request = Context(request_context=ctx, mcp_server=self._server, input_params=params)
-        result = await fn(**{spec.ctx_param or "mrtr_request": request})
+        result = await fn(**{spec.request_param: request})
         if isinstance(result, InputRequiredResult):
             return result
         return ReadResourceResult(contents=[_contents(params.uri, result, mime_type)])

@@ -61,6 +61,12 @@ class _UpdateRequest(t.Request[_UpdateParams, str]):
 
 
 _ANY = TypeAdapter(dict[str, Any])
+_INPUT_REQUEST: TypeAdapter[t.InputRequest] = TypeAdapter(t.InputRequest)
+
+
+def as_wire(value: Any) -> Any:
+    """A handler's answer as bare wire JSON (handlers may return models or plain dicts)."""
+    return value.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(value, "model_dump") else value
 
 
 @dataclass(frozen=True)
@@ -122,12 +128,9 @@ async def follow_task(
         # Snapshots repeat pending keys on every poll: answer each key once.
         fresh = {k: v for k, v in requests.items() if k not in answered} if status == "input_required" else {}
         if fresh:
-            parsed = {k: TypeAdapter(t.InputRequest).validate_python(v) for k, v in fresh.items()}
+            parsed = {k: _INPUT_REQUEST.validate_python(v) for k, v in fresh.items()}
             values = await asyncio.gather(*(answer(r) for r in parsed.values()))
-            wire = {
-                k: v.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(v, "model_dump") else v
-                for k, v in zip(parsed, values, strict=True)
-            }
+            wire = {k: as_wire(v) for k, v in zip(parsed, values, strict=True)}
             await update_task(session, task_id, wire)
             answered |= set(fresh)
             continue

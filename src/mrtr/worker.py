@@ -231,7 +231,7 @@ class TaskRuntime:
     ) -> None:
         if outcome.parked:
             parked = outcome.replay.parked
-            journal.pending = {key: ask.digest for key, ask in parked.items()}
+            journal.pending = outcome.replay.pending()
             await self._finish(
                 held,
                 status="input_required",
@@ -240,15 +240,14 @@ class TaskRuntime:
             )
             return
         error = outcome.error
+        if isinstance(error, FlowError):
+            error = as_protocol_error(spec, error)
         if error is None:
             result = convert(outcome.value)
             await self._finish(held, status="completed", result=_wire(result))
-        elif isinstance(error, MCPError):
+        elif isinstance(error, MCPError):  # a protocol error: the task fails with it
             await self._finish(held, status="failed", error=error.error.model_dump(mode="json", exclude_none=True))
-        elif isinstance(error, FlowError):
-            failure = as_protocol_error(spec, error).error
-            await self._finish(held, status="failed", error=failure.model_dump(mode="json", exclude_none=True))
-        else:
+        else:  # a tool error: the task completes with isError, as the call would have
             if isinstance(error, InputRefused | ToolError):
                 text = str(error)
             else:
