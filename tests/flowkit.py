@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import httpx2
 import mcp_types as t
+import uvicorn
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 
@@ -42,7 +48,7 @@ async def _no_roots(context: Any) -> t.ListRootsResult:
     raise AssertionError("rounds are driven by hand")
 
 
-def manual_client(server: MCPServer, *, elicitation: bool = True, sampling: bool = True, roots: bool = True) -> Client:
+def manual_client(server: Any, *, elicitation: bool = True, sampling: bool = True, roots: bool = True) -> Client:
     """A 2026-07-28 in-process client that declares capabilities but whose rounds we drive."""
     return Client(
         server,
@@ -90,3 +96,41 @@ class Driver:
 
 def text_of(result: t.CallToolResult) -> str:
     return "".join(block.text for block in result.content if isinstance(block, t.TextContent))
+
+
+@contextlib.asynccontextmanager
+async def served(server: MCPServer) -> AsyncIterator[str]:
+    """Serve `server` over streamable HTTP from this test's own event loop; yields its URL.
+
+    A real uvicorn on 127.0.0.1 with a real socket, so rounds cross HTTP exactly as they do
+    in production, while the test can still count side effects in memory.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
+    runner = uvicorn.Server(config)
+    serving = asyncio.get_running_loop().create_task(runner.serve(sockets=[sock]))
+    try:
+        while not runner.started:
+            if serving.done():
+                await serving
+                raise RuntimeError("uvicorn did not start")
+            await asyncio.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    finally:
+        runner.should_exit = True
+        await asyncio.wait_for(serving, 10)
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def connect(server: MCPServer, transport: str, **options: Any) -> AsyncIterator[Client]:
+    """A manual 2026-07-28 client (see `manual_client`) in memory or over real HTTP."""
+    if transport == "memory":
+        async with manual_client(server, **options) as client:
+            yield client
+        return
+    async with served(server) as url, httpx2.AsyncClient(trust_env=False, timeout=20.0) as http:
+        client = manual_client(streamable_http_client(url, http_client=http), **options)  # type: ignore[arg-type]
+        async with client:
+            yield client

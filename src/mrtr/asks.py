@@ -12,8 +12,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from dataclasses import dataclass
-from functools import lru_cache
+import weakref
+from collections.abc import Callable
 from typing import Any, Literal
 
 from mcp.server.elicitation import render_elicitation_schema
@@ -46,14 +46,36 @@ class BadAnswer(Exception):
     """The client's answer does not fit the question; the question is asked again."""
 
 
-@dataclass(frozen=True, slots=True)
 class Ask:
-    kind: AskKind
-    request: InputRequest
-    digest: str
-    explicit_key: str | None
-    allow_preanswer: bool
-    schema: type[BaseModel] | None = None
+    """One question, identified by a digest of exactly what the client is shown.
+
+    The wire request is built only when the question actually goes out (most replays
+    find it answered), from parts that are cheap to hash on every replay.
+    """
+
+    __slots__ = ("_build", "allow_preanswer", "digest", "explicit_key", "kind", "schema")
+
+    def __init__(
+        self,
+        kind: AskKind,
+        build: Callable[[], InputRequest],
+        digest: str,
+        explicit_key: str | None,
+        allow_preanswer: bool,
+        schema: type[BaseModel] | None = None,
+    ) -> None:
+        if allow_preanswer and explicit_key is None:
+            raise TypeError("allow_preanswer=True needs an explicit key=: a client can only pre-answer a key it knows")
+        self.kind = kind
+        self._build = build
+        self.digest = digest
+        self.explicit_key = explicit_key
+        self.allow_preanswer = allow_preanswer
+        self.schema = schema
+
+    @property
+    def request(self) -> InputRequest:
+        return self._build()
 
     @property
     def capability(self) -> Capability:
@@ -68,7 +90,7 @@ class Ask:
         return self.request.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def accept(self, answer: Any) -> Any:
-        """Validate a wire answer and return the JSON to journal (exactly what passed).
+        """Validate a wire answer and return the JSON to journal: what the question asked for, no more.
 
         Raises:
             BadAnswer: The answer is of the wrong kind or fails the requested schema.
@@ -84,10 +106,13 @@ class Ask:
                 raise BadAnswer("accepted without content")
             assert self.schema is not None
             try:
-                self.schema.model_validate(result.content)
-            except ValidationError:
-                raise BadAnswer("content does not match the requested schema") from None
-            return {"action": "accept", "content": result.content}
+                validated = self.schema.model_validate(result.content)
+            except ValidationError as exc:
+                fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"]) or "the form"
+                raise BadAnswer(f"content does not match the requested schema ({fields})") from None
+            # Journal the fields the form asked for, as validated: junk the client added stays out.
+            lean = validated.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            return {"action": "accept", "content": lean}
         model = CreateMessageResult if self.kind == "sample" else ListRootsResult
         try:
             parsed = model.model_validate(answer)
@@ -104,46 +129,62 @@ _CAPABILITY: dict[AskKind, Capability] = {
 }
 
 
-# Every round replays every ask: rendering and digesting a question once per process, not
-# once per replay, is most of what a round costs. Asks are immutable, so sharing is safe.
-@lru_cache(maxsize=4096)
+# Every round replays every ask, so what an ask costs to build matters. Questions often
+# carry client text, so nothing here is cached by the question's text (a client could grow
+# such a cache at will): only by schema class, held weakly, which only code can create.
+_schemas: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], bytes]] = weakref.WeakKeyDictionary()
+
+
 def elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_preanswer: bool) -> Ask:
-    params = ElicitRequestFormParams(message=message, requested_schema=_schema_of(schema))
-    return _ask("elicit", ElicitRequest(params=params), key, allow_preanswer, schema)
+    rendered, canonical = _schema_of(schema)
+
+    def build() -> InputRequest:
+        return ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=rendered))
+
+    return Ask("elicit", build, _digest(b"elicit", canonical, message.encode()), key, allow_preanswer, schema)
 
 
-@lru_cache(maxsize=1024)
 def elicit_url_ask(message: str, url: str, key: str | None) -> Ask:
     # The 2026-07-28 wire correlates through requestState; the id stays for older peers.
     elicitation_id = key or hashlib.sha256(f"{message}\0{url}".encode()).hexdigest()[:16]
-    params = ElicitRequestURLParams(message=message, url=url, elicitation_id=elicitation_id)
-    return _ask("elicit_url", ElicitRequest(params=params), key, False, None)
+
+    def build() -> InputRequest:
+        params = ElicitRequestURLParams(message=message, url=url, elicitation_id=elicitation_id)
+        return ElicitRequest(params=params)
+
+    digest = _digest(b"elicit_url", message.encode(), url.encode(), elicitation_id.encode())
+    return Ask("elicit_url", build, digest, key, False, None)
 
 
 def sample_ask(params: CreateMessageRequestParams, key: str | None, allow_preanswer: bool) -> Ask:
-    return _ask("sample", CreateMessageRequest(params=params), key, allow_preanswer, None)
-
-
-@lru_cache(maxsize=256)
-def roots_ask(key: str | None, allow_preanswer: bool) -> Ask:
-    return _ask("roots", ListRootsRequest(), key, allow_preanswer, None)
-
-
-def _ask(
-    kind: AskKind, request: InputRequest, key: str | None, allow_preanswer: bool, schema: type[BaseModel] | None
-) -> Ask:
-    if allow_preanswer and key is None:
-        raise TypeError("allow_preanswer=True needs an explicit key=: a client can only pre-answer a key it knows")
+    request = CreateMessageRequest(params=params)
     rendered = json.dumps(
         request.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True, separators=(",", ":")
     )
-    digest = base64.urlsafe_b64encode(hashlib.sha256(rendered.encode()).digest()[:12]).decode()
-    return Ask(kind, request, digest, key, allow_preanswer, schema)
+    return Ask("sample", lambda: request, _digest(b"sample", rendered.encode()), key, allow_preanswer, None)
 
 
-@lru_cache(maxsize=512)
-def _schema_of(schema: type[BaseModel]) -> dict[str, Any]:
-    return render_elicitation_schema(schema)
+_ROOTS = ListRootsRequest()
+
+
+def roots_ask(key: str | None, allow_preanswer: bool) -> Ask:
+    return Ask("roots", lambda: _ROOTS, _ROOTS_DIGEST, key, allow_preanswer, None)
+
+
+def _digest(*parts: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(b"\0".join(parts)).digest()[:12]).decode()
+
+
+_ROOTS_DIGEST = _digest(b"roots")
+
+
+def _schema_of(schema: type[BaseModel]) -> tuple[dict[str, Any], bytes]:
+    cached = _schemas.get(schema)
+    if cached is None:
+        rendered = render_elicitation_schema(schema)
+        canonical = json.dumps(rendered, sort_keys=True, separators=(",", ":")).encode()
+        cached = _schemas[schema] = (rendered, canonical)
+    return cached
 
 
 def supports(capabilities: ClientCapabilities | None, capability: Capability) -> bool:

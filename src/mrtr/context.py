@@ -75,6 +75,10 @@ class Driver(Protocol):
         """The step's result as JSON (journaled, or freshly computed and journaled)."""
         ...
 
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new path of a code change named `patch_id`."""
+        ...
+
     async def continue_as_task(self) -> None:
         """Hand over to a durable task here, if this call is becoming one."""
         ...
@@ -183,6 +187,23 @@ class FlowContext:
         value = await self._driver.step(name, fn, args, kwargs)
         adapter = _return_adapter(fn)
         return value if adapter is None else adapter.validate_python(value)
+
+    def patched(self, patch_id: str) -> bool:
+        """Branch around a code change while flows started by the old code are in flight.
+
+        True for a flow that reaches this point under the new code (and from then on, on
+        every replay: the decision is journaled); False for a flow whose journal shows the
+        old code already went past this point, so it finishes on the old path:
+
+            if ctx.patched("ask-region"):
+                region = await ctx.elicit("Which region?", Region)   # new code
+            else:
+                region = Region(name="eu")                          # what old flows did
+
+        Once no flow started before the change can still be in flight, drop the old branch
+        and keep the `patched` call until then. Temporal's `workflow.patched`, for rounds.
+        """
+        return self._driver.patched(patch_id)
 
     async def continue_as_task(self) -> None:
         """Mark where a task-enabled flow stops asking inline and continues as a durable task.

@@ -24,8 +24,9 @@ from mcp_types import (
 )
 
 from mrtr.asks import Ask, BadAnswer, Capability, required_capability, supports
+from mrtr.branches import outside_branch
 from mrtr.context import StepInfo, arg_digest, call_step, to_journal
-from mrtr.replay import Replay, numbered
+from mrtr.replay import Replay, check_step_name, step_key
 
 _LEGACY_REASK_LIMIT = 3
 
@@ -51,8 +52,10 @@ class JournalDriver:
     Args:
         probe: The call may become a task; stop (raise `BecomeTask`) at the first step or
             `continue_as_task()`, so every side effect happens inside the durable task.
-        checkpoint: Awaited after each finished step (durable tasks persist the journal
-            there, so a worker that dies after a step never repeats it).
+        checkpoint: Awaited after each finished step, as part of the step (durable tasks
+            persist the journal there, so a worker that dies after a step never repeats it;
+            the round cannot settle while the write is in flight).
+        dry_run: Never run a new step: hold the branch there instead (replay testing).
     """
 
     def __init__(
@@ -61,10 +64,13 @@ class JournalDriver:
         *,
         probe: bool = False,
         checkpoint: Callable[[], Awaitable[None]] | None = None,
+        dry_run: bool = False,
     ) -> None:
         self._replay = replay
         self._probe = probe
         self._checkpoint = checkpoint
+        self._dry_run = dry_run
+        self.would_run: list[str] = []
         self.flow_id = replay.journal.flow_id
 
     def supports(self, capability: Capability) -> bool:
@@ -72,7 +78,7 @@ class JournalDriver:
 
     async def ask(self, ask: Ask) -> tuple[str, Any]:
         replay = self._replay
-        key = replay.key_for(ask)
+        key = replay.key_for(replay.branch(), ask)
         answer = replay.answer_for(key, ask)
         if answer is not None:
             return key, answer
@@ -81,27 +87,38 @@ class JournalDriver:
         return key, await replay.park(key, ask)
 
     async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        replay = self._replay
+        branch = replay.branch()
+        check_step_name(replay.flow, name)
         if self._probe:
             raise BecomeTask
-        replay = self._replay
-        key = replay.step_key(name)
+        key = step_key(branch, name)
         digest = arg_digest(args, kwargs)
         found, value = replay.recorded_step(key, digest)
         if found:
             return value
+        if self._dry_run:
+            self.would_run.append(key)
+            await replay.park(key, None)
         replay.step_started()
         try:
-            result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
-            value = to_journal(key, result)
-        except BaseException:
-            replay.step_finished(None, digest, None)
-            raise
-        replay.step_finished(key, digest, value)
-        if self._checkpoint is not None:
-            await self._checkpoint()
+            with outside_branch():
+                result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
+                value = to_journal(key, result)
+                replay.record_step(key, digest, value)
+                if self._checkpoint is not None:
+                    await self._checkpoint()
+        finally:
+            replay.step_ended()
         return value
 
+    def patched(self, patch_id: str) -> bool:
+        replay = self._replay
+        replay.branch()
+        return replay.patched(patch_id)
+
     async def continue_as_task(self) -> None:
+        self._replay.branch()
         if self._probe:
             raise BecomeTask
 
@@ -109,8 +126,9 @@ class JournalDriver:
 class LiveDriver:
     """2025-11-25 and earlier: asks are server-to-client requests; steps just run."""
 
-    def __init__(self, request: Context[Any, Any]) -> None:
+    def __init__(self, request: Context[Any, Any], flow: str = "flow") -> None:
         self._request = request
+        self._flow = flow
         self.flow_id = os.urandom(12).hex()
         self._step_counts: dict[str, int] = {}
 
@@ -132,9 +150,15 @@ class LiveDriver:
         raise MCPError(code=INVALID_PARAMS, message=f"The client answered {_LEGACY_REASK_LIMIT} times off-schema")
 
     async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        key = numbered(self._step_counts, name)
+        check_step_name(self._flow, name)
+        n = self._step_counts[name] = self._step_counts.get(name, 0) + 1
+        key = name if n == 1 else f"{name}#{n}"
         result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
         return to_journal(key, result)
+
+    def patched(self, patch_id: str) -> bool:
+        """A live run is always new code running for the first time."""
+        return True
 
     async def continue_as_task(self) -> None:
         """Legacy clients cannot take tasks: the flow simply carries on in this call."""

@@ -9,11 +9,12 @@ on the way back in), or — for a task-enabled call — a durable task that take
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -21,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequiredResult
 from mcp_types.version import is_version_at_least
 
+from mrtr import branches
 from mrtr import journal as journal_codec
 from mrtr.context import FlowContext
 from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver
@@ -84,6 +86,8 @@ class Outcome:
     became_task: bool = False
     value: Any = None
     error: BaseException | None = None
+    would_run: list[str] = field(default_factory=list)
+    """Steps a dry run reached but did not run (replay testing)."""
 
 
 class TaskCreated(MCPError):
@@ -120,7 +124,7 @@ async def run_flow(spec: FlowSpec, request: Context[Any, Any], arguments: Mappin
             raise TaskCreated(await spec.runtime.start(spec, arguments, capabilities, Journal.start()))
         probe = declared
     if not modern:
-        return await call_flow(spec, FlowContext(LiveDriver(request), request), arguments)
+        return await call_flow(spec, FlowContext(LiveDriver(request, spec.name), request), arguments)
     try:
         return await _run_round(spec, request, wire.params or {}, capabilities, arguments, probe)
     except FlowError as exc:
@@ -153,33 +157,47 @@ async def execute(
     request: Context[Any, Any] | None = None,
     probe: bool = False,
     checkpoint: Callable[[], Awaitable[None]] | None = None,
+    budget: int | None = None,
+    dry_run: bool = False,
+    state_cap: int | None = None,
 ) -> Outcome:
-    """Run the flow once from the top against `journal`, until it ends or settles on asks."""
-    replay = Replay(journal, answers, capabilities)
-    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint)
-    flow = asyncio.get_running_loop().create_task(call_flow(spec, FlowContext(driver, request), arguments))
-    replay.flow_task = flow
+    """Run the flow once from the top against `journal`, until it ends or settles on asks.
+
+    Every task the flow started is cancelled and awaited before this returns.
+    """
+    loop = asyncio.get_running_loop()
+    branches.install(loop)
+    replay = Replay(journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap)
+    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run)
+    context = contextvars.copy_context()
+    context.run(branches.current_branch.set, replay.root)
+    with branches.outside_branch():
+        flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
+    replay.root_task = flow
+    replay.adopt(flow)
     try:
         await flow
     except BaseException:
         # The flow ended badly or settled (we read which below) — unless *we* are being
-        # cancelled, in which case awaiting it has cancelled it too: let it finish, re-raise.
+        # cancelled, in which case awaiting it has cancelled it too: tear down, re-raise.
         current = asyncio.current_task()
         if current is not None and current.cancelling():
-            if not flow.done():
-                await asyncio.wait({flow})
+            await replay.close()
             raise
-    finally:
-        replay.close()
-    if flow.cancelled() and replay.settled:
-        return Outcome(replay, parked=True)
-    if flow.cancelled():
+    await replay.close()
+    outcome = Outcome(replay, would_run=driver.would_run)
+    if replay.settled:
+        outcome.parked = True
+    elif flow.cancelled():
         raise asyncio.CancelledError
-    error = flow.exception()
-    if probe or isinstance(error, BecomeTask):
+    elif probe or isinstance(flow.exception(), BecomeTask):
         # Probing ends at the first side effect, or at the end: either way a task takes over.
-        return Outcome(replay, became_task=True)
-    return Outcome(replay, value=None if error else flow.result(), error=error)
+        outcome.became_task = True
+    elif (error := flow.exception()) is not None:
+        outcome.error = error
+    else:
+        outcome.value = flow.result()
+    return outcome
 
 
 async def _run_round(
@@ -194,7 +212,18 @@ async def _run_round(
     # before we run) and the boundary's unsealing (requestState is our plaintext).
     journal = _load_journal(spec, params.get("requestState"))
     answers = params.get("inputResponses") or {}
-    outcome = await execute(spec, journal, answers, capabilities, arguments, request=request, probe=probe)
+    budget = journal_budget(spec, request)
+    outcome = await execute(
+        spec,
+        journal,
+        answers,
+        capabilities,
+        arguments,
+        request=request,
+        probe=probe,
+        budget=budget,
+        state_cap=spec.limits.max_state_bytes,
+    )
     if outcome.parked:
         return _input_required(spec, request, outcome.replay)
     if outcome.became_task:
@@ -239,13 +268,44 @@ def _input_required(spec: FlowSpec, request: Context[Any, Any], replay: Replay) 
             f"flow {spec.name!r} would carry a {sealed:,}-byte requestState, over its "
             f"{spec.limits.max_state_bytes:,}-byte cap; keep step results small (journal an id, not a payload)"
         )
-    return InputRequiredResult(
-        input_requests={key: ask.request for key, ask in replay.parked.items()},
-        request_state=state,
-    )
+    return InputRequiredResult(input_requests=wire_asks(replay), request_state=state)
+
+
+def wire_asks(replay: Replay) -> dict[str, Any]:
+    """The parked asks as `inputRequests`; a re-asked question says why, so the client can show it.
+
+    The reason goes in the form's message (what a person sees; it is not part of the
+    question's identity) and in `_meta["mrtr/reaskReason"]` for programs.
+    """
+    asks: dict[str, Any] = {}
+    for key, ask in replay.parked.items():
+        request = ask.request
+        reason = replay.reasked.get(key)
+        if reason is not None and request.params is not None:
+            update: dict[str, Any] = {"meta": {"mrtr/reaskReason": reason}}
+            if ask.kind == "elicit":
+                update["message"] = f"{request.params.message}\n\n(Asked again: {reason}.)"
+            request = request.model_copy(update={"params": request.params.model_copy(update=update)})
+        asks[key] = request
+    return asks
+
+
+def journal_budget(spec: FlowSpec, request: Context[Any, Any]) -> int:
+    """Bytes the encoded journal may take so that the sealed state stays under the cap.
+
+    An eighth of the cap stays free for what the round adds after the flow ran (the
+    pending asks, the round counter), so the final check never fails after steps ran.
+    """
+    cap = spec.limits.max_state_bytes
+    return (cap - _sealed_size("", request, spec.audience)) * 3 // 4 - cap // 8
 
 
 def sealed_size(state: str, request: Context[Any, Any], audience: str) -> int:
+    """Upper estimate of the token `RequestStateBoundary` will mint around `state`."""
+    return _sealed_size(state, request, audience)
+
+
+def _sealed_size(state: str, request: Context[Any, Any], audience: str) -> int:
     """Upper estimate of the token `RequestStateBoundary` will mint around `state`.
 
     Mirrors its claims envelope (times, method, target, argument digest, audience and a

@@ -6,6 +6,8 @@ Two families:
   and branch; uncaught, they end the call as a tool error with a readable message.
 - `FlowError`: the *flow* cannot go on (broken determinism, limits). These become precise
   JSON-RPC errors on the wire, never a stack trace.
+
+And one control-flow signal, `FlowSuspended`, which flow code never needs to catch.
 """
 
 from __future__ import annotations
@@ -75,3 +77,18 @@ class FlowExpired(FlowError):
     """The flow's overall deadline (counted from its first round) has passed."""
 
     reason = "flow_expired"
+
+
+class FlowSuspended(BaseException):
+    """The round has ended: this run of the flow is unwinding and may not ask, step or journal.
+
+    Raised by every `ctx` call made after the round settled — typically from a `finally`
+    or `except` block running because the flow is being cancelled at the end of a round.
+    The flow runs again from the top next round, and its real end comes then. A
+    `BaseException`, like `asyncio.CancelledError`, so `except Exception` does not swallow it.
+    """
+
+    def __init__(self, flow: str) -> None:
+        super().__init__(
+            f"flow {flow!r} is suspended until the client answers; ctx calls made while it unwinds do nothing"
+        )

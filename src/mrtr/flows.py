@@ -20,8 +20,9 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
-from mcp_types import Annotations, Icon, ToolAnnotations
+from mcp_types import INVALID_PARAMS, Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
 
 from mrtr.context import FlowContext
@@ -191,7 +192,7 @@ class Flows:
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
-            wrapper = _sdk_entry_point(fn, spec, refused=None)
+            wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_client_error(spec))
             prompt = Prompt.from_function(wrapper, name=spec.name, title=title, description=description, icons=icons)
             self.server.add_prompt(prompt)
             return fn
@@ -218,7 +219,7 @@ class Flows:
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
-            wrapper = _sdk_entry_point(fn, spec, refused=None)
+            wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_client_error(spec))
             options = dict(
                 name=name, title=title, description=description, mime_type=mime_type,
                 icons=icons, annotations=annotations, meta=meta,
@@ -269,6 +270,19 @@ def _refused_as_tool_error(exc: InputRefused) -> Exception:
     return ToolError(str(exc))
 
 
+def _refused_as_client_error(spec: FlowSpec) -> Callable[[InputRefused], Exception]:
+    """Prompts and resources have no error result: the user's refusal is a -32602 the client can show.
+
+    Not a crash (-32603, logged with a traceback): nothing went wrong on the server.
+    """
+
+    def refused(exc: InputRefused) -> Exception:
+        data = {"reason": f"input_{exc.action}", "flow": spec.name, "key": exc.key}
+        return MCPError(code=INVALID_PARAMS, message=str(exc), data=data)
+
+    return refused
+
+
 def _flow_context_param(fn: Callable[..., Any]) -> str | None:
     hints = typing.get_type_hints(fn)
     for param, annotation in hints.items():
@@ -278,7 +292,7 @@ def _flow_context_param(fn: Callable[..., Any]) -> str | None:
 
 
 def _sdk_entry_point(
-    fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception] | None
+    fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception]
 ) -> Callable[..., Any]:
     """An SDK-registrable function: the flow's signature, with the SDK `Context` injected."""
     hints = typing.get_type_hints(fn, include_extras=True)
@@ -300,9 +314,7 @@ def _sdk_entry_point(
         try:
             return await run_flow(spec, request, kwargs)
         except InputRefused as exc:
-            if refused is None:
-                raise
-            raise refused(exc) from exc
+            raise refused(exc) from None
 
     functools.update_wrapper(entry, fn, updated=())
     del entry.__wrapped__  # the SDK must see our signature, not the flow's

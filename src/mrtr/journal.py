@@ -27,6 +27,9 @@ _INFLATE_MAX = 8 << 20
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
+_KNOWN = frozenset("vftnaspm")
+
+
 class JournalFormatError(ValueError):
     """The state is authentic (the boundary verified it) but not a journal we can read."""
 
@@ -44,6 +47,10 @@ class Journal:
     """step key -> (argument digest, the step's result as JSON)."""
     pending: dict[str, str] = field(default_factory=dict)
     """wire key -> question digest, for every ask the last round sent out."""
+    markers: set[str] = field(default_factory=set)
+    """`ctx.patched(id)` ids this flow passed (code versioning)."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Wire fields written by a newer mrtr that this one does not know: kept, not dropped."""
 
     @classmethod
     def start(cls) -> Journal:
@@ -62,7 +69,13 @@ class Journal:
             wire["s"] = {k: [d, v] for k, (d, v) in self.steps.items()}
         if self.pending:
             wire["p"] = self.pending
-        return wire
+        if self.markers:
+            wire["m"] = sorted(self.markers)
+        return wire | self.extras if self.extras else wire
+
+    def size(self) -> int:
+        """Bytes of the encoded journal, as it will sit in the sealed state (an upper bound)."""
+        return embedded_length(_ENCODER.encode(self.to_wire()))
 
     @classmethod
     def from_wire(cls, wire: Any) -> Journal:
@@ -76,6 +89,8 @@ class Journal:
                 answers={str(k): (str(q), v) for k, (q, v) in wire.get("a", {}).items()},
                 steps={str(k): (str(d), v) for k, (d, v) in wire.get("s", {}).items()},
                 pending={str(k): str(q) for k, q in wire.get("p", {}).items()},
+                markers={str(m) for m in wire.get("m", ())},
+                extras={k: v for k, v in wire.items() if k not in _KNOWN},
             )
         except JournalFormatError:
             raise
@@ -116,6 +131,11 @@ def decode(state: str) -> Journal:
     except (ValueError, zlib.error) as exc:
         raise JournalFormatError(f"undecodable journal: {exc!r}") from None
     return Journal.from_wire(wire)
+
+
+def entry_size(key: str, digest: str, value: Any) -> int:
+    """What one journal entry adds to the encoded journal (upper bound, before compression)."""
+    return embedded_length(_ENCODER.encode([key, digest, value]))
 
 
 def embedded_length(text: str) -> int:

@@ -2,81 +2,150 @@
 
 Each round runs the flow function from the top. Asks already answered, and steps already
 finished, return their journaled values instantly; a new answer in `inputResponses` is
-checked against the question it claims to answer and journaled; the first asks with no
-answer *park* the branches that made them. When every branch of the flow is parked or
-done and no step is still running, the round *settles*: the flow is cancelled and the
-parked asks go out together in one `InputRequiredResult`.
+checked against the question it claims to answer and journaled; an ask with no answer
+*parks* the branch that made it. When no task of the flow can move without the client
+(`quiescence`) and no step is running, the round *settles*: from then on the flow is
+*suspended* — every `ctx` call raises `FlowSuspended` — and every task it started is
+cancelled and awaited, so its `finally` blocks unwind without asking, stepping or
+journaling anything. The parked asks go out together in one `InputRequiredResult`.
 
 Settling (rather than stopping at the first unanswered ask) is what lets `ctx.gather`
-and plain `asyncio.gather` batch their asks into one round, and guarantees a step that
-was running when another branch parked finishes and is journaled rather than lost.
+and plain `asyncio.gather` batch their asks into one round, and guarantees that a step
+running when another branch parked finishes, and is journaled, rather than lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from mcp_types import ClientCapabilities
 
+from mrtr import journal as journal_codec
+from mrtr import quiescence
 from mrtr.asks import Ask, BadAnswer
-from mrtr.errors import FlowDefinitionError, NondeterminismError
-from mrtr.journal import Journal
+from mrtr.branches import Branch, current_branch, outside_branch
+from mrtr.errors import FlowDefinitionError, FlowSuspended, NondeterminismError, StateTooLarge
+from mrtr.journal import Journal, embedded_length, entry_size
 
 logger = logging.getLogger(__name__)
 
-# Event-loop passes with no new activity before a round counts as settled. Ready
-# branches run within one pass; three leaves margin for chained task wake-ups.
-_QUIET_PASSES = 3
+# Passes with nothing runnable before the round settles: a finished task's callbacks (a
+# gather's or TaskGroup's completion) reach its waiting parent one or two passes later.
+_CONFIRM_PASSES = 3
+# How long teardown keeps cancelling a task that refuses to end (it swallowed the cancel).
+_TEARDOWN_TRIES = 50
+
+_RESERVED = re.compile(r"[#/@]")
+_DERIVED_KEY = re.compile(r"^(elicit|elicit_url|sample|roots)_[A-Za-z0-9_-]{10}(_\d+)?(@[\d.]+)?$")
 
 
-def numbered(counts: dict[str, int], name: str) -> str:
-    """`name` the first time, then `name#2`, `name#3`...: stable step keys for repeated names."""
-    n = counts.get(name, 0) + 1
-    counts[name] = n
-    return name if n == 1 else f"{name}#{n}"
+def step_key(branch: Branch, name: str) -> str:
+    """`name`, `name#2`... within a branch; a concurrent branch's keys carry its path."""
+    n = branch.step_counts.get(name, 0) + 1
+    branch.step_counts[name] = n
+    key = name if n == 1 else f"{name}#{n}"
+    return f"{branch.path}/{key}" if branch.path else key
+
+
+def check_step_name(flow: str, name: str) -> None:
+    if not name or _RESERVED.search(name):
+        raise FlowDefinitionError(
+            f"flow {flow!r}: step name {name!r} is not allowed: names must be non-empty and free of '#', '/' and '@', "
+            "which mrtr uses to number repeated and concurrent steps"
+        )
 
 
 class Replay:
-    """Bookkeeping for one round: what the flow asked, what it may use, what to keep."""
+    """Bookkeeping for one round: what the flow asked, what it may use, what to keep.
+
+    Args:
+        flow: The flow's name, for error messages.
+        budget: Bytes the journal may grow to (ephemeral flows: what fits in the sealed
+            `requestState`); `None` for durable tasks, whose journal lives in a store.
+        state_cap: The sealed-state cap the budget derives from, for error messages.
+    """
 
     def __init__(
         self,
         journal: Journal,
         answers: Mapping[str, Any],
         capabilities: ClientCapabilities | None,
+        *,
+        flow: str = "flow",
+        budget: int | None = None,
+        state_cap: int | None = None,
     ) -> None:
         self.journal = journal
         self.capabilities = capabilities
+        self.flow = flow
+        self.budget = budget
+        self.state_cap = state_cap
         self._incoming = answers
-        self._ask_counts: dict[str, int] = {}
         self._explicit_keys: set[str] = set()
-        self._step_counts: dict[str, int] = {}
+        self._consumed: set[str] = set()
+        self._size: int | None = None
         self.parked: dict[str, Ask] = {}
-        self._activity = 0
+        self.reasked: dict[str, str] = {}
+        """wire key -> why the client's answer to it was not used (shown with the re-ask)."""
+        self.tasks: list[asyncio.Task[Any]] = []
+        self._parked_tasks: set[asyncio.Task[Any]] = set()
         self._running_steps = 0
         self._steps_idle = asyncio.Event()
         self._steps_idle.set()
         self._park_forever: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._settle_task: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._activity = 0
+        self.suspended = False
+        """No ctx call may act any more: the round has settled, or the run is being torn down."""
         self.settled = False
+        """The round ended on its own, with the flow waiting for the client."""
+        self.root = Branch(self, "")
+
+    # -- the flow's tasks ---------------------------------------------------------------
+
+    def adopt(self, task: asyncio.Task[Any]) -> None:
+        """Count `task` as the flow's: it must be quiet for the round to settle, and it is
+        cancelled and awaited before the round returns."""
+        self.tasks.append(task)
+
+    def branch(self) -> Branch:
+        """The calling task's branch, checked to belong to this run."""
+        if self.suspended:
+            raise FlowSuspended(self.flow)
+        branch = current_branch.get()
+        if branch is None or branch.replay is not self:
+            raise FlowDefinitionError(
+                f"flow {self.flow!r}: ctx was used outside the flow's own tasks (inside a step's function, a "
+                "thread, or a task started elsewhere); call ctx only from the flow body and the tasks it starts"
+            )
+        return branch
 
     # -- asks ---------------------------------------------------------------------------
 
-    def key_for(self, ask: Ask) -> str:
-        if ask.explicit_key is not None:
-            if ask.explicit_key in self._explicit_keys:
+    def key_for(self, branch: Branch, ask: Ask) -> str:
+        explicit = ask.explicit_key
+        if explicit is not None:
+            if _DERIVED_KEY.match(explicit):
                 raise FlowDefinitionError(
-                    f"key {ask.explicit_key!r} was asked twice in one run; explicit keys name one question "
-                    f"each (in a loop, make the key unique, e.g. key=f'{ask.explicit_key}_{{i}}')"
+                    f"flow {self.flow!r}: key {explicit!r} has the shape of a key mrtr derives itself; "
+                    "choose another name"
                 )
-            self._explicit_keys.add(ask.explicit_key)
-            return ask.explicit_key
-        n = self._ask_counts.get(ask.digest, 0) + 1
-        self._ask_counts[ask.digest] = n
-        return ask.derived_key(n)
+            if explicit in self._explicit_keys:
+                raise FlowDefinitionError(
+                    f"flow {self.flow!r}: key {explicit!r} was asked twice in one run; explicit keys name one "
+                    f"question each (in a loop, make the key unique, e.g. key=f'{explicit}_{{i}}')"
+                )
+            self._explicit_keys.add(explicit)
+            return explicit
+        n = branch.ask_counts.get(ask.digest, 0) + 1
+        branch.ask_counts[ask.digest] = n
+        key = ask.derived_key(n)
+        return f"{key}@{branch.path}" if branch.path else key
 
     def answer_for(self, key: str, ask: Ask) -> Any | None:
         """The journaled or newly arrived answer to `ask`, or None when it must be asked."""
@@ -84,39 +153,55 @@ class Replay:
         recorded = self.journal.answers.get(key)
         if recorded is not None:
             if recorded[0] == ask.digest:
+                self._consumed.add("a:" + key)
                 return recorded[1]
             # Same key, different question (new code, new wording): ask again.
             del self.journal.answers[key]
+            self._size = None
         if key not in self._incoming:
             return None
         asked = self.journal.pending.get(key) == ask.digest
         if not asked and not ask.allow_preanswer:
-            logger.info("ignoring an answer to %r: that question was not asked", key)
+            logger.info("flow %s: ignoring an answer to %r: that question was not asked", self.flow, key)
             return None
         try:
             accepted = ask.accept(self._incoming[key])
         except BadAnswer as exc:
-            logger.info("re-asking %r: %s", key, exc)
+            logger.info("flow %s: re-asking %r: %s", self.flow, key, exc)
+            self.reasked[key] = str(exc)
             return None
-        self.journal.answers[key] = (ask.digest, accepted)
+        if not self._admit(self.journal.answers, key, (ask.digest, accepted)):
+            reason = "the answer is too large to carry to the next round"
+            logger.info("flow %s: re-asking %r: %s", self.flow, key, reason)
+            self.reasked[key] = reason
+            return None
+        self._consumed.add("a:" + key)
         return accepted
 
     def pending(self) -> dict[str, str]:
         """The parked asks as the journal remembers them: wire key -> question digest."""
         return {key: ask.digest for key, ask in self.parked.items()}
 
-    async def park(self, key: str, ask: Ask) -> Any:
-        """Hold this branch until the round settles; it never resumes (the flow is cancelled)."""
-        self.parked[key] = ask
+    async def park(self, key: str, ask: Ask | None) -> Any:
+        """Hold this branch until the round settles; it never resumes (the flow is suspended).
+
+        `ask=None` holds a branch without asking anything (a replay test reaching new work).
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        if ask is not None:
+            self.parked[key] = ask
+        self._parked_tasks.add(task)
         self._activity += 1
-        if self._settle_task is None:
-            self._settle_task = asyncio.get_running_loop().create_task(self._settle())
-        return await asyncio.shield(self._park_forever)
+        if self._watcher is None:
+            with outside_branch():  # the watcher is mrtr's, not one of the flow's tasks
+                self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        try:
+            return await asyncio.shield(self._park_forever)
+        finally:
+            self._parked_tasks.discard(task)
 
     # -- steps --------------------------------------------------------------------------
-
-    def step_key(self, name: str) -> str:
-        return numbered(self._step_counts, name)
 
     def recorded_step(self, key: str, arg_digest: str) -> tuple[bool, Any]:
         self._activity += 1
@@ -125,40 +210,125 @@ class Replay:
             return False, None
         if arg_digest and recorded[0] and recorded[0] != arg_digest:
             raise NondeterminismError(
-                f"step {key!r} was called with different arguments than when it ran; code before it "
-                "is not deterministic (move clocks, randomness and I/O into ctx.step)"
+                f"flow {self.flow!r}: step {key!r} was called with different arguments than when it ran; code "
+                "before it is not deterministic (move clocks, randomness and I/O into ctx.step)"
             )
+        self._consumed.add("s:" + key)
         return True, recorded[1]
 
     def step_started(self) -> None:
         self._running_steps += 1
         self._steps_idle.clear()
 
-    def step_finished(self, key: str | None, arg_digest: str, value: Any) -> None:
-        if key is not None:
-            self.journal.steps[key] = (arg_digest, value)
+    def record_step(self, key: str, arg_digest: str, value: Any) -> None:
+        """Journal a finished step's value, or refuse it if it cannot travel (`StateTooLarge`)."""
+        if not self._admit(self.journal.steps, key, (arg_digest, value)):
+            raise StateTooLarge(
+                f"flow {self.flow!r}: step {key!r} returned a value too large to journal within the "
+                f"{self.state_cap or self.budget:,}-byte cap on the sealed requestState; journal an id or a "
+                "summary, not the payload (or raise max_state_bytes)"
+            )
+        self._consumed.add("s:" + key)
+
+    def step_ended(self) -> None:
+        """The step (and its checkpoint write) is over, however it ended."""
         self._running_steps -= 1
         self._activity += 1
         if self._running_steps == 0:
             self._steps_idle.set()
 
+    # -- versioning ---------------------------------------------------------------------
+
+    def patched(self, patch_id: str) -> bool:
+        """Temporal's `patched`: true for new progress, true on replay only if recorded."""
+        if patch_id in self.journal.markers:
+            return True
+        if self._at_frontier():
+            self.journal.markers.add(patch_id)
+            return True
+        return False
+
+    def _at_frontier(self) -> bool:
+        """Has this run consumed everything the journal holds (so no old code ran past here)?"""
+        return len(self._consumed) >= len(self.journal.answers) + len(self.journal.steps)
+
+    def unconsumed(self) -> list[str]:
+        """Journal entries this run never reached (a replay test reports them as divergence)."""
+        answers = [f"answer {k!r}" for k in self.journal.answers if "a:" + k not in self._consumed]
+        steps = [f"step {k!r}" for k in self.journal.steps if "s:" + k not in self._consumed]
+        return steps + answers
+
+    # -- size ---------------------------------------------------------------------------
+
+    def _admit(self, table: dict[str, tuple[str, Any]], key: str, entry: tuple[str, Any]) -> bool:
+        """Journal `entry` unless the journal would outgrow its budget (then leave it out)."""
+        table[key] = entry
+        if self.budget is None:
+            return True
+        if self._size is None:
+            self._size = self.journal.size()
+        else:
+            self._size += entry_size(key, *entry)
+        # Plain JSON is an upper bound; only near the budget does the encoded form decide.
+        if self._size <= self.budget or embedded_length(journal_codec.encode(self.journal)) <= self.budget:
+            return True
+        del table[key]
+        self._size = None
+        return False
+
     # -- settling -----------------------------------------------------------------------
 
-    async def _settle(self) -> None:
-        while True:
-            await self._steps_idle.wait()
-            mark = self._activity
-            for _ in range(_QUIET_PASSES):
+    async def _watch(self) -> None:
+        quiet = 0
+        mark = -1
+        while not self.root_task.done():
+            if self._running_steps:
+                quiet = 0
+                await self._steps_idle.wait()
+                continue
+            busy = quiescence.classify(self.tasks, self._parked_tasks)
+            if busy is quiescence.Busy.UNKNOWN:  # no insight into this loop: watch for activity
+                busy = quiescence.Busy.RUNNABLE if self._activity != mark else None
+                mark = self._activity
+            if busy is quiescence.Busy.RUNNABLE:
+                quiet = 0
                 await asyncio.sleep(0)
-            if self._running_steps == 0 and self._activity == mark:
-                break
+            elif busy is not None:
+                quiet = 0
+                await asyncio.wait({busy})
+            else:
+                quiet += 1
+                if quiet >= _CONFIRM_PASSES:
+                    self._suspend()
+                    return
+                await asyncio.sleep(0)
+
+    def _suspend(self) -> None:
         self.settled = True
-        self.flow_task.cancel()
+        self.suspended = True
+        for task in self.tasks:
+            task.cancel()
 
-    flow_task: asyncio.Task[Any]
+    root_task: asyncio.Task[Any]
 
-    def close(self) -> None:
-        if self._settle_task is not None and not self._settle_task.done():
-            self._settle_task.cancel()
+    async def close(self) -> None:
+        """Cancel and await everything the flow started: nothing of it runs after the round."""
+        if self._watcher is not None and not self._watcher.done():
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        self.suspended = True
+        for _ in range(_TEARDOWN_TRIES):
+            alive = [t for t in self.tasks if not t.done()]
+            if not alive:
+                break
+            for task in alive:
+                task.cancel()
+            await asyncio.wait(alive, timeout=0.02)
+        else:
+            logger.error("flow %s: a task of the flow ignored cancellation and is still running", self.flow)
+        for task in self.tasks:  # consume their outcomes: nobody else will
+            if task.done() and not task.cancelled():
+                task.exception()
         if not self._park_forever.done():
             self._park_forever.cancel()

@@ -1,0 +1,91 @@
+"""Branches: a scheduling-independent identity for every task a flow starts.
+
+A flow that runs concurrent branches (`ctx.gather`, `asyncio.gather`, `asyncio.TaskGroup`,
+`asyncio.create_task`) cannot name its steps and asks by the order in which they happen:
+on a replay an answered ask returns at once, so branches interleave differently every
+round. Instead each task is named by *where it was created*: the n-th task its parent
+created, recursively (`"0"`, `"1"`, `"1.0"`, ...). Creation order within one task is as
+deterministic as the flow's own code, so the name is the same on every replay.
+
+asyncio offers exactly one place that sees every task being created, with the creator's
+context still current: the event loop's task factory. mrtr installs one (chaining any
+factory already set); outside a flow it is a single context-variable read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Coroutine, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mrtr.replay import Replay
+
+
+class Branch:
+    """One task of one flow run: its path and the counters that name what it does."""
+
+    __slots__ = ("ask_counts", "children", "path", "replay", "step_counts")
+
+    def __init__(self, replay: Replay, path: str) -> None:
+        self.replay = replay
+        self.path = path
+        self.children = 0
+        self.step_counts: dict[str, int] = {}
+        self.ask_counts: dict[str, int] = {}
+
+    def child(self) -> Branch:
+        index = self.children
+        self.children += 1
+        return Branch(self.replay, f"{self.path}.{index}" if self.path else str(index))
+
+
+current_branch: contextvars.ContextVar[Branch | None] = contextvars.ContextVar("mrtr_branch", default=None)
+
+
+@contextlib.contextmanager
+def outside_branch() -> Iterator[None]:
+    """Run mrtr's own awaits (a step's function, a checkpoint write) outside the branch.
+
+    Tasks they create (a driver's internals, a thread pool) are not the flow's: they must
+    neither consume the branch's child numbering nor be counted when the round settles.
+    """
+    token = current_branch.set(None)
+    try:
+        yield
+    finally:
+        current_branch.reset(token)
+
+
+_factories: dict[asyncio.AbstractEventLoop, Any] = {}
+
+
+def install(loop: asyncio.AbstractEventLoop) -> None:
+    """Make `loop` name the tasks flows create (idempotent; keeps a factory already set)."""
+    if loop.get_task_factory() is _factory:
+        return
+    _factories[loop] = loop.get_task_factory()
+    loop.set_task_factory(_factory)  # type: ignore[arg-type]
+
+
+def _factory(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any) -> asyncio.Future[Any]:
+    parent = current_branch.get()
+    if parent is not None and not parent.replay.suspended:
+        child = parent.child()
+        context = kwargs.pop("context", None)
+        context = context.copy() if context is not None else contextvars.copy_context()
+        context.run(current_branch.set, child)
+        kwargs["context"] = context
+        task = _create(loop, coro, kwargs)
+        parent.replay.adopt(task)
+        return task
+    return _create(loop, coro, kwargs)
+
+
+def _create(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], kwargs: dict[str, Any]) -> Any:
+    previous = _factories.get(loop)
+    if previous is not None:
+        return previous(loop, coro, **kwargs)
+    return asyncio.Task(coro, loop=loop, **kwargs)
