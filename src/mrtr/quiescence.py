@@ -34,9 +34,7 @@ class Busy(enum.Enum):
     UNKNOWN = "unknown"
 
 
-def classify(
-    tasks: Iterable[asyncio.Task[Any]], parked: Set[asyncio.Task[Any]]
-) -> Busy | asyncio.Future[Any] | None:
+def classify(tasks: Iterable[asyncio.Task[Any]], parked: Set[asyncio.Task[Any]]) -> Busy | asyncio.Future[Any] | None:
     """`None` when every task is quiet; else what keeps the flow busy (a future to await, or why)."""
     waited: list[asyncio.Future[Any]] = []
     for task in tasks:
