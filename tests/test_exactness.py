@@ -8,8 +8,10 @@ official `Client` both in memory and over real HTTP (uvicorn on 127.0.0.1).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import secrets
+import tracemalloc
 from collections import Counter
 
 import anyio
@@ -282,3 +284,36 @@ async def test_answers_are_journaled_lean_and_an_oversize_answer_is_reasked_befo
         done = await call.send({call.key_for_message("Colour?"): accept(word="red")})
         assert text_of(done) == "4:red"
         assert runs == Counter(before=2, after=2)
+
+
+async def test_server_memory_stays_flat_across_rounds_with_distinct_large_questions_and_answers() -> None:
+    """Nothing a client controls is cached: questions carry client text, answers client data."""
+    server = new_server()
+    flows = mrtr.Flows(server)
+
+    @flows.tool()
+    async def echo(text: str, ctx: mrtr.FlowContext) -> int:
+        answer = await ctx.elicit(f"About {text}?", Word)
+        return len(answer.word)
+
+    async def one_call(client, i: int) -> None:
+        call = Driver(client, "echo", {"text": f"{i}:" + secrets.token_hex(60_000)})
+        await call.send()
+        done = await call.send({next(iter(call.asked)): accept(word=secrets.token_hex(12_000))})
+        assert done.structured_content == {"result": 24_000}
+
+    async with connect(server, "memory") as client:
+        for i in range(20):  # warm up: imports, pydantic schemas, the SDK's own caches
+            await one_call(client, i)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            baseline = tracemalloc.get_traced_memory()[0]
+            for i in range(20, 220):
+                await one_call(client, i)
+            gc.collect()
+            grown = tracemalloc.get_traced_memory()[0] - baseline
+        finally:
+            tracemalloc.stop()
+    # 200 calls moved ~30 MB of distinct questions and answers through the server.
+    assert grown < 3 * 1024 * 1024, f"server memory grew by {grown:,} bytes"

@@ -74,6 +74,8 @@ class Flows:
         self.server = server
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         self._static = StaticResourceFlows(server)
+        self.specs: dict[str, FlowSpec] = {}
+        """Every flow registered here, by name (replay tests look flows up in it)."""
         self._store = store
         self._task_options = {
             "lease": task_lease,
@@ -157,7 +159,7 @@ class Flows:
         def decorator(fn: F) -> F:
             runtime = self._tasks() if task != "never" else None
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, task, runtime)
-            spec = dataclasses.replace(spec, mrtr_first=mrtr_first)
+            spec = self.specs[spec.name] = dataclasses.replace(spec, mrtr_first=mrtr_first)
             wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_tool_error)
             if runtime is not None:
                 shape = func_metadata(wrapper, skip_names=[spec.request_param], structured_output=structured_output)
@@ -250,7 +252,7 @@ class Flows:
             deadline=deadline if deadline is not None else self.limits.deadline,
             max_state_bytes=max_state_bytes if max_state_bytes is not None else self.limits.max_state_bytes,
         )
-        return FlowSpec(
+        spec = FlowSpec(
             name=name,
             fn=fn,
             ctx_param=_flow_context_param(fn),
@@ -259,6 +261,8 @@ class Flows:
             task=task,
             runtime=runtime,
         )
+        self.specs[name] = spec
+        return spec
 
 
 def _reject_bare_use(first: object, what: str) -> None:

@@ -150,6 +150,8 @@ class Replay:
     def answer_for(self, key: str, ask: Ask) -> Any | None:
         """The journaled or newly arrived answer to `ask`, or None when it must be asked."""
         self._activity += 1
+        if key in self.journal.pending:
+            self._consumed.add("p:" + key)
         recorded = self.journal.answers.get(key)
         if recorded is not None:
             if recorded[0] == ask.digest:
@@ -249,8 +251,10 @@ class Replay:
         return False
 
     def _at_frontier(self) -> bool:
-        """Has this run consumed everything the journal holds (so no old code ran past here)?"""
-        return len(self._consumed) >= len(self.journal.answers) + len(self.journal.steps)
+        """Has this run reached everything the journal holds — answers, steps and the asks
+        the last round sent out — so that no earlier code ran past this point?"""
+        journal = self.journal
+        return len(self._consumed) >= len(journal.answers) + len(journal.steps) + len(journal.pending)
 
     def unconsumed(self) -> list[str]:
         """Journal entries this run never reached (a replay test reports them as divergence)."""
