@@ -748,9 +748,50 @@ async def main(args: argparse.Namespace) -> bool:
         f"  Meeting (c)/(a) <= {TARGET_HTTP_PLAIN} over HTTP needs (c) <= {ms(budget)} ms, i.e. mrtr at most "
         f"{ms(budget - med['floor'])} ms over the floor; it is {ms(med['mrtr'] - med['floor'])} ms over now."
     )
+    loop, single = await loop_cost(5 if args.quick else 15)
+    print(
+        f"\nLong loops (in-process, per round incl. client): {LOOP_ROUNDS}-round loop {ms(loop)} ms, "
+        f"1-round flow {ms(single)} ms: {loop / single:.2f}x (target <= 1.5x)"
+    )
+    found.append(Verdict("loop/1-round in-proc", loop / single, 1.5, (loop / single, loop / single)))
     met = all(v.met for v in found)
     print(f"\n{'ALL TARGETS MET' if met else 'NOT ALL TARGETS MET'} (measured in {time.perf_counter() - started:.0f}s)")
     return met
+
+
+async def loop_cost(calls: int) -> tuple[float, float]:
+    """Per-round server time of a 100-round loop vs a 1-round flow, in-process (median of calls).
+
+    Each round replays every earlier ask from the journal, so a long loop costs more per
+    round than a short flow; this shows how much more.
+    """
+    server = MCPServer("bench-loop", request_state_security=RequestStateSecurity(keys=[os.urandom(32)]))
+    flows = mrtr.Flows(server, max_rounds=LOOP_ROUNDS + 1)
+
+    @flows.tool()
+    async def long_loop(ctx: mrtr.FlowContext) -> int:
+        total = 0
+        for i in range(LOOP_ROUNDS):
+            total += len((await ctx.elicit(question(i), Answer)).value)
+        return total
+
+    @flows.tool()
+    async def one_round(ctx: mrtr.FlowContext) -> int:
+        return len((await ctx.elicit(question(0), Answer)).value)
+
+    per_round: dict[str, list[float]] = {"long_loop": [], "one_round": []}
+    client = Client(server, elicitation_callback=on_elicit, input_required_max_rounds=LOOP_ROUNDS + 1)
+    async with client:
+        for i in range(calls + 2):
+            for tool, rounds in (("long_loop", LOOP_ROUNDS + 1), ("one_round", 2)):
+                began = time.perf_counter()
+                await client.call_tool(tool, {})
+                if i >= 2:  # warm-up
+                    per_round[tool].append((time.perf_counter() - began) / rounds)
+    return statistics.median(per_round["long_loop"]), statistics.median(per_round["one_round"])
+
+
+LOOP_ROUNDS = 100
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

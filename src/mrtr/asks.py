@@ -130,12 +130,30 @@ _CAPABILITY: dict[AskKind, Capability] = {
 
 
 # Every round replays every ask, so what an ask costs to build matters. Questions often
-# carry client text, so nothing here is cached by the question's text (a client could grow
-# such a cache at will): only by schema class, held weakly, which only code can create.
+# carry client text, so caches are bounded in bytes, not just entries: schemas by class,
+# held weakly (only code creates classes), and asks only for short questions.
 _schemas: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], bytes]] = weakref.WeakKeyDictionary()
 
 
 def elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_preanswer: bool) -> Ask:
+    if len(message) > _SHORT:
+        return _elicit_ask(message, schema, key, allow_preanswer)
+    # Short questions (most are) are cached: at most _CACHED asks of at most _SHORT characters.
+    ident = (message, schema, key, allow_preanswer)
+    ask = _recent.get(ident)
+    if ask is None:
+        ask = _recent[ident] = _elicit_ask(message, schema, key, allow_preanswer)
+        if len(_recent) > _CACHED:
+            del _recent[next(iter(_recent))]
+    return ask
+
+
+_SHORT = 256
+_CACHED = 4096
+_recent: dict[tuple[str, type[BaseModel], str | None, bool], Ask] = {}
+
+
+def _elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_preanswer: bool) -> Ask:
     rendered, canonical = _schema_of(schema)
 
     def build() -> InputRequest:

@@ -160,6 +160,7 @@ async def execute(
     budget: int | None = None,
     dry_run: bool = False,
     state_cap: int | None = None,
+    base_size: int | None = None,
 ) -> Outcome:
     """Run the flow once from the top against `journal`, until it ends or settles on asks.
 
@@ -167,7 +168,9 @@ async def execute(
     """
     loop = asyncio.get_running_loop()
     branches.install(loop)
-    replay = Replay(journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap)
+    replay = Replay(
+        journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap, base_size=base_size
+    )
     driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run)
     context = contextvars.copy_context()
     context.run(branches.current_branch.set, replay.root)
@@ -210,7 +213,8 @@ async def _run_round(
 ) -> Any:
     # `params` already passed the SDK's validation (malformed inputResponses are -32602
     # before we run) and the boundary's unsealing (requestState is our plaintext).
-    journal = _load_journal(spec, params.get("requestState"))
+    state = params.get("requestState")
+    journal = _load_journal(spec, state)
     answers = params.get("inputResponses") or {}
     budget = journal_budget(spec, request)
     outcome = await execute(
@@ -223,6 +227,7 @@ async def _run_round(
         probe=probe,
         budget=budget,
         state_cap=spec.limits.max_state_bytes,
+        base_size=journal_codec.embedded_length(state) if state else None,
     )
     if outcome.parked:
         return _input_required(spec, request, outcome.replay)

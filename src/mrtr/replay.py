@@ -68,6 +68,7 @@ class Replay:
         budget: Bytes the journal may grow to (ephemeral flows: what fits in the sealed
             `requestState`); `None` for durable tasks, whose journal lives in a store.
         state_cap: The sealed-state cap the budget derives from, for error messages.
+        base_size: An upper bound of the journal's encoded size as it arrived (else measured).
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class Replay:
         flow: str = "flow",
         budget: int | None = None,
         state_cap: int | None = None,
+        base_size: int | None = None,
     ) -> None:
         self.journal = journal
         self.capabilities = capabilities
@@ -88,7 +90,7 @@ class Replay:
         self._incoming = answers
         self._explicit_keys: set[str] = set()
         self._consumed: set[str] = set()
-        self._size: int | None = None
+        self._size: int | None = base_size
         self.parked: dict[str, Ask] = {}
         self.reasked: dict[str, str] = {}
         """wire key -> why the client's answer to it was not used (shown with the re-ask)."""
