@@ -1,7 +1,9 @@
 """mrtr: await-style multi round-trip flows for MCP servers that run on a stateless fleet.
 
 Read top-down: `flows` (registration) -> `engine` (one request, or one run of a task) ->
-`drivers` + `replay` (one run against the journal) -> `journal` (what is remembered).
+`drivers` + `replay` (one run against the journal; `branches` names concurrent tasks,
+`quiescence` tells when a round is over) -> `journal` (what is remembered). `testing`
+replays recorded journals against new code.
 `context` is what a flow awaits, `asks` how questions look on the wire, `errors` what can
 go wrong. Durable tasks: `tasks` (the extension's wire methods) -> `worker` (leases,
 resumption) -> `stores` (SQLite, Redis, PostgreSQL). Clients: `client`, `task_client`.
@@ -15,6 +17,7 @@ from mrtr.errors import (
     FlowDefinitionError,
     FlowError,
     FlowExpired,
+    FlowSuspended,
     InputRefused,
     NondeterminismError,
     StateTooLarge,
@@ -31,6 +34,7 @@ __all__ = [
     "FlowDefinitionError",
     "FlowError",
     "FlowExpired",
+    "FlowSuspended",
     "Flows",
     "InputRefused",
     "PostgresStore",
