@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 import mrtr
 from mrtr.client import FlowClient
+from mrtr.journal import decode
 from mrtr.stores.sqlite import SQLiteStore
 from mrtr.task_client import CreatedTask, TaskCancelled, TasksClient, TaskSnapshot, cancel_task, get_task, update_task
 from tests.flowkit import accept, new_server, sampled
@@ -324,3 +325,52 @@ async def test_seed_dialect_is_off_by_default_and_works_when_asked() -> None:
             _SeedResult(method="tasks/result", params=_TaskParams(task_id=created.task_id)), any_dict
         )
         assert final["content"][0]["text"] == "deleted e"
+
+
+class _SlowSaves:
+    """A real store whose writes take a while, recording any write cancelled half-way."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self._inner = inner
+        self.cancelled_writes = 0
+        self.step_writes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def save(self, record: Any) -> bool:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            self.cancelled_writes += 1
+            raise
+        saved = await self._inner.save(record)
+        if saved and any(key.endswith("lookup") for key in decode(record.journal).steps):
+            self.step_writes += 1
+        return saved
+
+
+async def test_a_steps_checkpoint_write_is_part_of_the_step_and_never_cancelled_by_settling() -> None:
+    runs: Counter[str] = Counter()
+    store = _SlowSaves(SQLiteStore(":memory:"))
+    server = new_server("tasks-under-test")
+    flows = mrtr.Flows(server, store=store, task_poll_interval=0.05)  # type: ignore[arg-type]
+
+    @flows.tool(task="required")
+    async def lookup_and_ask(ctx: mrtr.FlowContext) -> str:
+        name, found = await ctx.gather(
+            ctx.elicit("Who?", Name), ctx.step("lookup", lambda: runs.update(["lookup"]) or "found")
+        )
+        return f"{name.name}: {found}"
+
+    async with tasks_client(server) as client:
+        created = await client.session.call_tool("lookup_and_ask", {}, allow_claimed=True)
+        assert isinstance(created, CreatedTask)
+        task = await wait_for(client.session, created.task_id, "input_required")
+        assert store.step_writes >= 1, "the step's checkpoint reached the store before the task parked"
+        ((key, _),) = task["inputRequests"].items()
+        await update_task(client.session, created.task_id, {key: {"action": "accept", "content": {"name": "Ada"}}})
+        done = await wait_for(client.session, created.task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "Ada: found"
+    assert runs == Counter(lookup=1)
+    assert store.cancelled_writes == 0, "settling cancelled a store write mid-flight"
