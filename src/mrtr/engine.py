@@ -29,8 +29,11 @@ from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver
 from mrtr.errors import FlowError, FlowExpired, StateTooLarge, TooManyRounds
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.replay import Replay
+from mrtr.shedding import run_round
 
 if TYPE_CHECKING:
+    from mrtr.guard import ReplayGuard
+    from mrtr.shedding import LoadShedder, ShedPoint
     from mrtr.worker import TaskRuntime
 
 _STATELESS_VERSION = "2026-07-28"
@@ -69,6 +72,10 @@ class FlowSpec:
     mrtr_first: bool = False
     """Task calls ask inline (MRTR rounds) until the first step or `continue_as_task()`."""
     runtime: TaskRuntime | None = None
+    replay_guard: ReplayGuard | None = None
+    """Single-use rounds, fleet-wide (`mrtr.guard`)."""
+    shedding: LoadShedder | None = None
+    """This instance's load shedding (`mrtr.shedding`)."""
 
     @property
     def request_param(self) -> str:
@@ -161,6 +168,7 @@ async def execute(
     dry_run: bool = False,
     state_cap: int | None = None,
     base_size: int | None = None,
+    shed: ShedPoint | None = None,
 ) -> Outcome:
     """Run the flow once from the top against `journal`, until it ends or settles on asks.
 
@@ -171,7 +179,7 @@ async def execute(
     replay = Replay(
         journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap, base_size=base_size
     )
-    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run)
+    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run, shed=shed)
     context = contextvars.copy_context()
     context.run(branches.current_branch.set, replay.root)
     with branches.outside_branch():
@@ -216,7 +224,21 @@ async def _run_round(
     state = params.get("requestState")
     journal = _load_journal(spec, state)
     answers = params.get("inputResponses") or {}
-    budget = journal_budget(spec, request)
+    # The round runs under the instance's replay guard and load shedding (mrtr.shedding.run_round).
+    body = _round_body(spec, request, capabilities, arguments, probe, journal, answers, state)
+    return await run_round(spec, request, params, journal, answers, body)
+
+
+async def _round_body(
+    spec: FlowSpec,
+    request: Context[Any, Any],
+    capabilities: ClientCapabilities | None,
+    arguments: Mapping[str, Any],
+    probe: bool,
+    journal: Journal,
+    answers: Mapping[str, Any],
+    state: str | None,
+) -> Any:
     outcome = await execute(
         spec,
         journal,
@@ -225,9 +247,10 @@ async def _run_round(
         arguments,
         request=request,
         probe=probe,
-        budget=budget,
+        budget=journal_budget(spec, request),
         state_cap=spec.limits.max_state_bytes,
         base_size=journal_codec.embedded_length(state) if state else None,
+        shed=spec.shedding.point(journal) if spec.shedding is not None else None,
     )
     if outcome.parked:
         return _input_required(spec, request, outcome.replay)

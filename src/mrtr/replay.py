@@ -220,6 +220,10 @@ class Replay:
         self._consumed.add("s:" + key)
         return True, recorded[1]
 
+    @property
+    def running_steps(self) -> int:
+        return self._running_steps
+
     def step_started(self) -> None:
         self._running_steps += 1
         self._steps_idle.clear()
