@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 import os
 import subprocess
@@ -169,6 +170,18 @@ async def test_round_trip_keeps_every_field(store: TaskStore) -> None:
     assert loaded == original
     assert loaded is not None and list(loaded.arguments) == list(original.arguments)  # key order kept
     assert await store.load("no-such-task", now) is None
+
+
+async def test_fields_from_a_newer_server_survive_a_rewrite_by_this_one(store: TaskStore) -> None:
+    """Rolling upgrades: an older instance that rewrites a newer instance's record keeps what it cannot read."""
+    newer = json.loads(rec(status="working").to_json()) | {"priority": "high", "trace": {"id": 7}}
+    await store.create(TaskRecord.from_json(json.dumps(newer)))
+    loaded = await store.load(newer["task_id"], time.time())
+    assert loaded is not None and loaded.extras == {"priority": "high", "trace": {"id": 7}}
+    assert await store.save(loaded.copy(status="completed"))
+    again = await store.load(newer["task_id"], time.time())
+    assert again is not None and again.status == "completed"
+    assert json.loads(again.to_json())["priority"] == "high"
 
 
 async def test_create_rejects_a_taken_id(store: TaskStore) -> None:

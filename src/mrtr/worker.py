@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -36,7 +37,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ClientCapa
 from mrtr import journal as journal_codec
 from mrtr.engine import FlowSpec, Outcome, as_protocol_error, execute
 from mrtr.errors import FlowError, InputRefused
-from mrtr.journal import Journal, JournalFormatError
+from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ ConvertResult = Callable[[Any], CallToolResult]
 
 PrincipalBinder = Callable[[ServerRequestContext[Any, Any]], str | None]
 _CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
+_FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +96,12 @@ def keyed_task_id(owner: str | None, flow: str, key: str) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(raw).digest()[:18]).decode()
 
 
-class LeaseLost(Exception):
-    """Another worker owns this task now (our lease ran out); stop without writing."""
+class LeaseLost(BaseException):
+    """Another worker owns this task now (our lease ran out); stop without writing.
+
+    A control-flow signal, raised through the flow (from a step's checkpoint): a
+    `BaseException`, so a flow's `except Exception` cannot swallow it and carry on.
+    """
 
 
 def iso(ts: float) -> str:
@@ -159,6 +165,8 @@ class TaskRuntime:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.flows: dict[str, tuple[FlowSpec, ConvertResult]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._foreign: dict[str, float] = {}
+        """Tasks of flows this instance does not serve: task id -> when to look again."""
         self._scanner: asyncio.Task[None] | None = None
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
@@ -270,7 +278,10 @@ class TaskRuntime:
     async def scan_once(self) -> int:
         """Claim and launch every task whose lease has run out; returns how many."""
         launched = 0
-        for task_id in await self.store.claimable(self.now(), limit=32):
+        now = self.now()
+        for task_id in await self.store.claimable(now, limit=32):
+            if self._foreign.get(task_id, 0.0) > now:
+                continue
             if task_id not in self._running and await self.try_claim(task_id):
                 launched += 1
         return launched
@@ -309,13 +320,11 @@ class TaskRuntime:
     async def _run(self, record: TaskRecord) -> None:
         held = _Held(record)
         entry = self.flows.get(record.flow)
-        if entry is None:
-            await self._finish(held, status="failed", error={"code": -32601, "message": f"no flow {record.flow!r}"})
-            return
-        spec, convert = entry
         try:
             journal = journal_codec.decode(record.journal)
             capabilities = ClientCapabilities.model_validate(record.capabilities) if record.capabilities else None
+        except JournalFromNewerVersion:
+            entry = None
         except (JournalFormatError, ValueError) as exc:
             # A record this server cannot read (e.g. written by an incompatible version):
             # fail it once, clearly, rather than have every instance retry it forever.
@@ -323,6 +332,10 @@ class TaskRuntime:
             error = {"code": INTERNAL_ERROR, "message": "this server cannot read the task's journal"}
             await self._finish(held, status="failed", error=error)
             return
+        if entry is None:
+            await self._leave(held)
+            return
+        spec, convert = entry
 
         async def checkpoint() -> None:
             await self._write(held, journal=journal_codec.encode(journal))
@@ -392,6 +405,25 @@ class TaskRuntime:
                 held.cancel_seen = True
                 if run is not None:
                     run.cancel()
+
+    async def _leave(self, held: _Held) -> None:
+        """A task of a flow (or journal format) this instance does not know: give it back, untouched.
+
+        During a rolling upgrade the instance that knows it (older or newer code) claims it
+        next; this one does not try again for a while. Never failed: nothing is wrong with it.
+        """
+        task_id = held.record.task_id
+        logger.warning(
+            "task %s: flow %r (or its journal format) is unknown to this instance; leaving it for one that knows it",
+            task_id,
+            held.record.flow,
+        )
+        now = self.now()
+        if len(self._foreign) > 1024:
+            self._foreign = {k: until for k, until in self._foreign.items() if until > now}
+        self._foreign[task_id] = now + _FOREIGN_BACKOFF
+        with contextlib.suppress(LeaseLost):
+            await self._write(held, release=True)
 
     async def _cancel_requested(self, held: _Held) -> bool:
         fresh = await self.store.load(held.record.task_id, self.now())

@@ -56,6 +56,8 @@ class TaskRecord:
     """Bumped by every successful `save`; `save` succeeds only from the stored version."""
     owner: str | None = None
     """Digest of the principal that created the task (`mrtr.worker.owner_tag`); None if unauthenticated."""
+    extras: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Fields written by a newer mrtr that this one does not know: carried through every rewrite."""
 
     @property
     def terminal(self) -> bool:
@@ -73,19 +75,23 @@ class TaskRecord:
     def to_json(self) -> str:
         # Shallow on purpose: `asdict` deep-copies every nested value first, and runs on
         # every write (it cost ~5% of a loaded server's time in benchmarks/tasks.py).
-        return json.dumps({name: getattr(self, name) for name in self.__dataclass_fields__}, separators=(",", ":"))
+        data = {name: getattr(self, name) for name in _FIELDS}
+        return json.dumps(data | self.extras if self.extras else data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> TaskRecord:
-        # Fields a newer server added are dropped, so a rolling upgrade can read both ways.
+        # Fields a newer server added are kept aside and written back unchanged, so a
+        # rolling upgrade can read both ways and an older instance's write loses nothing.
         data = json.loads(text)
-        return cls(**{k: v for k, v in data.items() if k in _FIELDS})
+        extras = {k: v for k, v in data.items() if k not in _KNOWN}
+        return cls(**{k: v for k, v in data.items() if k in _KNOWN}, extras=extras)
 
     def copy(self, **changes: Any) -> TaskRecord:
         return replace(self, **changes)
 
 
-_FIELDS = frozenset(TaskRecord.__dataclass_fields__)
+_FIELDS = tuple(name for name in TaskRecord.__dataclass_fields__ if name != "extras")
+_KNOWN = frozenset(_FIELDS)
 
 
 class TaskStore(Protocol):
