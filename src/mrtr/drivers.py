@@ -23,6 +23,7 @@ from mcp_types import (
     ListRootsResult,
 )
 
+from mrtr import tracing
 from mrtr.asks import Ask, BadAnswer, Capability, required_capability, supports
 from mrtr.context import StepInfo, arg_digest, call_step, to_journal
 from mrtr.replay import Replay, numbered
@@ -91,7 +92,8 @@ class JournalDriver:
             return value
         replay.step_started()
         try:
-            result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
+            with tracing.step_span(key, f"{self.flow_id}:{key}"):
+                result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
             value = to_journal(key, result)
         except BaseException:
             replay.step_finished(None, digest, None)

@@ -22,6 +22,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputR
 from mcp_types.version import is_version_at_least
 
 from mrtr import journal as journal_codec
+from mrtr import tracing
 from mrtr.context import FlowContext
 from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver
 from mrtr.errors import FlowError, FlowExpired, StateTooLarge, TooManyRounds
@@ -157,20 +158,21 @@ async def execute(
     """Run the flow once from the top against `journal`, until it ends or settles on asks."""
     replay = Replay(journal, answers, capabilities)
     driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint)
-    flow = asyncio.get_running_loop().create_task(call_flow(spec, FlowContext(driver, request), arguments))
-    replay.flow_task = flow
-    try:
-        await flow
-    except BaseException:
-        # The flow ended badly or settled (we read which below) — unless *we* are being
-        # cancelled, in which case awaiting it has cancelled it too: let it finish, re-raise.
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            if not flow.done():
-                await asyncio.wait({flow})
-            raise
-    finally:
-        replay.close()
+    with tracing.round_span(spec, replay, request):
+        flow = asyncio.get_running_loop().create_task(call_flow(spec, FlowContext(driver, request), arguments))
+        replay.flow_task = flow
+        try:
+            await flow
+        except BaseException:
+            # The flow ended badly or settled (we read which below) — unless *we* are being
+            # cancelled, in which case awaiting it has cancelled it too: let it finish, re-raise.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                if not flow.done():
+                    await asyncio.wait({flow})
+                raise
+        finally:
+            replay.close()
     if flow.cancelled() and replay.settled:
         return Outcome(replay, parked=True)
     if flow.cancelled():

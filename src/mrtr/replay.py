@@ -15,17 +15,17 @@ was running when another branch parked finishes and is journaled rather than los
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 from mcp_types import ClientCapabilities
 
+from mrtr import tracing
 from mrtr.asks import Ask, BadAnswer
 from mrtr.errors import FlowDefinitionError, NondeterminismError
 from mrtr.journal import Journal
 
-logger = logging.getLogger(__name__)
+logger = tracing.get_logger(__name__)
 
 # Event-loop passes with no new activity before a round counts as settled. Ready
 # branches run within one pass; three leaves margin for chained task wake-ups.

@@ -13,7 +13,6 @@ again, under the same idempotency key.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import secrets
 import socket
@@ -27,12 +26,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolResult, ClientCapabilities, TextContent
 
 from mrtr import journal as journal_codec
+from mrtr import tracing
 from mrtr.engine import FlowSpec, Outcome, as_protocol_error, execute
 from mrtr.errors import FlowError, InputRefused
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.stores import TaskRecord, TaskStore
 
-logger = logging.getLogger(__name__)
+logger = tracing.get_logger(__name__)
 
 ConvertResult = Callable[[Any], CallToolResult]
 
@@ -185,6 +185,7 @@ class TaskRuntime:
     # -- one run of a task ---------------------------------------------------------------
 
     async def _run(self, record: TaskRecord) -> None:
+        tracing.bind_task(record.task_id)
         held = _Held(record)
         entry = self.flows.get(record.flow)
         if entry is None:
@@ -293,6 +294,7 @@ class TaskRuntime:
     async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
         """Record where this run ended and give up the lease in the same write."""
         await self._write(held, release=True, status=status, responses={}, **({"input_requests": {}} | changes))
+        tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
 
 
 class _Held:
