@@ -64,6 +64,8 @@ def explain(exc: BaseException) -> tuple[int, str]:
         return EXIT_UNREACHABLE, f"cannot reach the server: {_one_line(exc) or type(exc).__name__}"
     if isinstance(exc, httpx2.HTTPStatusError):
         return EXIT_PROTOCOL, f"the server answered HTTP {exc.response.status_code} ({exc.request.url})"
+    if type(exc).__module__.split(".")[0] in ("redis", "psycopg", "psycopg_pool"):
+        return EXIT_UNREACHABLE, f"store error: {_one_line(exc) or type(exc).__name__}"
     if isinstance(exc, FileNotFoundError):
         return EXIT_UNREACHABLE, f"cannot start the server: {exc.strerror}: {exc.filename}"
     return EXIT_TOOL_ERROR, f"{type(exc).__name__}: {_one_line(exc)}"
@@ -127,6 +129,7 @@ def call(
     max_rounds: Annotated[int, typer.Option(help="Give up after this many rounds", min=1, max=1000)] = 25,
     output: Annotated[str, typer.Option(help="text | json (the final result as JSON on stdout)")] = "text",
     instance_header: Annotated[str, typer.Option(help="Response header naming the instance")] = "X-Mrtr-Instance",
+    show_state: Annotated[bool, typer.Option(help="Print each round's sealed requestState")] = False,
 ) -> None:
     """Drive a tool call (or prompt, or resource read) through every MRTR round and task status.
 
@@ -167,6 +170,7 @@ def call(
             max_rounds=max_rounds,
             output=output,
             instance_header=instance_header,
+            show_state=show_state,
         )
 
     async def work() -> int:

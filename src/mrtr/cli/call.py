@@ -63,6 +63,7 @@ class CallRequest:
     max_rounds: int = 25
     output: str = "text"
     instance_header: str = "X-Mrtr-Instance"
+    show_state: bool = False
 
 
 class CallSession:
@@ -153,6 +154,8 @@ class CallSession:
         if view.instance:
             parts.append(f"instance {view.instance}")
         self.console.rule(f"[bold]{escape(' · '.join(parts))}[/]", align="left", style="blue")
+        if self.request.show_state and view.state:
+            self.console.print(f"[dim]  requestState:[/] {escape(view.state)}", soft_wrap=True)
 
     def on_round(self, round_: Round) -> None:
         self.console.print(f"[dim]  ↳ {len(round_.answered)} answer(s) sent back[/]")
@@ -315,7 +318,9 @@ def show_result(result: Any, out: Console, output: str, console: Console) -> int
         return EXIT_TOOL_ERROR if is_error else EXIT_OK
     console.rule("[bold red]tool error[/]" if is_error else "[bold green]result[/]", align="left")
     if isinstance(result, t.CallToolResult):
-        if result.structured_content is not None and not is_error:
+        structured = result.structured_content
+        wrapped = isinstance(structured, dict) and list(structured) == ["result"]  # a plain return value
+        if structured is not None and not is_error and not wrapped:
             out.print_json(json.dumps(result.structured_content))
         else:
             for block in result.content:

@@ -63,7 +63,7 @@ class FormRenderer:
 
     def __init__(self, console: Console, read: Reader | None = None) -> None:
         self.console = console
-        self.read = read or (lambda prompt: console.input(prompt))
+        self.read = read or (lambda prompt: console.input(escape(prompt)))
 
     def _line(self, prompt: str) -> str:
         try:
@@ -78,7 +78,8 @@ class FormRenderer:
         return stripped
 
     def ask_form(self, params: t.ElicitRequestFormParams, key: str | None) -> t.ElicitResult:
-        schema = params.requested_schema.model_dump(mode="json", by_alias=True, exclude_none=True)
+        requested: Any = params.requested_schema
+        schema = requested if isinstance(requested, dict) else requested.model_dump(mode="json", exclude_none=True)
         title = f"[bold cyan]form[/] [dim]{escape(key)}[/]" if key else "[bold cyan]form[/]"
         self.console.print()
         self.console.print(f"{title}  [bold]{escape(params.message)}[/]")
@@ -174,7 +175,13 @@ def _hint(
         return "numbers or values, comma-separated"
     if kind == "boolean":
         return "y/n"
-    bounds = [f"≥ {prop['minimum']}" if "minimum" in prop else "", f"≤ {prop['maximum']}" if "maximum" in prop else ""]
+    bounds = [
+        f"≥ {prop['minimum']}" if "minimum" in prop else "",
+        f"≤ {prop['maximum']}" if "maximum" in prop else "",
+        f"min {prop['minLength']} chars" if "minLength" in prop else "",
+        f"max {prop['maxLength']} chars" if "maxLength" in prop else "",
+        f"like {prop['pattern']}" if "pattern" in prop else "",
+    ]
     extra = ", ".join(b for b in bounds if b)
     if "format" in prop:
         extra = ", ".join(x for x in (extra, str(prop["format"])) if x)

@@ -46,6 +46,7 @@ class WireView:
     rounds: int = 0
     asks: list[Ask] = field(default_factory=list)
     state_bytes: int | None = None
+    state: str | None = None
     instance: str | None = None
     instance_header: str = "x-mrtr-instance"
 
@@ -57,6 +58,7 @@ class WireView:
         requests = result.get("inputRequests")
         if result.get("resultType") == "input_required":
             state = result.get("requestState")
+            self.state = state if isinstance(state, str) else None
             self.state_bytes = len(state) if isinstance(state, str) else None
             self.rounds += 1
             self._file(requests)
