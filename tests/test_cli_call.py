@@ -23,12 +23,12 @@ import pexpect
 import pytest
 
 from mrtr import journal as journal_codec
-from tests.servers import ROOT, SERVER_SCRIPT, ServerSpec, new_key, spawn_servers
+from tests.servers import ROOT, SERVER_SCRIPT, ServerSpec, http_servers, new_key, spawn_servers
 
 pytestmark = pytest.mark.slow
 
 CLI_SERVER = ROOT / "tests" / "fleet" / "cli_server.py"
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\r")
 RUN_TIMEOUT = 60
 
 
@@ -256,3 +256,49 @@ def test_bad_arguments_are_one_line_errors(server: tuple[str, Path]) -> None:
     assert_one_line_error(run_mrtr("call", server[0], "onboard", "--arg", "novalue"), 2, "--arg takes NAME=VALUE")
     assert_one_line_error(run_mrtr("call", "ftp://x/mcp", "onboard"), 2, "URL must start with http")
     assert_one_line_error(run_mrtr("call", server[0], "onboard", "--sampling", "maybe"), 2, "--sampling must be")
+
+
+@pytest.fixture(scope="module")
+def deployer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The example server, as the README shows it."""
+    workdir = tmp_path_factory.mktemp("deployer")
+    with http_servers([("A", new_key())], workdir) as servers:
+        yield servers["A"].url
+
+
+def test_url_elicitation_is_a_link_to_confirm_and_prompts_work(deployer: str) -> None:
+    child = spawn_terminal("call", deployer, "--resource", "deployer://console-session")
+    try:
+        type_line(child, r"Done in the browser\? ", "")
+        child.expect(pexpect.EOF, timeout=30)
+    finally:
+        child.close()
+    seen = screen_text(getattr(child, "_mrtr_log", ""))
+    assert child.exitstatus == 0, seen
+    assert "link console_login  Sign in to the deploy console to continue." in seen
+    assert "open: https://console.deployer.example/login?flow=" in seen
+    assert '"status": "signed in"' in seen and "instance A" in seen
+
+    child = spawn_terminal("call", deployer, "--prompt", "announcement", "--arg", "app=shop")
+    try:
+        type_line(child, r"audience \(number or value\): ", "customers")
+        child.expect(pexpect.EOF, timeout=30)
+    finally:
+        child.close()
+    seen = screen_text(getattr(child, "_mrtr_log", ""))
+    assert child.exitstatus == 0, seen
+    assert "1) engineers  2) customers" in seen
+    assert "friendly and jargon-free announcement of the new shop release for customers" in seen
+
+
+def test_ctrl_c_at_a_prompt_exits_130_without_a_traceback(server: tuple[str, Path]) -> None:
+    child = spawn_terminal("call", server[0], "onboard")
+    try:
+        child.expect(r"name \(string, min 2 chars\): ")
+        child.sendintr()
+        child.expect(pexpect.EOF, timeout=30)
+    finally:
+        child.close()
+    seen = screen_text(getattr(child, "_mrtr_log", ""))
+    assert child.exitstatus == 130, seen
+    assert "mrtr: interrupted" in seen and "Traceback" not in seen

@@ -20,6 +20,8 @@ from mrtr.cli.errors import (
     CliError,
 )
 
+_SHUTDOWN_TIMEOUT = 5.0
+
 app = typer.Typer(
     name="mrtr",
     help="Try MRTR flows by hand, administer durable tasks, read sealed requestState.",
@@ -85,12 +87,31 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
+def run_loop(work: Callable[[], Awaitable[int]]) -> int:
+    """`asyncio.run` without its SIGINT handler: Ctrl-C must interrupt a blocking prompt at once.
+
+    (`asyncio.run` turns the first Ctrl-C into a task cancellation, which a thread blocked
+    in `input()` would not notice until the person pressed Enter.)
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(work())
+    finally:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=_SHUTDOWN_TIMEOUT))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
 def run(work: Callable[[], Awaitable[int]]) -> None:
     """Run an async command; map every failure to one stderr line and an exit code."""
     from mrtr.cli import debug
 
     try:
-        code = asyncio.run(work())
+        code = run_loop(work)
     except KeyboardInterrupt:
         err_console().print("mrtr: interrupted")
         raise typer.Exit(EXIT_INTERRUPTED) from None
