@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 import mrtr
+import mrtr.tracing
 from mrtr.client import FlowClient
 from mrtr.stores.sqlite import SQLiteStore
 from mrtr.tracing import LogContextFilter
@@ -138,7 +139,7 @@ async def test_a_failing_step_is_marked_and_task_status_changes_are_events() -> 
     spans = exporter.get_finished_spans()
     events = [(e.attributes or {}) for s in spans for e in s.events if e.name == "mrtr.task.status"]
     statuses = [e["mrtr.task.status"] for e in events]
-    assert statuses == ["input_required", "completed"]
+    assert statuses == ["working", "input_required", "completed"]  # created, parked on its ask, done
     assert len({e["mrtr.task_id"] for e in events}) == 1
     task_rounds = by_name(spans, "mrtr.round chore")
     assert task_rounds and all(r.attributes.get("mrtr.task_id") == events[0]["mrtr.task_id"] for r in task_rounds)
@@ -185,3 +186,20 @@ async def test_log_records_carry_the_flow_id(caplog: pytest.LogCaptureFixture) -
     reasks = [r for r in caplog.records if r.name == "mrtr.replay" and "re-asking" in r.getMessage()]
     assert reasks, [r.getMessage() for r in caplog.records]
     assert all(isinstance(r.flow_id, str) and len(r.flow_id) > 8 for r in reasks)  # type: ignore[attr-defined]
+
+
+def test_shed_and_replay_refused_are_events_on_the_current_span() -> None:
+    exporter.clear()
+    tracer = trace.get_tracer("test")
+    with tracer.start_as_current_span("tools/call greet"):
+        mrtr.tracing.shed("greet", "overloaded")
+        mrtr.tracing.replay_refused("greet", "state already used")
+    mrtr.tracing.task_status("t1", "chore", "cancelled")  # no current span: a short span of its own
+    spans = exporter.get_finished_spans()
+    (request,) = by_name(spans, "tools/call greet")
+    assert [(e.name, dict(e.attributes or {})) for e in request.events] == [
+        ("mrtr.shed", {"mrtr.flow": "greet", "mrtr.reason": "overloaded"}),
+        ("mrtr.replay_refused", {"mrtr.flow": "greet", "mrtr.reason": "state already used"}),
+    ]
+    (own,) = by_name(spans, "mrtr.task cancelled")
+    assert own.events[0].attributes == {"mrtr.task_id": "t1", "mrtr.flow": "chore", "mrtr.task.status": "cancelled"}

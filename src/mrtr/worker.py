@@ -120,6 +120,7 @@ class TaskRuntime:
             lease_until=now + self.lease,
         )
         await self.store.create(record)  # durable before the client hears of it
+        tracing.task_status(record.task_id, spec.name, "working")
         self._launch(record)
         self.ensure_scanning()
         return {"resultType": "task", **task_fields(record)}
