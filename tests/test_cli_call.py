@@ -302,3 +302,10 @@ def test_ctrl_c_at_a_prompt_exits_130_without_a_traceback(server: tuple[str, Pat
     seen = screen_text(getattr(child, "_mrtr_log", ""))
     assert child.exitstatus == 130, seen
     assert "mrtr: interrupted" in seen and "Traceback" not in seen
+
+
+def test_the_console_script_is_installed() -> None:
+    script = Path(sys.executable).parent / "mrtr"
+    assert script.exists(), "reinstall the package (pip install -e '.[dev]') to get the mrtr script"
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert proc.returncode == 0 and "call" in proc.stdout and "inspect-state" in proc.stdout
