@@ -23,6 +23,7 @@ from mcp_types import (
     ListRootsResult,
 )
 
+from mrtr import tracing
 from mrtr.asks import Ask, BadAnswer, Capability, required_capability, supports
 from mrtr.branches import outside_branch
 from mrtr.context import StepInfo, arg_digest, call_step, to_journal
@@ -108,7 +109,7 @@ class JournalDriver:
         self.shed_point()  # an overloaded instance may end the round here, before new work
         replay.step_started()
         try:
-            with outside_branch():
+            with outside_branch(), tracing.step_span(key, f"{self.flow_id}:{key}"):
                 result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
                 value = to_journal(key, result)
                 replay.record_step(key, digest, value)

@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequiredResult
 from mcp_types.version import is_version_at_least
 
-from mrtr import branches
+from mrtr import branches, tracing
 from mrtr import journal as journal_codec
 from mrtr.context import FlowContext
 from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver
@@ -180,22 +180,23 @@ async def execute(
         journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap, base_size=base_size
     )
     driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run, shed=shed)
-    context = contextvars.copy_context()
-    context.run(branches.current_branch.set, replay.root)
-    with branches.outside_branch():
-        flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
-    replay.root_task = flow
-    replay.adopt(flow)
-    try:
-        await flow
-    except BaseException:
-        # The flow ended badly or settled (we read which below) — unless *we* are being
-        # cancelled, in which case awaiting it has cancelled it too: tear down, re-raise.
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            await replay.close()
-            raise
-    await replay.close()
+    with tracing.round_span(spec, replay, request):
+        context = contextvars.copy_context()  # inside the span: the flow's steps and logs see it
+        context.run(branches.current_branch.set, replay.root)
+        with branches.outside_branch():
+            flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
+        replay.root_task = flow
+        replay.adopt(flow)
+        try:
+            await flow
+        except BaseException:
+            # The flow ended badly or settled (we read which below) — unless *we* are being
+            # cancelled, in which case awaiting it has cancelled it too: tear down, re-raise.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                await replay.close()
+                raise
+        await replay.close()
     outcome = Outcome(replay, would_run=driver.would_run)
     if replay.settled:
         outcome.parked = True

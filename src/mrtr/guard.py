@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, InputRequiredResult
 
+from mrtr import tracing
 from mrtr.errors import Cancelled, Declined, FlowError, InputRefused
 
 if TYPE_CHECKING:
@@ -248,6 +249,7 @@ def _canonical(answers: Mapping[str, Any]) -> str:
 
 
 def _refused(spec: FlowSpec, reason: str, message: str) -> MCPError:
+    tracing.replay_refused(spec.name, reason)
     return MCPError(code=INVALID_PARAMS, message=message, data={"reason": reason, "flow": spec.name})
 
 

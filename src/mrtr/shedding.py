@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from mcp_types import InputRequiredResult
 
 from mrtr import journal as journal_codec
+from mrtr import tracing
 from mrtr.errors import StateTooLarge
 
 if TYPE_CHECKING:
@@ -188,6 +189,7 @@ async def _answer_shed(
         return await body
     except ShedRound:
         shedder.shed += 1
+        tracing.shed(spec.name, "overloaded")
         return shed_result(spec, request, journal)
 
 

@@ -17,7 +17,6 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import logging
 import os
 import secrets
 import socket
@@ -35,12 +34,13 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ClientCapabilities, TextContent
 
 from mrtr import journal as journal_codec
+from mrtr import tracing
 from mrtr.engine import FlowSpec, Outcome, as_protocol_error, execute
 from mrtr.errors import FlowError, InputRefused
 from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 
-logger = logging.getLogger(__name__)
+logger = tracing.get_logger(__name__)
 
 ConvertResult = Callable[[Any], CallToolResult]
 
@@ -234,6 +234,7 @@ class TaskRuntime:
         for _ in range(3):  # a keyed task that expires between `create` and `load`: create again
             try:
                 await self.store.create(record)  # durable before the client hears of it
+                tracing.task_status(record.task_id, spec.name, "working")
                 break
             except TaskExists:
                 if key is None:
@@ -318,6 +319,7 @@ class TaskRuntime:
     # -- one run of a task ---------------------------------------------------------------
 
     async def _run(self, record: TaskRecord) -> None:
+        tracing.bind_task(record.task_id)
         held = _Held(record)
         entry = self.flows.get(record.flow)
         try:
@@ -447,6 +449,7 @@ class TaskRuntime:
     async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
         """Record where this run ended and give up the lease in the same write."""
         await self._write(held, release=True, status=status, responses={}, **({"input_requests": {}} | changes))
+        tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
 
 
 class _Held:
