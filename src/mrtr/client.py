@@ -133,7 +133,8 @@ class FlowClient:
     _legacy_http: _SessionWatch | None = field(init=False, default=None)
 
     async def __aenter__(self) -> FlowClient:
-        async with AsyncExitStack() as stack:
+        stack = AsyncExitStack()
+        try:
             if isinstance(self.server, str) and self.mode != "legacy":
                 modern = await self._open_modern(stack)
                 if not modern:  # a definite "no" from the server: start over on the legacy handshake
@@ -141,13 +142,18 @@ class FlowClient:
                     await self._open_sdk(stack, "legacy")
             else:
                 await self._open_sdk(stack, self.mode)
-            self._stack = stack.pop_all()
+        except BaseException:
+            # Closed without the error: the caller gets it as is, not wrapped in an ExceptionGroup.
+            await stack.aclose()
+            raise
+        self._stack = stack
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
+        """Close everything; an error raised in the `async with` body propagates unwrapped."""
         stack, self._stack, self._session, self._client = self._stack, None, None, None
         if stack is not None:
-            await stack.__aexit__(*exc)
+            await stack.aclose()
 
     @property
     def session(self) -> ClientSession:
