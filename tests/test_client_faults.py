@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from mrtr.client import (
     TransportError,
     TransportTimeout,
 )
-from tests.faultproxy import running_proxy
+from tests.faultproxy import FaultProxy, running_proxy
 from tests.servers import ServerProcess, ServerSpec, new_key, spawn_servers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -61,6 +62,15 @@ def fleet(fleet_dir: Path) -> Iterator[dict[str, ServerProcess]]:
     """Two healthy instances shared by the tests that kill nothing."""
     with spawn_servers(_specs(fleet_dir, "AB"), fleet_dir) as servers:
         yield servers
+
+
+@asynccontextmanager
+async def through_proxy(
+    fleet: dict[str, ServerProcess], **options: Any
+) -> AsyncIterator[tuple[FaultProxy, FlowClient]]:
+    """A fault proxy over the fleet and a `FlowClient` through it."""
+    async with running_proxy([s.url for s in fleet.values()]) as proxy, FlowClient(proxy.url, **options) as flows:
+        yield proxy, flows
 
 
 def audit(path: Path) -> list[dict[str, Any]]:
@@ -171,9 +181,8 @@ class RecordingPolicy(RetryPolicy):
 async def test_a_state_only_result_is_resent_at_once_with_its_state(fleet: dict[str, ServerProcess]) -> None:
     policy = RecordingPolicy()
     rounds: list[Round] = []
-    async with running_proxy([s.url for s in fleet.values()]) as proxy:
-        async with FlowClient(proxy.url, retry=policy, on_round=rounds.append) as flows:
-            result = await flows.call_tool("shed", {"label": "x", "times": 1})
+    async with through_proxy(fleet, retry=policy, on_round=rounds.append) as (proxy, flows):
+        result = await flows.call_tool("shed", {"label": "x", "times": 1})
     assert result.content[0].text == "x resumed after 1 sheds"
     first, resent = proxy.calls("tools/call")
     assert "requestState" not in first.params
@@ -184,21 +193,19 @@ async def test_a_state_only_result_is_resent_at_once_with_its_state(fleet: dict[
 
 
 async def test_endless_shedding_stops_at_the_cap(fleet: dict[str, ServerProcess]) -> None:
-    async with running_proxy([s.url for s in fleet.values()]) as proxy:
-        async with FlowClient(proxy.url, retry=RetryPolicy(attempts=3, initial_delay=0.01)) as flows:
-            with pytest.raises(LoadShed):
-                await flows.call_tool("shed", {"label": "x", "times": 100})
+    async with through_proxy(fleet, retry=RetryPolicy(attempts=3, initial_delay=0.01)) as (proxy, flows):
+        with pytest.raises(LoadShed):
+            await flows.call_tool("shed", {"label": "x", "times": 100})
     assert len(proxy.calls("tools/call")) == 4
 
 
 async def test_a_task_call_resent_after_a_lost_answer_carries_the_same_idempotency_key(
     fleet: dict[str, ServerProcess],
 ) -> None:
-    async with running_proxy([s.url for s in fleet.values()]) as proxy:
-        async with FlowClient(proxy.url, tasks=True, retry=FAST) as flows:
-            proxy.inject("tools/call", "lose")
-            first = await flows.call_tool("remember", {"text": "one"})
-            second = await flows.call_tool("remember", {"text": "two"})
+    async with through_proxy(fleet, tasks=True, retry=FAST) as (proxy, flows):
+        proxy.inject("tools/call", "lose")
+        first = await flows.call_tool("remember", {"text": "one"})
+        second = await flows.call_tool("remember", {"text": "two"})
     assert (first.content[0].text, second.content[0].text) == ("noted one", "noted two")
     calls = proxy.calls("tools/call")
     assert [c.outcome for c in calls][:2] == ["answer lost (502)", "forwarded 200"]
@@ -210,42 +217,40 @@ async def test_a_task_call_resent_after_a_lost_answer_carries_the_same_idempoten
 
 
 async def test_a_json_rpc_error_from_the_server_is_never_resent(fleet: dict[str, ServerProcess]) -> None:
-    async with running_proxy([s.url for s in fleet.values()]) as proxy:
-        async with FlowClient(proxy.url, retry=FAST) as flows:
-            with pytest.raises(MCPError) as caught:  # no elicitation handler: the server refuses to ask
-                await flows.call_tool("three_rounds", {"name": "x"})
-            assert caught.value.error.code == t.MISSING_REQUIRED_CLIENT_CAPABILITY
-            assert not isinstance(caught.value, TransportError)
-            proxy.inject("tools/call", "502", times=3)
-            proxy.inject("tools/call", "reset", times=2)
-            result = await flows.call_tool("slow", {"label": "y", "seconds": 0})
+    async with running_proxy([s.url for s in fleet.values()]) as proxy, FlowClient(proxy.url, retry=FAST) as flows:
+        with pytest.raises(MCPError) as caught:  # no elicitation handler: the server refuses to ask
+            await flows.call_tool("three_rounds", {"name": "x"})
+        assert caught.value.error.code == t.MISSING_REQUIRED_CLIENT_CAPABILITY
+        assert not isinstance(caught.value, TransportError)
+        proxy.inject("tools/call", "502", times=3)
+        proxy.inject("tools/call", "reset", times=2)
+        result = await flows.call_tool("slow", {"label": "y", "seconds": 0})
     assert result.content[0].text.startswith("y done on")
     outcomes = [c.outcome for c in proxy.calls("tools/call")]
     assert outcomes[0].startswith("forwarded") and outcomes[1:6] == ["injected 502"] * 3 + ["injected reset"] * 2
 
 
 async def test_a_failure_stays_with_its_call_and_the_client_stays_usable(fleet: dict[str, ServerProcess]) -> None:
-    async with running_proxy([s.url for s in fleet.values()]) as proxy:
-        async with FlowClient(proxy.url, elicit=answer_word, retry=RetryPolicy(attempts=0)) as flows:
-            outcome: dict[str, Any] = {}
+    async with through_proxy(fleet, elicit=answer_word, retry=RetryPolicy(attempts=0)) as (proxy, flows):
+        outcome: dict[str, Any] = {}
 
-            async def doomed() -> None:
-                try:
-                    await flows.call_tool("slow", {"label": "doomed", "seconds": 0})
-                except TransportError as error:
-                    outcome["doomed"] = error
+        async def doomed() -> None:
+            try:
+                await flows.call_tool("slow", {"label": "doomed", "seconds": 0})
+            except TransportError as error:
+                outcome["doomed"] = error
 
-            async def healthy() -> None:
-                outcome["healthy"] = (await flows.call_tool("slow", {"label": "healthy", "seconds": 1.0})).content
+        async def healthy() -> None:
+            outcome["healthy"] = (await flows.call_tool("slow", {"label": "healthy", "seconds": 1.0})).content
 
-            async with anyio.create_task_group() as group:
-                group.start_soon(healthy)
-                await anyio.sleep(0.3)  # `healthy` is in flight when `doomed`'s connection drops
-                proxy.inject("tools/call", "reset")
-                group.start_soon(doomed)
-            assert isinstance(outcome["doomed"], TransportError) and outcome["doomed"].status is None
-            assert outcome["healthy"][0].text.startswith("healthy done on")
-            later = await flows.call_tool("three_rounds", {"name": "later"})
+        async with anyio.create_task_group() as group:
+            group.start_soon(healthy)
+            await anyio.sleep(0.3)  # `healthy` is in flight when `doomed`'s connection drops
+            proxy.inject("tools/call", "reset")
+            group.start_soon(doomed)
+        assert isinstance(outcome["doomed"], TransportError) and outcome["doomed"].status is None
+        assert outcome["healthy"][0].text.startswith("healthy done on")
+        later = await flows.call_tool("three_rounds", {"name": "later"})
     assert later.content[0].text == "later:ok:ok"
 
 
