@@ -136,6 +136,27 @@ async def test_a_502_on_discovery_does_not_downgrade(fleet: dict[str, ServerProc
     assert not proxy.calls("initialize")
 
 
+async def test_auto_falls_back_to_legacy_only_on_a_definite_answer(fleet: dict[str, ServerProcess]) -> None:
+    async with running_proxy([fleet["A"].url]) as proxy:  # one upstream: legacy sessions need stickiness
+        proxy.inject("server/discover", "502")
+        proxy.inject("server/discover", "method_not_found")
+        async with FlowClient(proxy.url, elicit=answer_word, retry=FAST) as flows:
+            assert flows.protocol_version == "2025-11-25"
+            result = await flows.call_tool("three_rounds", {"name": "old"})
+    assert result.content[0].text == "old:ok:ok"
+    assert [e.outcome for e in proxy.calls("server/discover")] == ["injected 502", "injected -32601"]
+    assert len(proxy.calls("initialize")) == 1
+
+
+async def test_a_pinned_mode_skips_discovery(fleet: dict[str, ServerProcess]) -> None:
+    async with through_proxy(fleet, mode="2026-07-28", elicit=answer_word) as (proxy, flows):
+        result = await flows.call_tool("three_rounds", {"name": "p"})
+    assert result.content[0].text == "p:ok:ok"
+    assert not proxy.calls("server/discover") and not proxy.calls("initialize")
+    with pytest.raises(ValueError, match="mode must be"):
+        FlowClient(proxy.url, mode="2025-11-25")
+
+
 async def test_discovery_that_keeps_failing_raises_the_transport_error_instead_of_downgrading(
     fleet: dict[str, ServerProcess],
 ) -> None:
