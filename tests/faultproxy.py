@@ -59,6 +59,9 @@ class FaultProxy:
     upstreams: list[str]
     url: str = ""
     faults: list[Fault] = field(default_factory=list)
+    pinned: dict[str | None, int] = field(default_factory=dict)
+    """JSON-RPC method (None: no body, e.g. the legacy GET stream; "(response)": a client's answer)
+    -> index of the upstream that always gets it; other requests go round robin."""
     log: list[Exchange] = field(default_factory=list)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _http: httpx2.AsyncClient = field(default_factory=lambda: httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)))
@@ -91,7 +94,8 @@ class FaultProxy:
         if fault == "reset":
             self.log.append(Exchange(request.method, method, params, None, "injected reset"))
             return StreamingResponse(_cut(), media_type="text/event-stream")
-        upstream = self.upstreams[next(self._turn) % len(self.upstreams)]
+        turn = self.pinned[method] if method in self.pinned else next(self._turn)
+        upstream = self.upstreams[turn % len(self.upstreams)]
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         outbound = self._http.build_request(request.method, upstream, content=body, headers=headers)
         try:

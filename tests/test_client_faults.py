@@ -187,6 +187,21 @@ async def test_a_legacy_session_rejected_by_another_instance_fails_clearly_withi
     assert result.content[0].text == "n:ok:ok"
 
 
+async def test_a_legacy_answer_refused_elsewhere_fails_the_call_instead_of_hanging(
+    fleet: dict[str, ServerProcess],
+) -> None:
+    async with running_proxy([s.url for s in fleet.values()]) as proxy:
+        # Everything sticks to A except the client's answers to A's questions, which land on B: A
+        # would wait for an answer forever (the hang users saw), B refuses the unknown session.
+        proxy.pinned = {None: 0, "initialize": 0, "notifications/initialized": 0, "tools/call": 0, "(response)": 1}
+        timeout = 10.0
+        with anyio.fail_after(timeout):
+            async with FlowClient(proxy.url, elicit=answer_word, mode="legacy", timeout=timeout) as flows:
+                with pytest.raises(LegacySessionRejected, match="sticky or stateful deployment"):
+                    await flows.call_tool("three_rounds", {"name": "n"})
+    assert [e.outcome for e in proxy.calls("(response)")] == ["forwarded 404"]
+
+
 class RecordingPolicy(RetryPolicy):
     """The default backoff, remembering every delay it hands out."""
 

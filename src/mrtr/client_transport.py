@@ -200,6 +200,8 @@ class RoundTripDispatcher:
                     return await self._read_answer(method, response, opts)
         except TimeoutError:
             raise TransportTimeout(f"{method}: no answer within {timeout}s", method=method) from None
+        except httpx2.TimeoutException as error:
+            raise TransportTimeout(f"{method}: {type(error).__name__}: {error}", method=method) from error
         except httpx2.TransportError as error:
             raise TransportError(f"{method}: {type(error).__name__}: {error}", method=method) from error
         except (httpx2.StreamError, httpx2.SSEError) as error:
