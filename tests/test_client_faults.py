@@ -181,10 +181,14 @@ async def test_a_legacy_session_rejected_by_another_instance_fails_clearly_withi
                 with pytest.raises(LegacySessionRejected, match="sticky or stateful deployment"):
                     await flows.call_tool("three_rounds", {"name": "n"})
     assert proxy.calls("initialize")
-    # Straight to one instance (what stickiness gives), the same legacy client works.
+    # Straight to one instance (what stickiness gives), the same legacy client works, and the
+    # server's own errors come through as they are.
     async with FlowClient(fleet["A"].url, elicit=answer_word, mode="legacy", timeout=timeout) as flows:
         result = await flows.call_tool("three_rounds", {"name": "n"})
+        with pytest.raises(MCPError) as caught:
+            await flows.read_resource("nothing://here")
     assert result.content[0].text == "n:ok:ok"
+    assert not isinstance(caught.value, TransportError)
 
 
 async def test_a_legacy_answer_refused_elsewhere_fails_the_call_instead_of_hanging(
