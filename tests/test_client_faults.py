@@ -125,6 +125,27 @@ async def test_a_kill_under_a_shared_client_fails_only_the_killed_call_which_res
     assert len(victim_calls) >= 2 and all("requestState" not in e.params for e in victim_calls)
 
 
+async def test_a_round_resent_after_a_failure_carries_the_same_state_and_answers(
+    fleet: dict[str, ServerProcess],
+) -> None:
+    def answering(params: dict[str, Any]) -> bool:
+        return "inputResponses" in params
+
+    auth = {"Authorization": "Bearer t0k"}
+    async with through_proxy(fleet, elicit=answer_word, retry=FAST, headers=auth) as (proxy, flows):
+        proxy.inject("tools/call", "reset", where=answering)
+        proxy.inject("tools/call", "502", where=answering)
+        result = await flows.call_tool("three_rounds", {"name": "r"})
+    assert result.content[0].text == "r:ok:ok"
+    calls = proxy.calls("tools/call")
+    assert [c.outcome.split()[0] for c in calls] == ["forwarded", "injected", "injected", "forwarded", "forwarded"]
+    failed, again_after_reset, delivered = calls[1], calls[2], calls[3]
+    for resend in (again_after_reset, delivered):
+        assert resend.params["requestState"] == failed.params["requestState"]
+        assert resend.params["inputResponses"] == failed.params["inputResponses"]
+    assert {c.headers.get("authorization") for c in proxy.log} == {"Bearer t0k"}
+
+
 async def test_a_502_on_discovery_does_not_downgrade(fleet: dict[str, ServerProcess]) -> None:
     async with running_proxy([s.url for s in fleet.values()]) as proxy:
         proxy.inject("server/discover", "502", times=2)

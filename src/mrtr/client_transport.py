@@ -192,7 +192,7 @@ class RoundTripDispatcher:
         message = t.JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=dict(params or {}))
         headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
         headers.update(opts.get("headers") or {})
-        timeout = opts.get("timeout", self.timeout)
+        timeout = min(opts.get("timeout", self.timeout), self.timeout)  # no wait past the client's timeout
         body = message.model_dump(by_alias=True, mode="json", exclude_none=True)
         try:
             with anyio.fail_after(timeout):
