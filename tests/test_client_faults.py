@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import mcp_types as t
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mrtr.client import (
@@ -32,6 +33,7 @@ from mrtr.client import (
     TransportError,
     TransportTimeout,
 )
+from mrtr.task_client import TasksClient
 from tests.faultproxy import FaultProxy, running_proxy
 from tests.servers import ServerProcess, ServerSpec, new_key, spawn_servers
 
@@ -275,6 +277,22 @@ async def test_a_task_call_resent_after_a_lost_answer_carries_the_same_idempoten
     assert keys[2] and keys[2] != keys[0]  # the next logical call: a fresh one
     assert len(keys[0]) >= 22  # 128 random bits, urlsafe base64
     assert proxy.calls("tasks/get")  # followed to the end through the same transport
+
+
+async def test_the_sdk_client_with_tasks_client_polls_through_gateway_errors(
+    fleet: dict[str, ServerProcess],
+) -> None:
+    async with running_proxy([s.url for s in fleet.values()]) as proxy:
+        proxy.inject("tasks/get", "502", times=2)
+        async with Client(proxy.url, extensions=[TasksClient(_no_input, retry=FAST)]) as client:
+            result = await client.call_tool("remember", {"text": "sdk"})
+    assert result.content[0].text == "noted sdk"
+    outcomes = [c.outcome for c in proxy.calls("tasks/get")]
+    assert outcomes[:2] == ["injected 502"] * 2 and outcomes[-1] == "forwarded 200"
+
+
+async def _no_input(request: t.InputRequest) -> Any:
+    raise AssertionError("`remember` asks nothing")
 
 
 async def test_a_json_rpc_error_from_the_server_is_never_resent(fleet: dict[str, ServerProcess]) -> None:
