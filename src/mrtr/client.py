@@ -155,7 +155,7 @@ class FlowClient:
 
     async def __aexit__(self, *exc: Any) -> None:
         """Close everything; an error raised in the `async with` body propagates unwrapped."""
-        stack, self._stack, self._session, self._client = self._stack, None, None, None
+        stack, self._stack, self._session, self._client, self._legacy_http = self._stack, None, None, None, None
         if stack is not None:
             await stack.aclose()
 
