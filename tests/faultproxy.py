@@ -22,7 +22,7 @@ import json
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -87,8 +87,12 @@ class FaultProxy:
 
     def _record(
         self, request: Request, method: str | None, params: dict[str, Any], upstream: str | None, outcome: str
-    ) -> None:
+    ) -> int:
         self.log.append(Exchange(request.method, method, params, upstream, outcome, dict(request.headers)))
+        return len(self.log) - 1
+
+    def _settle(self, index: int, outcome: str) -> None:
+        self.log[index] = replace(self.log[index], outcome=outcome)
 
     async def handle(self, request: Request) -> Response:
         body = await request.body()
@@ -110,17 +114,18 @@ class FaultProxy:
         upstream = self.upstreams[turn % len(self.upstreams)]
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         outbound = self._http.build_request(request.method, upstream, content=body, headers=headers)
+        entry = log(upstream, "awaiting the upstream")  # logged now: the client may give up before the answer
         try:
             answer = await self._http.send(outbound, stream=True)
         except httpx2.TransportError as error:
-            log(upstream, f"502 ({type(error).__name__})")
+            self._settle(entry, f"502 ({type(error).__name__})")
             return PlainTextResponse("upstream unreachable", status_code=502)
         if fault == "lose":
             await answer.aread()
             await answer.aclose()
-            log(upstream, "answer lost (502)")
+            self._settle(entry, "answer lost (502)")
             return PlainTextResponse("answer lost", status_code=502)
-        log(upstream, f"forwarded {answer.status_code}")
+        self._settle(entry, f"forwarded {answer.status_code}")
         reply_headers = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_BY_HOP}
         return StreamingResponse(_relay(answer), status_code=answer.status_code, headers=reply_headers)
 

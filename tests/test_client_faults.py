@@ -333,10 +333,14 @@ async def test_a_failure_stays_with_its_call_and_the_client_stays_usable(fleet: 
     assert later.content[0].text == "later:ok:ok"
 
 
-async def test_every_request_is_bounded_by_the_timeout(fleet: dict[str, ServerProcess]) -> None:
-    async with FlowClient(fleet["A"].url, timeout=0.5, retry=RetryPolicy(attempts=0)) as flows:
+async def test_every_request_is_bounded_by_the_timeout_and_a_timeout_is_not_resent(
+    fleet: dict[str, ServerProcess],
+) -> None:
+    async with through_proxy(fleet, timeout=0.5, retry=FAST) as (proxy, flows):
         with pytest.raises(TransportTimeout) as caught, anyio.fail_after(10):
             await flows.call_tool("slow", {"label": "t", "seconds": 3.0})
         assert caught.value.status is None and caught.value.method == "tools/call"
+        assert not caught.value.retryable
+        assert len(proxy.calls("tools/call")) == 1  # the server may still be working: no second run beside it
         quick = await flows.call_tool("slow", {"label": "u", "seconds": 0})
     assert quick.content[0].text.startswith("u done on")
