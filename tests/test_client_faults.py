@@ -148,6 +148,19 @@ async def test_a_round_resent_after_a_failure_carries_the_same_state_and_answers
     assert {c.headers.get("authorization") for c in proxy.log} == {"Bearer t0k"}
 
 
+async def test_notifications_on_a_response_stream_reach_the_session(fleet: dict[str, ServerProcess]) -> None:
+    logged: list[t.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: t.LoggingMessageNotificationParams) -> None:
+        logged.append(params)
+
+    options = {"log_level": "info", "logging_callback": on_log}
+    async with FlowClient(fleet["A"].url, client_options=options) as flows:
+        result = await flows.call_tool("chatty", {"text": "hi"})
+    assert result.content[0].text == "hi"
+    assert [entry.data for entry in logged] == ["about to echo hi"]
+
+
 async def test_a_502_on_discovery_does_not_downgrade(fleet: dict[str, ServerProcess]) -> None:
     async with running_proxy([s.url for s in fleet.values()]) as proxy:
         proxy.inject("server/discover", "502", times=2)
