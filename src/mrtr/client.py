@@ -32,6 +32,7 @@ from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mrtr import sdk
 from mrtr.client_connect import SessionWatch, discover
 from mrtr.client_transport import (
     DEFAULT_TIMEOUT,
@@ -282,11 +283,8 @@ class FlowClient:
             wire["inputResponses"] = {k: as_wire(v) for k, v in responses.items()}
         if state is not None:
             wire["requestState"] = state  # echoed exactly, and only when the server sent one
-        data: dict[str, Any] = {"method": method, "params": wire}
-        options: dict[str, Any] = {}
-        session._stamp(data, options)  # type: ignore[arg-type]
-        raw = await session._dispatcher.send_raw_request(method, data["params"], options)
-        return _parse_result(method, dict(raw))
+        raw = await sdk.send_stamped(session, method, {"method": method, "params": wire})
+        return _parse_result(method, raw)
 
     async def _send_legacy(self, method: str, params: dict[str, Any]) -> Any:
         # Legacy servers ask through server->client requests (answered by our callbacks).

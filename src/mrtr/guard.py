@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, InputRequiredResult
 
-from mrtr import tracing
+from mrtr import sdk, tracing
 from mrtr.errors import Cancelled, Declined, FlowError, InputRefused
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-    from mrtr.engine import FlowSpec
     from mrtr.journal import Journal
+    from mrtr.spec import FlowSpec
 
 FORKED = "request_state_forked"
 CONSUMED = "request_state_consumed"
@@ -229,12 +229,8 @@ def as_guard(value: str | ReplayGuard | None, server: MCPServer[Any]) -> ReplayG
 
 def state_ttl(server: MCPServer[Any]) -> float | None:
     """The TTL of the `RequestStateSecurity` the server's boundary enforces (None if not found)."""
-    from mcp.server.request_state import RequestStateBoundary
-
-    for middleware in getattr(server._lowlevel_server, "middleware", ()):  # pinned to mcp 2.3, like flows.py
-        if isinstance(middleware, RequestStateBoundary):
-            return float(middleware._security.ttl)
-    return None
+    security = sdk.state_security(server)
+    return None if security is None else float(security.ttl)
 
 
 # -- outcomes ---------------------------------------------------------------------------------

@@ -33,13 +33,13 @@ from mcp_types import InputRequiredResult
 from mrtr import journal as journal_codec
 from mrtr import tracing
 from mrtr.errors import StateTooLarge
+from mrtr.sdk import sealed_size
+from mrtr.spec import FlowSpec, LoadSignal, Services
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
-    from mrtr.engine import FlowSpec
     from mrtr.journal import Journal
-    from mrtr.replay import Replay
 
 _LAG_INTERVAL = 0.05
 _LAG_IDLE = 5.0  # the lag sampler stops this long after the last round, and restarts with the next
@@ -135,7 +135,7 @@ class ShedPoint:
         self._start = _progress(journal)
         self._tripped = False
 
-    def check(self, replay: Replay) -> None:
+    def check(self, replay: Any) -> None:
         """Raise `ShedRound` if the instance is overloaded and shedding here loses nothing.
 
         Once a round sheds, every later shed point of it sheds too: a sibling branch of a
@@ -157,6 +157,7 @@ def _progress(journal: Journal) -> int:
 
 async def run_round(
     spec: FlowSpec,
+    services: Services,
     request: Context[Any, Any],
     params: Mapping[str, Any],
     journal: Journal,
@@ -164,7 +165,7 @@ async def run_round(
     body: Coroutine[Any, Any, Any],
 ) -> Any:
     """One MRTR round under the instance's fleet policies: load shedding, then the replay guard."""
-    shedder, guard = spec.shedding, spec.replay_guard
+    shedder, guard = services.shedder, services.guard
     if shedder is None and guard is None:
         return await body
     state = params.get("requestState")
@@ -182,13 +183,14 @@ async def _answer_shed(
     spec: FlowSpec,
     request: Context[Any, Any],
     journal: Journal,
-    shedder: LoadShedder,
+    shedder: LoadSignal,
     body: Coroutine[Any, Any, Any],
 ) -> Any:
     try:
         return await body
     except ShedRound:
-        shedder.shed += 1
+        if isinstance(shedder, LoadShedder):
+            shedder.shed += 1
         tracing.shed(spec.name, "overloaded")
         return shed_result(spec, request, journal)
 
@@ -199,8 +201,6 @@ def shed_result(spec: FlowSpec, request: Context[Any, Any], journal: Journal) ->
     `rounds` is not incremented (a shed is not a round of client input), and `pending`
     keeps the questions the client was last asked, so their answers stay acceptable.
     """
-    from mrtr.engine import sealed_size
-
     state = journal_codec.encode(journal)
     if 3 * len(state) + 512 >= spec.limits.max_state_bytes:
         sealed = sealed_size(state, request, spec.audience)

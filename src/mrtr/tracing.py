@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode
 
+from mrtr.sdk import sealed_size
+
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
-    from mrtr.engine import FlowSpec
-    from mrtr.replay import Replay
+    from mrtr.spec import FlowSpec
 
 TRACER_NAME = "mrtr"
 _tracer = trace.get_tracer(TRACER_NAME)
@@ -80,7 +81,7 @@ class LogContextFilter(logging.Filter):
 
 
 @contextmanager
-def round_span(spec: FlowSpec, replay: Replay, request: Context[Any, Any] | None = None) -> Iterator[Span]:
+def round_span(spec: FlowSpec, replay: Any, request: Context[Any, Any] | None = None) -> Iterator[Span]:
     """Span one run of `spec` against `replay`'s journal; everything is read off `replay` at the end.
 
     Wrap the body of `engine.execute` in it: the flow runs as an asyncio task created
@@ -107,9 +108,7 @@ def round_span(spec: FlowSpec, replay: Replay, request: Context[Any, Any] | None
         _flow_id.reset(token)
 
 
-def _finish_round(
-    span: Span, spec: FlowSpec, replay: Replay, before: set[str], request: Context[Any, Any] | None
-) -> None:
+def _finish_round(span: Span, spec: FlowSpec, replay: Any, before: set[str], request: Context[Any, Any] | None) -> None:
     journal = replay.journal
     new = [key for key in journal.steps if key not in before]
     span.set_attribute("mrtr.steps.replayed", len(before))
@@ -127,23 +126,10 @@ def _finish_round(
 
             state = journal_codec.encode(replace(journal, rounds=journal.rounds + 1, pending=replay.pending()))
             span.set_attribute("mrtr.state.bytes", len(state))
-            span.set_attribute("mrtr.state.sealed_bytes", _sealed_size()(state, request, spec.audience))
+            span.set_attribute("mrtr.state.sealed_bytes", sealed_size(state, request, spec.audience))
 
 
-_SEALED_SIZE: Any = None
-
-
-def _sealed_size() -> Any:
-    """`engine.sealed_size`, fetched once (engine imports this module, so not at import time)."""
-    global _SEALED_SIZE
-    if _SEALED_SIZE is None:
-        from mrtr.engine import sealed_size
-
-        _SEALED_SIZE = sealed_size
-    return _SEALED_SIZE
-
-
-def _outcome(replay: Replay, parked: list[str]) -> str:
+def _outcome(replay: Any, parked: list[str]) -> str:
     """`parked`, `completed`, `became_task`, `cancelled` or `error:<type>` (flow errors are values, not raises)."""
     if parked:
         return "parked"

@@ -34,10 +34,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ClientCapabilities, TextContent
 
 from mrtr import journal as journal_codec
-from mrtr import tracing
-from mrtr.engine import FlowSpec, Outcome, as_protocol_error, execute
+from mrtr import sdk, tracing
+from mrtr.engine import Outcome, as_protocol_error, execute
 from mrtr.errors import FlowError, InputRefused
 from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
+from mrtr.spec import FlowSpec
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 
 logger = tracing.get_logger(__name__)
@@ -70,11 +71,9 @@ def task_principal(server: Any) -> PrincipalBinder:
 
     Tasks then belong to exactly the principal the SDK binds `requestState` to.
     """
-    from mcp.server.request_state import RequestStateBoundary
-
-    for middleware in getattr(getattr(server, "_lowlevel_server", None), "middleware", ()):  # mcp 2.3
-        if isinstance(middleware, RequestStateBoundary) and middleware._security.bind_principal is not None:
-            return middleware._security.bind_principal
+    security = sdk.state_security(server)
+    if security is not None and security.bind_principal is not None:
+        return security.bind_principal
     return authenticated_principal
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import httpx2
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.message import SessionMessage
+
+from mrtr import sdk
 
 
 @dataclass
@@ -163,7 +164,7 @@ def http_transport(url: str, view: WireView) -> ObservedTransport:
         if instance:
             view.instance = instance
 
-    client = create_mcp_http_client()
+    client = sdk.http_client()
     client.event_hooks["response"].append(on_response)
     return ObservedTransport(_OwningHttp(url, client), view)
 

@@ -20,7 +20,7 @@ from typing import Any
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from mrtr.stores import TaskExists, TaskRecord, round_verdict
+from mrtr.stores.base import TaskExists, TaskRecord, round_verdict
 
 # Room for the "_claimable"/"_expiry" index suffixes inside Postgres's 63-byte names.
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")

@@ -21,7 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from mrtr.stores import TaskExists, TaskRecord
+from mrtr.stores.base import TaskExists, TaskRecord
 
 # Shared tail of `create` and `save`: write the record and make both indexes agree with it.
 # ARGV: 1 id, 2 json, 3 now, 4 claimable (0/1), 5 lease_until, 6 expires_at|"", 7 expire_ms|"".

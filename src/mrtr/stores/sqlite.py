@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from mrtr.stores import TaskExists, TaskRecord, round_verdict
+from mrtr.stores.base import TaskExists, TaskRecord, round_verdict
 
 T = TypeVar("T")
 
