@@ -90,7 +90,7 @@ from starlette.applications import Starlette
 
 import mrtr
 from mrtr.stores import TaskRecord, TaskStore
-from mrtr.task_client import TASKS_EXTENSION, CreatedTask, TasksClient, get_task
+from mrtr.tasks.client import TASKS_EXTENSION, CreatedTask, TasksClient, get_task
 
 STORES = ("sqlite", "redis", "postgres")
 POLL = 0.01  # seconds: the server's task_poll_interval and the client's polling pace

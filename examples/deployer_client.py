@@ -41,7 +41,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
-from mrtr.task_client import CreatedTask, TasksClient, get_task, update_task
+from mrtr.tasks.client import CreatedTask, TasksClient, get_task, update_task
 
 INSTANCE_HEADER = "x-mrtr-instance"
 MODERN = "2026-07-28"
@@ -326,7 +326,7 @@ async def follow_migration(
 ) -> t.CallToolResult:
     """Poll a task on `url` until it ends, printing each status change and answering its asks.
 
-    Written out by hand (rather than `mrtr.task_client.follow_task`) so that every
+    Written out by hand (rather than `mrtr.tasks.client.follow_task`) so that every
     `tasks/get` and `tasks/update` shows up in the output, with the instance that served it.
     Printed offsets count from `since` (a `time.monotonic()` value; default: now), so a
     caller can put them on one clock with its own output.

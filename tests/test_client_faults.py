@@ -33,7 +33,7 @@ from mrtr.client import (
     TransportError,
     TransportTimeout,
 )
-from mrtr.task_client import TasksClient
+from mrtr.tasks.client import TasksClient
 from tests.faultproxy import FaultProxy, running_proxy
 from tests.servers import ServerProcess, ServerSpec, new_key, spawn_servers
 

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from mrtr.task_client import CreatedTask, TasksClient, cancel_task, get_task, update_task
+from mrtr.tasks.client import CreatedTask, TasksClient, cancel_task, get_task, update_task
 from tests.servers import ServerSpec, spawn_servers
 from tests.test_tasks import task_server, tasks_client
 
@@ -65,7 +65,7 @@ def fleet(tmp_path: Path) -> Any:
 
 
 async def seed_result(session: Any, task_id: str) -> Any:
-    from mrtr.task_client import _ANY, _TaskParams, _TaskRequest
+    from mrtr.tasks.client import _ANY, _TaskParams, _TaskRequest
 
     return await session.send_request(_TaskRequest(method="tasks/result", params=_TaskParams(task_id=task_id)), _ANY)
 

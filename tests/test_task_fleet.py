@@ -22,7 +22,7 @@ import mcp_types as t
 import pytest
 from mcp import Client
 
-from mrtr.task_client import CreatedTask, TasksClient, get_task, update_task
+from mrtr.tasks.client import CreatedTask, TasksClient, get_task, update_task
 from tests.servers import ServerSpec, spawn_servers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -17,7 +17,7 @@ import mrtr
 from mrtr.client import FlowClient
 from mrtr.journal import Journal, decode
 from mrtr.stores.sqlite import SQLiteStore
-from mrtr.task_client import CreatedTask, TaskCancelled, TasksClient, TaskSnapshot, cancel_task, get_task, update_task
+from mrtr.tasks.client import CreatedTask, TaskCancelled, TasksClient, TaskSnapshot, cancel_task, get_task, update_task
 from tests.flowkit import accept, new_server, sampled
 
 pytestmark = pytest.mark.anyio

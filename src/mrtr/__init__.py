@@ -1,17 +1,23 @@
 """mrtr: await-style multi round-trip flows for MCP servers that run on a stateless fleet.
 
-Read top-down: `flows` (registration) -> `engine` (one request, or one run of a task) ->
-`drivers` + `replay` (one run against the journal; `branches` names concurrent tasks,
-`quiescence` tells when a round is over) -> `journal` (what is remembered). `testing`
-replays recorded journals against new code.
-`context` is what a flow awaits, `asks` how questions look on the wire, `errors` what can
-go wrong. Durable tasks: `tasks` (the extension's wire methods) -> `worker` (leases,
-resumption) -> `stores` (SQLite, Redis, PostgreSQL). Clients: `client`, `task_client`.
-Under load and attack: `guard` (single-use rounds), `shedding` (state-only results when overloaded).
+Read top-down (the data path request -> engine -> journal -> result):
+
+- `flows`: `Flows` registers flow functions as the SDK's tools, prompts and resources.
+- `spec`: what a flow is (`FlowSpec`, `Limits`) and the shapes of the services it may use.
+- `engine`: one request (or one run of a task): load the journal, run, answer.
+- `replay` + `drivers`: one run against the journal; `branches` names concurrent tasks,
+  `quiescence` tells when a round is over, `steps` runs and journals side effects.
+- `journal`: what a flow remembers, and its compact encoding.
+- `context` (what a flow awaits), `asks` (questions on the wire), `errors`.
+- Under load and attack: `guard` (single-use rounds), `shedding` (state-only results).
+- `tasks/`: durable tasks — `wire`, `extension`, `runtime`, `seed_dialect`, `client`;
+  `stores/`: where they live (SQLite, Redis, PostgreSQL).
+- Clients: `client` (`FlowClient`), `client_transport`, `client_connect`.
+- `sdk`: the one place mrtr touches the official SDK's internals. `tracing`, `testing`, `cli/`.
 """
 
 from mrtr.asks import Capability
-from mrtr.context import FlowContext, StepInfo, current_step
+from mrtr.context import FlowContext
 from mrtr.errors import (
     Cancelled,
     Declined,
@@ -27,6 +33,7 @@ from mrtr.errors import (
 from mrtr.flows import Flows
 from mrtr.guard import ReplayGuard, open_guard
 from mrtr.shedding import LoadShedder
+from mrtr.steps import StepInfo, current_step
 from mrtr.stores import TaskRecord, TaskStore, open_store
 
 __all__ = [

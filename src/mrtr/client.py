@@ -45,7 +45,7 @@ from mrtr.client_transport import (
     TransportTimeout,
     resending,
 )
-from mrtr.task_client import CreatedTask, TasksClient, TaskSnapshot, as_wire, cancel_task, follow_task
+from mrtr.tasks.client import CreatedTask, TasksClient, TaskSnapshot, as_wire, cancel_task, follow_task
 
 ElicitHandler = Callable[[t.ElicitRequestParams], Awaitable[t.ElicitResult]]
 SampleHandler = Callable[[t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]

@@ -8,16 +8,9 @@ become ordinary server-to-client requests through the SDK session, and steps sim
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import hashlib
-import inspect
-import typing
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import pydantic_core
 from mcp_types import (
     CreateMessageRequestParams,
     CreateMessageResult,
@@ -28,36 +21,17 @@ from mcp_types import (
     SamplingMessage,
     TextContent,
 )
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 
 from mrtr.asks import Ask, Capability, elicit_ask, elicit_url_ask, roots_ask, sample_ask
-from mrtr.errors import Cancelled, Declined, FlowDefinitionError
+from mrtr.errors import Cancelled, Declined
+from mrtr.steps import StepInfo, current_step, return_adapter
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class StepInfo:
-    """Identity of the step now running; `idempotency_key` is the same on every replay and instance."""
-
-    name: str
-    flow_id: str
-    idempotency_key: str
-
-
-_current_step: contextvars.ContextVar[StepInfo | None] = contextvars.ContextVar("mrtr_current_step", default=None)
-
-
-def current_step() -> StepInfo:
-    """The step the caller runs inside (pass `.idempotency_key` to payment APIs and the like)."""
-    info = _current_step.get()
-    if info is None:
-        raise RuntimeError("mrtr.current_step() called outside ctx.step(...)")
-    return info
 
 
 class Driver(Protocol):
@@ -185,7 +159,7 @@ class FlowContext:
         Inside `fn`, `mrtr.current_step().idempotency_key` names this step stably.
         """
         value = await self._driver.step(name, fn, args, kwargs)
-        adapter = _return_adapter(fn)
+        adapter = return_adapter(fn)
         return value if adapter is None else adapter.validate_python(value)
 
     def patched(self, patch_id: str) -> bool:
@@ -236,54 +210,4 @@ def _raise_if_refused(answer: dict[str, Any], message: str, key: str) -> None:
         raise Cancelled(message, key=key)
 
 
-# -- step helpers shared by both drivers ---------------------------------------------------
-
-
-def arg_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """Fingerprint of a step's arguments, to catch replays that diverge from the first run."""
-    try:
-        raw = pydantic_core.to_json([args, kwargs], fallback=_opaque)
-    except Exception:
-        return ""
-    return hashlib.sha256(raw).hexdigest()[:12]
-
-
-def _opaque(value: Any) -> str:
-    # Objects without a JSON form are compared by type only: their repr may hold an address.
-    return f"<{type(value).__qualname__}>"
-
-
-def to_journal(name: str, value: Any) -> Any:
-    try:
-        return pydantic_core.to_jsonable_python(value)
-    except pydantic_core.PydanticSerializationError as exc:
-        raise FlowDefinitionError(
-            f"step {name!r} returned a {type(value).__name__}, which cannot be journaled as JSON "
-            "(return plain data or a pydantic model)"
-        ) from exc
-
-
-async def call_step(info: StepInfo, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    token = _current_step.set(info)
-    try:
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args, **kwargs)
-        result = await asyncio.to_thread(fn, *args, **kwargs)
-        return await result if inspect.isawaitable(result) else result
-    finally:
-        _current_step.reset(token)
-
-
-@lru_cache(maxsize=1024)
-def _return_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        return None
-    annotation = hints.get("return")
-    if annotation is None or annotation is type(None) or annotation is Any:
-        return None
-    try:
-        return TypeAdapter(annotation)
-    except Exception:
-        return None
+__all__ = ["Driver", "FlowContext", "StepInfo", "current_step"]  # StepInfo, current_step: see mrtr.steps

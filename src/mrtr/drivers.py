@@ -26,9 +26,9 @@ from mcp_types import (
 from mrtr import tracing
 from mrtr.asks import Ask, BadAnswer, Capability, required_capability, supports
 from mrtr.branches import outside_branch
-from mrtr.context import StepInfo, arg_digest, call_step, to_journal
 from mrtr.replay import Replay, check_step_name, step_key
 from mrtr.shedding import ShedPoint
+from mrtr.steps import StepInfo, arg_digest, call_step, to_journal
 
 _LEGACY_REASK_LIMIT = 3
 

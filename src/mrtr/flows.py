@@ -35,8 +35,8 @@ from mrtr.shedding import LoadShedder
 from mrtr.spec import FlowSpec, Limits, Services, TaskSupport
 from mrtr.static_resources import StaticResourceFlows
 from mrtr.stores import TaskStore
-from mrtr.tasks import TasksExtension
-from mrtr.worker import TaskRuntime, task_principal
+from mrtr.tasks.extension import TasksExtension
+from mrtr.tasks.runtime import TaskRuntime, task_principal
 
 F = TypeVar("F", bound=Callable[..., Any])
 

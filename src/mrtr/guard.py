@@ -276,14 +276,14 @@ def _error_outcome(spec: FlowSpec, exc: BaseException) -> dict[str, Any]:
 
 def _replayed(spec: FlowSpec, outcome: dict[str, Any]) -> Any:
     """The first run's outcome, given again to an identical resend of its round."""
-    from mrtr.context import _return_adapter
     from mrtr.engine import TaskCreated
+    from mrtr.steps import return_adapter
 
     kind = outcome.get("k")
     if kind == "ir":
         return InputRequiredResult.model_validate(outcome["r"])
     if kind == "v":
-        adapter = _return_adapter(spec.fn)
+        adapter = return_adapter(spec.fn)
         return outcome["v"] if adapter is None else adapter.validate_python(outcome["v"])
     if kind == "task":
         raise TaskCreated(outcome["r"])

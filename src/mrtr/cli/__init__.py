@@ -11,7 +11,6 @@ Every failure ends with one line on stderr (`mrtr: ...`) and a documented exit c
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
@@ -24,10 +23,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(f'mrtr: the command line needs the cli extra (pip install "mrtr[cli]"): {exc}\n')
         raise SystemExit(2) from None
     app(args=argv, prog_name="mrtr", standalone_mode=True)
-
-
-def debug() -> bool:
-    return os.environ.get("MRTR_DEBUG", "") not in ("", "0")
 
 
 def __getattr__(name: str) -> Any:

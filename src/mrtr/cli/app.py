@@ -47,7 +47,7 @@ def explain(exc: BaseException) -> tuple[int, str]:
     from mcp.shared.exceptions import MCPError
 
     from mrtr.client import InputAbandoned, RoundLimitExceeded
-    from mrtr.task_client import TaskCancelled
+    from mrtr.tasks.client import TaskCancelled
 
     exc = leaf(exc)
     if isinstance(exc, CliError):
@@ -108,7 +108,7 @@ def run_loop(work: Callable[[], Awaitable[int]]) -> int:
 
 def run(work: Callable[[], Awaitable[int]]) -> None:
     """Run an async command; map every failure to one stderr line and an exit code."""
-    from mrtr.cli import debug
+    from mrtr.cli.errors import debug
 
     try:
         code = run_loop(work)

@@ -39,7 +39,7 @@ from mrtr.cli.errors import EXIT_OK, EXIT_TOOL_ERROR, Abandoned, UsageError
 from mrtr.cli.forms import CANCEL, FormRenderer
 from mrtr.cli.observe import ObservedTransport, WireView, http_transport
 from mrtr.client import FlowClient, Round
-from mrtr.task_client import TaskSnapshot
+from mrtr.tasks.client import TaskSnapshot
 
 _LIST_PAGES = 20
 

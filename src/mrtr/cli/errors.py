@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
 """The tool answered with `isError`, or a durable task failed."""
@@ -39,3 +41,8 @@ class Unreachable(CliError):
 
 class Abandoned(CliError):
     exit_code = EXIT_ABANDONED
+
+
+def debug() -> bool:
+    """`MRTR_DEBUG=1`: show the traceback instead of the one-line error."""
+    return os.environ.get("MRTR_DEBUG", "") not in ("", "0")

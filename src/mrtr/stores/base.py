@@ -49,7 +49,7 @@ class TaskRecord:
     version: int = 0
     """Bumped by every successful `save`; `save` succeeds only from the stored version."""
     owner: str | None = None
-    """Digest of the principal that created the task (`mrtr.worker.owner_tag`); None if unauthenticated."""
+    """Digest of the principal that created the task (`mrtr.tasks.runtime.owner_tag`); None if unauthenticated."""
     extras: dict[str, Any] = field(default_factory=dict, repr=False)
     """Fields written by a newer mrtr that this one does not know: carried through every rewrite."""
 

@@ -33,25 +33,24 @@ from mcp_types import (
     CreateMessageResult,
     ElicitResult,
     ListRootsResult,
-    RequestParams,
 )
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from mrtr.engine import TASKS_EXTENSION, TaskCreated, declares_tasks
+from mrtr.engine import TaskCreated, declares_tasks
 from mrtr.stores import TaskRecord
-from mrtr.worker import Creator, TaskRuntime, creator, same_owner, task_fields
+from mrtr.tasks.runtime import Creator, TaskRuntime, creator
+from mrtr.tasks.seed_dialect import seed_methods
+from mrtr.tasks.wire import (
+    IDEMPOTENCY_KEY,
+    TASKS_EXTENSION,
+    TaskRequestParams,
+    UpdateTaskParams,
+    same_owner,
+    task_fields,
+)
 
 _CAS_RETRIES = 20
-IDEMPOTENCY_KEY = "mrtr/idempotencyKey"
 _MAX_KEY_LENGTH = 200
-
-
-class TaskRequestParams(RequestParams):
-    task_id: str = Field(min_length=1)
-
-
-class UpdateTaskParams(TaskRequestParams):
-    input_responses: dict[str, Any]
 
 
 class TasksExtension(Extension):
@@ -68,8 +67,6 @@ class TasksExtension(Extension):
             MethodBinding("tasks/cancel", TaskRequestParams, self._cancel),
         ]
         if self.seed_dialect:
-            from mrtr.seed_dialect import seed_methods
-
             methods += seed_methods(self)
         return methods
 

@@ -1,0 +1,227 @@
+"""Client side of durable tasks: opt in, poll, answer `input_required`, cancel, watch.
+
+`TasksClient` is an SDK `ClientExtension`: given to `mcp.Client(extensions=[...])` it
+declares `io.modelcontextprotocol/tasks` on every request and claims the `task` result
+shape, so `client.call_tool(...)` transparently follows a task to its end. The same
+elicitation, sampling and roots handlers that answer MRTR rounds answer the task's
+`inputRequests` (all three kinds), through `tasks/update`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
+
+import mcp_types as t
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict, TypeAdapter
+
+from mrtr.client_transport import NO_RETRY, RetryPolicy, TransportError, resending
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+Answerer = Callable[[t.InputRequest], Awaitable[Any]]
+
+
+class TaskCancelled(RuntimeError):
+    """The task ended `cancelled`."""
+
+
+class CreatedTask(t.Result):
+    """The flat `CreateTaskResult` a server returns instead of the tool's result."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    status_message: str | None = None
+    created_at: str | None = None
+    last_updated_at: str | None = None
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+
+class _TaskParams(t.RequestParams):
+    task_id: str
+
+
+class _UpdateParams(_TaskParams):
+    input_responses: dict[str, Any]
+
+
+class _TaskRequest(t.Request[_TaskParams, str]):
+    name_param = "taskId"  # the SDK mirrors it into the Mcp-Name routing header
+
+
+class _UpdateRequest(t.Request[_UpdateParams, str]):
+    name_param = "taskId"
+
+
+_ANY = TypeAdapter(dict[str, Any])
+_INPUT_REQUEST: TypeAdapter[t.InputRequest] = TypeAdapter(t.InputRequest)
+
+
+def as_wire(value: Any) -> Any:
+    """A handler's answer as bare wire JSON (handlers may return models or plain dicts)."""
+    return value.model_dump(mode="json", by_alias=True, exclude_none=True) if hasattr(value, "model_dump") else value
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """What one `tasks/get` said; handed to `on_status` whenever status or message changes."""
+
+    task_id: str
+    status: str
+    status_message: str | None
+    input_keys: tuple[str, ...]
+    raw: dict[str, Any]
+
+
+_SDK_HTTP_ERROR = "Server returned an error response"
+"""What the SDK's streamable HTTP client makes of an HTTP error without a JSON-RPC body (a 502...)."""
+
+
+async def _polled(send: Callable[[], Awaitable[Any]]) -> Any:
+    """Run one poll or update; failures the SDK's own transport invented become `TransportError`.
+
+    Over `mcp.Client`'s HTTP transport a gateway 502 arrives as `MCPError(-32603, _SDK_HTTP_ERROR)`
+    and a dropped stream as `CONNECTION_CLOSED`: no server sent those, and `tasks/get` and
+    `tasks/update` are safe to repeat, so they are resent like any transport failure.
+    """
+    try:
+        return await send()
+    except MCPError as error:
+        invented = error.code == t.CONNECTION_CLOSED or (
+            error.code == t.INTERNAL_ERROR and error.error.message == _SDK_HTTP_ERROR
+        )
+        if invented:
+            raise TransportError(f"task poll failed in transit: {error.error.message}") from error
+        raise
+
+
+async def get_task(session: ClientSession, task_id: str) -> dict[str, Any]:
+    return await session.send_request(_TaskRequest(method="tasks/get", params=_TaskParams(task_id=task_id)), _ANY)
+
+
+async def cancel_task(session: ClientSession, task_id: str) -> None:
+    await session.send_request(_TaskRequest(method="tasks/cancel", params=_TaskParams(task_id=task_id)), _ANY)
+
+
+async def update_task(session: ClientSession, task_id: str, responses: dict[str, Any]) -> None:
+    params = _UpdateParams(task_id=task_id, input_responses=responses)
+    await session.send_request(_UpdateRequest(method="tasks/update", params=params), _ANY)
+
+
+async def follow_task(
+    session: ClientSession,
+    task_id: str,
+    answer: Answerer,
+    *,
+    poll_interval: float = 0.5,
+    on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
+    retry: RetryPolicy = NO_RETRY,
+) -> t.CallToolResult:
+    """Poll a task to its end, answering its input requests; returns the tool's result.
+
+    Each `tasks/get` and `tasks/update` is bounded by the session's timeout and resent per
+    `retry` after a `TransportError` (both are safe to repeat: an answer to a key that is no
+    longer pending is ignored). The task itself may run as long as the server lets it.
+
+    Raises:
+        MCPError: The task `failed` (its JSON-RPC error).
+        TaskCancelled: The task was cancelled.
+    """
+    answered: set[str] = set()
+    last: tuple[str, str | None] | None = None
+    while True:
+        task = await resending(retry, partial(_polled, partial(get_task, session, task_id)))
+        status = task.get("status", "working")
+        requests = task.get("inputRequests") or {}
+        if on_status is not None and (status, task.get("statusMessage")) != last:
+            last = (status, task.get("statusMessage"))
+            hook = on_status(TaskSnapshot(task_id, status, last[1], tuple(requests), task))
+            if hook is not None:
+                await hook
+        if status == "completed":
+            return t.CallToolResult.model_validate(task.get("result") or {"content": []})
+        if status == "failed":
+            error = task.get("error") or {"code": t.INTERNAL_ERROR, "message": "task failed"}
+            raise MCPError.from_error_data(t.ErrorData.model_validate(error))
+        if status == "cancelled":
+            raise TaskCancelled(task.get("statusMessage") or f"task {task_id} was cancelled")
+        # Snapshots repeat pending keys on every poll: answer each key once.
+        fresh = {k: v for k, v in requests.items() if k not in answered} if status == "input_required" else {}
+        if fresh:
+            parsed = {k: _INPUT_REQUEST.validate_python(v) for k, v in fresh.items()}
+            values = await asyncio.gather(*(answer(r) for r in parsed.values()))
+            wire = {k: as_wire(v) for k, v in zip(parsed, values, strict=True)}
+            await resending(retry, partial(_polled, partial(update_task, session, task_id, wire)))
+            answered |= set(fresh)
+            continue
+        interval = task.get("pollIntervalMs")
+        await asyncio.sleep(interval / 1000 if isinstance(interval, int) and interval > 0 else poll_interval)
+
+
+class TasksClient(ClientExtension):
+    """Declares the tasks extension and follows `task` results to completion.
+
+    Args:
+        answer: Turns one input request (elicitation, sampling, roots) into its result.
+        on_status: Called with each new status (for progress displays).
+        on_created: Called with the `CreatedTask` before following it.
+        retry: Resends of `tasks/get` / `tasks/update` after a transport failure (a
+            `mrtr.client_transport.TransportError`, or the SDK transport's own stand-in errors for
+            an HTTP error status or a dropped stream); default `RetryPolicy()`. A connection reset
+            still ends every call on an `mcp.Client` over HTTP (SDK behaviour): use `FlowClient`.
+    """
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(
+        self,
+        answer: Answerer,
+        *,
+        on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
+        on_created: Callable[[CreatedTask], Awaitable[None] | None] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._answer = answer
+        self._retry = retry or RetryPolicy()
+        self._on_status = on_status
+        self._on_created = on_created
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreatedTask, resolve=self._resolve)]
+
+    async def _resolve(self, created: CreatedTask, ctx: ClaimContext) -> t.CallToolResult:
+        if self._on_created is not None:
+            hook = self._on_created(created)
+            if hook is not None:
+                await hook
+        interval = (created.poll_interval_ms or 500) / 1000
+        return await follow_task(
+            ctx.session,
+            created.task_id,
+            self._answer,
+            poll_interval=interval,
+            on_status=self._on_status,
+            retry=self._retry,
+        )
+
+
+__all__ = [
+    "CreatedTask",
+    "TaskCancelled",
+    "TaskSnapshot",
+    "TasksClient",
+    "cancel_task",
+    "follow_task",
+    "get_task",
+    "update_task",
+]
