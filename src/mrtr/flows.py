@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import inspect
 import typing
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -26,6 +26,7 @@ from mcp_types import INVALID_PARAMS, Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
 
 from mrtr.context import FlowContext
+from mrtr.dialects import Dialects
 from mrtr.engine import FlowSpec, Limits, TaskSupport, run_flow
 from mrtr.errors import InputRefused
 from mrtr.static_resources import StaticResourceFlows
@@ -55,6 +56,8 @@ class Flows:
         seed_dialect: Also serve SEP-2322's original persistent workflow (`tasks/result`,
             `tasks/input_response`) for early clients; off by default because the tasks
             extension requires `tasks/result` to be unknown.
+        dialects: Also serve the seeds' pre-standard wire shapes over streamable HTTP, any of
+            `"sketch"`, `"draft"`, `"incomplete"`, `"saga"` (see `mrtr.dialects`); none by default.
     """
 
     def __init__(
@@ -70,6 +73,7 @@ class Flows:
         task_poll_interval: float = 0.5,
         task_scan_interval: float = 1.0,
         seed_dialect: bool = False,
+        dialects: Sequence[str] = (),
     ) -> None:
         self.server = server
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
@@ -87,6 +91,7 @@ class Flows:
         self._seed_dialect = seed_dialect
         if store is not None or seed_dialect:
             self._tasks()
+        self._dialects = Dialects(server, dialects) if dialects else None
 
     @property
     def runtime(self) -> TaskRuntime:
@@ -110,6 +115,8 @@ class Flows:
         arrives, and stops with the app (its leases lapse, so another instance resumes).
         """
         app = self.server.streamable_http_app(**options)
+        if self._dialects is not None:
+            self._dialects.mount(app, options.get("streamable_http_path", "/mcp"))
         if self._runtime is None:
             return app
         runtime = self._runtime
