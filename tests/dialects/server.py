@@ -17,7 +17,9 @@ from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
+from mcp_types import ModelHint, ModelPreferences
 from pydantic import BaseModel
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
@@ -38,6 +40,14 @@ class Confirm(BaseModel):
     send: bool
 
 
+class Target(BaseModel):
+    target: str
+
+
+SEED_000_WEATHER = "Current weather in New York:\nTemperature: 72\u00c2\u00b0F\nConditions: Partly cloudy"
+"""Seed 000's final result text, byte for byte (its mojibake included)."""
+
+
 def lookup(location: str) -> str:
     """The flow's side effect: must run once per flow, whichever instance serves the round."""
     key = mrtr.current_step().idempotency_key
@@ -51,9 +61,9 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
     server = MCPServer("weather", request_state_security=RequestStateSecurity(keys=[key]))
     flows = mrtr.Flows(server, dialects=["sketch", "draft", "incomplete", "saga"])
 
-    @flows.tool()
-    async def get_weather(location: str, ctx: mrtr.FlowContext) -> str:
-        """Three rounds: who is asking, then the client's LLM, then a confirmation."""
+    @flows.tool(structured_output=False)
+    async def forecast(location: str, ctx: mrtr.FlowContext) -> str:
+        """The one flow every dialect runs: an elicitation, a step, a sampling request, a confirmation."""
         login = await ctx.elicit("Please provide your GitHub username", Login, key="github_login")
         weather = await ctx.step("lookup", lookup, location)
         advice = await ctx.sample(f"What to wear in {weather}?", max_tokens=100, key="what_to_wear")
@@ -63,12 +73,52 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
             return "not sent"
         return f"{login.name}: {weather}. {text} [flow {ctx.flow_id}]"
 
+    @flows.tool(structured_output=False)
+    async def get_weather(location: str, ctx: mrtr.FlowContext) -> str:
+        """Seeds 000 and 001's example: a GitHub login and the capital of France, asked together."""
+        await ctx.gather(
+            ctx.elicit("Please provide your GitHub username", Login, key="github_login"),
+            ctx.sample(
+                "What is the capital of France?",
+                max_tokens=100,
+                system_prompt="You are a helpful assistant.",
+                model_preferences=ModelPreferences(
+                    hints=[ModelHint(name="claude-3-sonnet")], intelligence_priority=0.8, speed_priority=0.5
+                ),
+                key="capital_of_france",
+            ),
+        )
+        return SEED_000_WEATHER if location == "New York" else f"No weather for {location}"
+
+    @flows.tool(structured_output=False)
+    async def complex_tool(initial_arg: str, ctx: mrtr.FlowContext) -> str:
+        """Seed 003's example: a deployment target, then the client's LLM, then done."""
+        target = await ctx.elicit("Please provide the deployment target:", Target, key="step-elicitation-A")
+        prompt = f"Is deploying to '{target.target}' safe right now?"
+        await ctx.sample(prompt, max_tokens=100, key="step-sampling-B")
+        return f"Deployment to {target.target} initiated successfully based on confirmation."
+
     @server.tool()
-    def ping_tool() -> str:
+    def plain_tool() -> str:
         """A plain SDK tool: dialects pass non-flow calls through unchanged."""
         return "pong"
 
     return server, flows
+
+
+def with_instance_header(app: ASGIApp) -> ASGIApp:
+    """Every response says which process answered it (`X-Mrtr-Instance`), for the tests."""
+    label = INSTANCE.encode()
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_labelled(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (b"x-mrtr-instance", label)]}
+            await send(message)
+
+        await app(scope, receive, send_labelled)
+
+    return wrapped
 
 
 def main() -> None:
@@ -76,7 +126,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     _, flows = build_server()
-    asyncio.run(serve_http(flows.streamable_http_app(), args.port, READY_PREFIX))
+    asyncio.run(serve_http(with_instance_header(flows.streamable_http_app()), args.port, READY_PREFIX))
 
 
 if __name__ == "__main__":
