@@ -85,10 +85,14 @@ class DialectServer:
         if not value.startswith(SESSION_PREFIX):
             return None
         gateway = self.gateway
-        claims = unseal(gateway.security, SESSION_KIND, gateway.audience, value.removeprefix(SESSION_PREFIX))
+        unknown = DialectError(INVALID_REQUEST, "Session not found", "unknown_session")
+        try:
+            claims = unseal(gateway.security, SESSION_KIND, gateway.audience, value.removeprefix(SESSION_PREFIX))
+        except DialectError:
+            raise unknown from None
         shape = self.shapes.get(claims.get("d", ""))
-        if shape is None and claims.get("d") != saga.NAME:
-            raise DialectError(INVALID_REQUEST, "Session not found", "unknown_session")
+        if shape is None:
+            raise unknown
         caller = Caller(capabilities=claims.get("c") or {}, client_info=claims.get("i"))
         if isinstance(claims.get("pv"), str):
             caller.protocol_version = claims["pv"]
