@@ -8,7 +8,9 @@ the flow from one round to the next; the shared audit log proves the step ran on
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from tests.dialects.clients import (
     INSTANCE_HEADER,
     DraftClient,
     IncompleteClient,
+    Pipe,
     Reply,
     Responder,
     Rotor,
@@ -328,3 +331,41 @@ async def test_bad_bodies_get_precise_json_rpc_errors(fleet: Fleet) -> None:
         assert body["error"]["code"] == -32602
         response = await http.get(url, headers=ACCEPT)
         assert response.status_code == 405
+
+
+# -- stdio: the two JSON-RPC-shaped dialects -------------------------------------------------------------
+
+
+@asynccontextmanager
+async def stdio_server(fleet: Fleet) -> AsyncIterator[Pipe]:
+    env = {**os.environ, "MRTR_STATE_KEY": new_key(), "MRTR_INSTANCE": "stdio", "MRTR_AUDIT": str(fleet.audit)}
+    log = fleet.audit.with_name("stdio-server.log")
+    with log.open("ab") as stderr:
+        process = await anyio.open_process([sys.executable, str(SERVER), "--stdio"], env=env, stderr=stderr)
+    try:
+        yield Pipe(process)
+        assert "Traceback" not in log.read_text(errors="replace"), log.read_text(errors="replace")
+    finally:
+        assert process.stdin is not None
+        await process.stdin.aclose()
+        with anyio.move_on_after(5):
+            await process.wait()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+@pytest.mark.parametrize("kind", ["incomplete", "saga"])
+async def test_saga_and_incomplete_run_the_flow_over_stdio(fleet: Fleet, kind: str) -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with stdio_server(fleet) as pipe:
+            c: SeedClient = IncompleteClient(pipe) if kind == "incomplete" else SagaClient(pipe)
+            reply = await c.initialize(CAPABILITIES, IncompleteClient.VERSION if kind == "incomplete" else "2025-11-25")
+            assert reply.result is not None
+            await pipe.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            if kind == "incomplete":
+                assert reply.result["protocolVersion"] == IncompleteClient.VERSION
+            final, rounds = await c.call_tool("forecast", {"location": "Kyoto"}, Responder(FORMS))
+    text = text_of(final)
+    assert rounds == 4 and "Kyoto" in text
+    assert len(audit_entries(fleet.audit, flow_id(text))) == 1

@@ -9,11 +9,15 @@ consecutive rounds of one call land on different server processes.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import anyio
+import anyio.abc
 import httpx2
+from anyio.streams.text import TextReceiveStream
 
 INSTANCE_HEADER = "x-mrtr-instance"
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -64,14 +68,46 @@ class Rotor:
         self.http = http
         self.bases = itertools.cycle(bases)
         self.instances: list[str] = []
+        self.last_headers: Mapping[str, str] = {}
 
     async def post(self, path: str, message: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> Any:
         url = next(self.bases) + path
         response = await self.http.post(url, json=dict(message), headers={**ACCEPT, **(headers or {})})
         self.instances.append(response.headers.get(INSTANCE_HEADER, "?"))
+        self.last_headers = response.headers
         assert response.status_code == 200, (response.status_code, response.text)
         assert response.headers["content-type"].startswith("application/json"), response.headers
         return response.json()
+
+
+class Pipe:
+    """The same `post` over a stdio server process: one JSON-RPC message per line each way."""
+
+    def __init__(self, process: anyio.abc.Process, timeout: float = 10.0) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self.lines = TextReceiveStream(process.stdout)
+        self.buffer = ""
+        self.timeout = timeout
+        self.instances: list[str] = []
+        self.last_headers: Mapping[str, str] = {}
+
+    async def send(self, message: Mapping[str, Any]) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.send((json.dumps(message) + "\n").encode())
+
+    async def post(self, path: str, message: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> Any:
+        await self.send(message)
+        with anyio.fail_after(self.timeout):
+            for _ in range(100):  # skip whatever notifications come first, boundedly
+                while "\n" not in self.buffer:
+                    self.buffer += await self.lines.receive()
+                line, self.buffer = self.buffer.split("\n", 1)
+                body = json.loads(line)
+                if body.get("id") == message["id"] and "method" not in body:
+                    self.instances.append("stdio")
+                    return body
+        raise AssertionError(f"no response to {message['id']}")
 
 
 class SeedClient:
@@ -79,7 +115,7 @@ class SeedClient:
 
     path = "/mcp"
 
-    def __init__(self, rotor: Rotor) -> None:
+    def __init__(self, rotor: Rotor | Pipe) -> None:
         self.rotor = rotor
         self.ids = itertools.count(2)
         self.headers: dict[str, str] = {}
@@ -130,12 +166,10 @@ class SeedClient:
     async def initialize(self, capabilities: Mapping[str, Any], protocol_version: str = "2025-11-25") -> Reply:
         """The handshake; a session id the server hands back is sent on every later request."""
         message = self.initialize_message(capabilities, protocol_version)
-        response = await self.rotor.http.post(next(self.rotor.bases) + self.path, json=message, headers=ACCEPT)
-        self.rotor.instances.append(response.headers.get(INSTANCE_HEADER, "?"))
-        assert response.status_code == 200, response.text
-        if "mcp-session-id" in response.headers:
-            self.headers["mcp-session-id"] = response.headers["mcp-session-id"]
-        return _plain(response.json())
+        body = await self.rotor.post(self.path, message)
+        if "mcp-session-id" in self.rotor.last_headers:
+            self.headers["mcp-session-id"] = self.rotor.last_headers["mcp-session-id"]
+        return _plain(body)
 
 
 def _plain(body: Mapping[str, Any]) -> Reply:
@@ -259,7 +293,7 @@ class SagaClient(SeedClient):
         "roots": "roots/list",
     }
 
-    def __init__(self, rotor: Rotor) -> None:
+    def __init__(self, rotor: Rotor | Pipe) -> None:
         super().__init__(rotor)
         self.completed: list[dict[str, Any]] = []
         self.ids = (f"client-req-{n}" for n in itertools.count(1))  # type: ignore[assignment]

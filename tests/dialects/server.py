@@ -124,8 +124,12 @@ def with_instance_header(app: ASGIApp) -> ASGIApp:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout (saga and incomplete only)")
     args = parser.parse_args()
-    _, flows = build_server()
+    server, flows = build_server()
+    if args.stdio:
+        asyncio.run(server.run_stdio_async())
+        return
     asyncio.run(serve_http(with_instance_header(flows.streamable_http_app()), args.port, READY_PREFIX))
 
 

@@ -21,12 +21,14 @@ from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
 from mcp.server.mcpserver import MCPServer
+from mcp.server.request_state import RequestStateBoundary
 from starlette.applications import Starlette
 from starlette.routing import Route
 
 from mrtr.dialects import draft, incomplete, saga, sketch
 from mrtr.dialects.http import DialectEndpoint, DialectServer, MainEndpoint, Shape
 from mrtr.dialects.plumbing import Gateway
+from mrtr.dialects.stdio import DialectMiddleware
 
 NAMES = ("sketch", "draft", "incomplete", "saga")
 """Every dialect, by the name `Flows(dialects=...)` takes."""
@@ -50,7 +52,16 @@ class Dialects:
             raise ValueError(f"unknown dialect(s) {unknown}; choose from {list(NAMES)}")
         self.enabled = frozenset(enabled)
         shapes = {name: shape for name, shape in _SHAPES.items() if name in self.enabled}
-        self._server = DialectServer(Gateway(server), shapes, saga_enabled=saga.NAME in self.enabled)
+        gateway = Gateway(server)
+        self._server = DialectServer(gateway, shapes, saga_enabled=saga.NAME in self.enabled)
+        if saga.NAME in self.enabled or incomplete.NAME in self.enabled:
+            # stdio: just outside the request-state boundary, so the boundary verifies what it hands on.
+            middleware = DialectMiddleware(
+                gateway, saga_enabled=saga.NAME in self.enabled, incomplete_enabled=incomplete.NAME in self.enabled
+            )
+            chain = server.middleware
+            at = next((i for i, m in enumerate(chain) if isinstance(m, RequestStateBoundary)), len(chain))
+            chain.insert(at, middleware)
 
     def mount(self, app: Starlette, path: str = "/mcp") -> None:
         """Add `<path>/sketch` and `<path>/draft` beside `path`, and recognise the rest on `path`.

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import anyio
 from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import InvalidRequestState, RequestStateBoundary, RequestStateSecurity
 from mcp.server.runner import modern_error_data, serve_one
@@ -96,6 +97,10 @@ class Caller:
     protocol_version: str = LATEST_HANDSHAKE_VERSION
 
 
+Origin = Request | ServerRequestContext[Any, Any]
+"""Where a dialect request arrived: an HTTP request, or (stdio) the SDK's handler context."""
+
+
 class Gateway:
     """The server's handler chain, reachable one request at a time (see module docstring)."""
 
@@ -119,7 +124,7 @@ class Gateway:
         """The audience the boundary stamps on `requestState` (the server name unless set)."""
         return cast("str | None", self._boundary()._audience)  # pyright: ignore[reportPrivateUsage]
 
-    async def call(self, request: Request, request_id: RequestId, method: str, params: Mapping[str, Any]) -> Any:
+    async def call(self, origin: Origin, request_id: RequestId, method: str, params: Mapping[str, Any]) -> Any:
         """Serve `method` at the 2026-07-28 revision (`params` carries its envelope); the result dict.
 
         Raises `DialectError` with the error the SDK's modern entry would have answered.
@@ -128,37 +133,42 @@ class Gateway:
         connection = Connection.from_envelope(
             LATEST_MODERN_VERSION, envelope.get(CLIENT_INFO_META_KEY), envelope.get(CLIENT_CAPABILITIES_META_KEY)
         )
-        return await self._serve(request, request_id, method, params, connection)
+        return await self._serve(origin, request_id, method, params, connection)
 
     async def call_legacy(
-        self, request: Request, request_id: RequestId, method: str, params: Mapping[str, Any] | None, caller: Caller
+        self, origin: Origin, request_id: RequestId, method: str, params: Mapping[str, Any] | None, caller: Caller
     ) -> dict[str, Any]:
         """Serve a non-MRTR method (initialize, tools/list, ...) on a born-ready handshake connection."""
         version = caller.protocol_version if caller.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS else None
         connection = Connection.from_envelope(
             version or LATEST_HANDSHAKE_VERSION, caller.client_info, caller.capabilities
         )
-        return await self._serve(request, request_id, method, params, connection)
+        return await self._serve(origin, request_id, method, params, connection)
 
     async def _serve(
         self,
-        request: Request,
+        origin: Origin,
         request_id: RequestId,
         method: str,
         params: Mapping[str, Any] | None,
         connection: Connection,
     ) -> dict[str, Any]:
-        manager = self.server.session_manager
-        lifespan_state = getattr(manager, "_lifespan_state", None)  # entered by the app's lifespan
-        dctx = OneExchange(
-            transport=TransportContext(kind="streamable-http", can_send_request=False, headers=request.headers),
-            request_id=request_id,
-            message_metadata=ServerMessageMetadata(request_context=request),
-        )
+        if isinstance(origin, Request):
+            manager = self.server.session_manager
+            lowlevel = manager.app
+            lifespan_state = getattr(manager, "_lifespan_state", None)  # entered by the app's lifespan
+            transport = TransportContext(kind="streamable-http", can_send_request=False, headers=origin.headers)
+            metadata: MessageMetadata = ServerMessageMetadata(request_context=origin)
+        else:
+            lowlevel = getattr(self.server, "_lowlevel_server", None)
+            if lowlevel is None:  # pinned to mcp 2.3's MCPServer; fail loudly if it moves
+                raise RuntimeError("mrtr dialects over stdio need MCPServer._lowlevel_server (mcp 2.3)")
+            lifespan_state = origin.lifespan_context
+            transport = TransportContext(kind="stdio", can_send_request=False)
+            metadata = None
+        dctx = OneExchange(transport=transport, request_id=request_id, message_metadata=metadata)
         try:
-            return await serve_one(
-                manager.app, dctx, method, params, connection=connection, lifespan_state=lifespan_state
-            )
+            return await serve_one(lowlevel, dctx, method, params, connection=connection, lifespan_state=lifespan_state)
         except (MCPError, ValidationError) as exc:
             error = modern_error_data(exc)
         except Exception as exc:  # mapped like the modern entry: logged there, generic on the wire

@@ -17,11 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from starlette.requests import Request
-
 from mrtr.dialects.plumbing import (
     Caller,
     Gateway,
+    Origin,
     digest,
     invalid,
     is_input_required,
@@ -43,7 +42,7 @@ CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}, "sampling": {}}
 
 
 async def handle(
-    gateway: Gateway, request: Request, request_id: Any, method: str, params: Mapping[str, Any], caller: Caller
+    gateway: Gateway, origin: Origin, request_id: Any, method: str, params: Mapping[str, Any], caller: Caller
 ) -> dict[str, Any]:
     """Serve `tools/callSaga` or `tools/resumeSaga`; the JSON-RPC `result` (suspended or final)."""
     security, audience = gateway.security, gateway.audience
@@ -59,7 +58,7 @@ async def handle(
         done = dict(claims["done"])
         answers, accepted = check_steps(params.get("completedSteps"), claims["asked"], done)
     call = {"name": name, "arguments": arguments}
-    result = await gateway.call(request, request_id, "tools/call", modern_params(call, answers, state, caller))
+    result = await gateway.call(origin, request_id, "tools/call", modern_params(call, answers, state, caller))
     if not is_input_required(result):
         return plain_result(result)
     pending: dict[str, Any] = dict(result.get("inputRequests") or {})
