@@ -8,13 +8,19 @@ Also here: the server-side rules that need no server (saga step checks, answer u
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx2
 import pytest
+from mcp.server.mcpserver import MCPServer
+from mcp.server.request_state import RequestStateSecurity
 
+import mrtr
 from mrtr.dialects import draft, incomplete, saga, sketch
+from mrtr.dialects.http import MainEndpoint
 from mrtr.dialects.plumbing import DialectError, digest, unwrap_answer
+from mrtr.dialects.stdio import DialectMiddleware
 from tests.dialects.clients import DraftClient, IncompleteClient, Reply, Rotor, SagaClient, SeedClient, SketchClient
 from tests.dialects.seedjson import load, names
 
@@ -182,3 +188,52 @@ def test_saga_steps_changed_past_answer_refused_unasked_ignored() -> None:
     assert declined == {"e": {"action": "decline"}}
     with pytest.raises(DialectError):
         saga.check_steps({"not": "a list"}, {}, {})
+
+
+# -- opt-in: a dialect that is off does not exist ---------------------------------------------------------
+
+
+def _app(dialects: list[str]) -> tuple[Any, Any]:
+    server = MCPServer("weather", request_state_security=RequestStateSecurity(keys=[b"k" * 32]))
+    flows = mrtr.Flows(server, dialects=dialects)
+    return server, flows.streamable_http_app()
+
+
+def _routes(app: Any) -> dict[str, Any]:
+    return {route.path: route.app for route in app.router.routes if hasattr(route, "path")}
+
+
+def test_no_dialects_installs_nothing() -> None:
+    server, app = _app([])
+    routes = _routes(app)
+    assert "/mcp/sketch" not in routes and "/mcp/draft" not in routes
+    assert not isinstance(routes["/mcp"], MainEndpoint), "the SDK's /mcp, untouched"
+    assert not any(isinstance(m, DialectMiddleware) for m in server.middleware)
+
+
+def test_only_the_enabled_dialects_are_recognised() -> None:
+    server, app = _app(["saga"])
+    routes = _routes(app)
+    assert "/mcp/sketch" not in routes and "/mcp/draft" not in routes
+    main = routes["/mcp"]
+    assert isinstance(main, MainEndpoint) and main.incomplete is None and not main.declared
+    sketch_declared = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+    sketch_declared += b'"capabilities":{"experimental":{"mrtr/dialect":{"name":"sketch"}}},"clientInfo":{}}}'
+    assert main._recognise(sketch_declared) == (None, False), "a disabled dialect's declaration is ignored"
+    assert main._recognise(b"{'method': 'tools/callSaga'}") == (None, False), "not JSON: the SDK answers it"
+    saga_call = json.dumps(load("003-saga-1-call-saga.json5")).encode()
+    assert main._recognise(saga_call) == (None, True)
+    assert [type(m) for m in server.middleware].count(DialectMiddleware) == 1
+
+    _, app = _app(["sketch", "draft", "incomplete", "saga"])
+    routes = _routes(app)
+    assert {"/mcp/sketch", "/mcp/draft"} <= set(routes)
+    main = routes["/mcp"]
+    assert main._recognise(sketch_declared)[1] is True
+    ordinary = sketch_declared.replace(b'"mrtr/dialect"', b'"something/else"')
+    assert main._recognise(ordinary) == (None, False), "a client that asked for nothing is not captured"
+
+
+def test_unknown_dialect_names_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown dialect"):
+        _app(["sketch", "sse"])

@@ -54,9 +54,14 @@ async def handle(
         state: str | None = None
     else:
         claims = unseal(security, TOKEN_KIND, audience, params.get("sagaToken"))
-        name, arguments, state = claims["t"], claims["args"], claims["rs"]
-        done = dict(claims["done"])
-        answers, accepted = check_steps(params.get("completedSteps"), claims["asked"], done)
+        name, arguments, state = claims.get("t"), claims.get("args"), claims.get("rs")
+        asked, done = claims.get("asked"), claims.get("done")
+        if not (isinstance(name, str) and isinstance(arguments, dict) and isinstance(state, str | None)):
+            raise invalid("Invalid or expired mrtr/saga token", "invalid_mrtr_saga_token")
+        if not (isinstance(asked, dict) and isinstance(done, dict)):
+            raise invalid("Invalid or expired mrtr/saga token", "invalid_mrtr_saga_token")
+        done = dict(done)
+        answers, accepted = check_steps(params.get("completedSteps"), asked, done)
     call = {"name": name, "arguments": arguments}
     result = await gateway.call(origin, request_id, "tools/call", modern_params(call, answers, state, caller))
     if not is_input_required(result):
