@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from typing import Any
 
@@ -14,6 +15,7 @@ from pydantic import BaseModel
 
 import mrtr
 from mrtr.client import FlowClient
+from mrtr.journal import Journal, decode
 from mrtr.stores.sqlite import SQLiteStore
 from mrtr.task_client import CreatedTask, TaskCancelled, TasksClient, TaskSnapshot, cancel_task, get_task, update_task
 from tests.flowkit import accept, new_server, sampled
@@ -324,3 +326,92 @@ async def test_seed_dialect_is_off_by_default_and_works_when_asked() -> None:
             _SeedResult(method="tasks/result", params=_TaskParams(task_id=created.task_id)), any_dict
         )
         assert final["content"][0]["text"] == "deleted e"
+
+
+class _SlowSaves:
+    """A real store whose writes take a while, recording any write cancelled half-way."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self._inner = inner
+        self.cancelled_writes = 0
+        self.step_writes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def save(self, record: Any) -> bool:
+        try:
+            await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            self.cancelled_writes += 1
+            raise
+        saved = await self._inner.save(record)
+        if saved and any(key.endswith("lookup") for key in decode(record.journal).steps):
+            self.step_writes += 1
+        return saved
+
+
+async def test_a_steps_checkpoint_write_is_part_of_the_step_and_never_cancelled_by_settling() -> None:
+    runs: Counter[str] = Counter()
+    store = _SlowSaves(SQLiteStore(":memory:"))
+    server = new_server("tasks-under-test")
+    flows = mrtr.Flows(server, store=store, task_poll_interval=0.05)  # type: ignore[arg-type]
+
+    @flows.tool(task="required")
+    async def lookup_and_ask(ctx: mrtr.FlowContext) -> str:
+        name, found = await ctx.gather(
+            ctx.elicit("Who?", Name), ctx.step("lookup", lambda: runs.update(["lookup"]) or "found")
+        )
+        return f"{name.name}: {found}"
+
+    async with tasks_client(server) as client:
+        created = await client.session.call_tool("lookup_and_ask", {}, allow_claimed=True)
+        assert isinstance(created, CreatedTask)
+        task = await wait_for(client.session, created.task_id, "input_required")
+        assert store.step_writes >= 1, "the step's checkpoint reached the store before the task parked"
+        ((key, _),) = task["inputRequests"].items()
+        await update_task(client.session, created.task_id, {key: {"action": "accept", "content": {"name": "Ada"}}})
+        done = await wait_for(client.session, created.task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "Ada: found"
+    assert runs == Counter(lookup=1)
+    assert store.cancelled_writes == 0, "settling cancelled a store write mid-flight"
+
+
+async def test_a_task_of_a_flow_this_instance_does_not_know_is_left_for_one_that_does() -> None:
+    """Rolling upgrades: an instance without the flow (or the journal format) gives the task back, untouched."""
+    store = SQLiteStore(":memory:")
+    old = mrtr.Flows(new_server("tasks-under-test"), store=store, task_lease=0.5)
+    new = mrtr.Flows(new_server("tasks-under-test"), store=store, task_lease=0.5)
+    runs: Counter[str] = Counter()
+
+    @new.tool(task="required")
+    async def added_in_v2(ctx: mrtr.FlowContext) -> str:
+        await ctx.step("work", lambda: runs.update(["work"]))
+        return "done by v2"
+
+    @old.tool(task="required")
+    async def something_else(ctx: mrtr.FlowContext) -> str:
+        return "v1"
+
+    spec = new.runtime.flows["added_in_v2"][0]
+    created = await new.runtime.start(spec, {}, None, Journal.start())
+    await new.runtime.close()  # the v2 instance stops before running it: its lease lapses
+    record = await store.load(created["taskId"], time.time())
+    assert record is not None
+    await store.save(record.copy(lease_owner=None, lease_until=0.0))
+
+    assert await old.runtime.scan_once() == 1  # claims it, finds no such flow, gives it back
+    await asyncio.sleep(0.1)
+    left = await store.load(created["taskId"], time.time())
+    assert left is not None and left.status == "working" and left.lease_owner is None, "not failed, not held"
+    assert await old.runtime.scan_once() == 0, "and it does not try again at once"
+
+    newer = mrtr.Flows(new_server("tasks-under-test"), store=store)
+    newer.tool(task="required", name="added_in_v2")(added_in_v2)
+    assert await newer.runtime.scan_once() == 1
+    async with asyncio.timeout(5):
+        while (done := await store.load(created["taskId"], time.time())) is None or done.status != "completed":
+            await asyncio.sleep(0.02)
+    assert runs == Counter(work=1)
+    await old.runtime.close()
+    await newer.runtime.close()

@@ -93,13 +93,7 @@ async def test_replay_testing_accepts_patched_code_and_flags_an_unguarded_change
     report = await check_replay(unsafe, "order", recorded, {"item": "mugs"})
     assert report.ok, "a new *question* before old progress is safe: it is simply asked"
 
-    # Record a journal that got past the new step's position, then drop the step the old code ran.
-    async with connect(old_server, "memory") as old:
-        call = Driver(old, "order", {"item": "mugs"})
-        await call.send()
-        await call.send({call.key_for_message("How many"): accept(n=2)})
-        recorded = journal_from_state(call.state or "", security)
-
+    # A change that renames the step the old code already ran: old flows would reserve twice.
     renamed_server = new_server("shop", key=KEY)
     renamed = mrtr.Flows(renamed_server)
 
@@ -113,7 +107,7 @@ async def test_replay_testing_accepts_patched_code_and_flags_an_unguarded_change
     assert not report.ok
     assert "recorded step 'reserve' never reached" in report.explain()
     assert report.would_run == ["reserve-stock"]
-    assert runs["reserve-v1"] == 2, "replay testing runs no step"
+    assert runs == Counter({"reserve-v1": 1}), "replay testing runs no step"
 
 
 async def test_patched_is_true_for_a_brand_new_flow_and_journaled() -> None:

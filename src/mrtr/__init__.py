@@ -7,6 +7,7 @@ replays recorded journals against new code.
 `context` is what a flow awaits, `asks` how questions look on the wire, `errors` what can
 go wrong. Durable tasks: `tasks` (the extension's wire methods) -> `worker` (leases,
 resumption) -> `stores` (SQLite, Redis, PostgreSQL). Clients: `client`, `task_client`.
+Under load and attack: `guard` (single-use rounds), `shedding` (state-only results when overloaded).
 """
 
 from mrtr.asks import Capability
@@ -24,6 +25,8 @@ from mrtr.errors import (
     TooManyRounds,
 )
 from mrtr.flows import Flows
+from mrtr.guard import ReplayGuard, open_guard
+from mrtr.shedding import LoadShedder
 from mrtr.stores import TaskRecord, TaskStore, open_store
 
 __all__ = [
@@ -37,6 +40,8 @@ __all__ = [
     "FlowSuspended",
     "Flows",
     "InputRefused",
+    "LoadShedder",
+    "ReplayGuard",
     "PostgresStore",
     "RedisStore",
     "SQLiteStore",
@@ -47,6 +52,7 @@ __all__ = [
     "StepInfo",
     "TooManyRounds",
     "current_step",
+    "open_guard",
     "open_store",
 ]
 

@@ -18,10 +18,15 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import Coroutine, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from mrtr.replay import Replay
+
+class FlowRun(Protocol):
+    """What a branch needs of the run it belongs to (`mrtr.replay.Replay`)."""
+
+    suspended: bool
+
+    def adopt(self, task: asyncio.Task[Any]) -> None: ...
 
 
 class Branch:
@@ -29,7 +34,7 @@ class Branch:
 
     __slots__ = ("ask_counts", "children", "path", "replay", "step_counts")
 
-    def __init__(self, replay: Replay, path: str) -> None:
+    def __init__(self, replay: FlowRun, path: str) -> None:
         self.replay = replay
         self.path = path
         self.children = 0

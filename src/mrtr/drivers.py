@@ -23,10 +23,12 @@ from mcp_types import (
     ListRootsResult,
 )
 
+from mrtr import tracing
 from mrtr.asks import Ask, BadAnswer, Capability, required_capability, supports
 from mrtr.branches import outside_branch
 from mrtr.context import StepInfo, arg_digest, call_step, to_journal
 from mrtr.replay import Replay, check_step_name, step_key
+from mrtr.shedding import ShedPoint
 
 _LEGACY_REASK_LIMIT = 3
 
@@ -56,6 +58,8 @@ class JournalDriver:
             persist the journal there, so a worker that dies after a step never repeats it;
             the round cannot settle while the write is in flight).
         dry_run: Never run a new step: hold the branch there instead (replay testing).
+        shed: Where this round may hand its progress back to the client when the instance is
+            overloaded (ephemeral rounds only).
     """
 
     def __init__(
@@ -65,7 +69,9 @@ class JournalDriver:
         probe: bool = False,
         checkpoint: Callable[[], Awaitable[None]] | None = None,
         dry_run: bool = False,
+        shed: ShedPoint | None = None,
     ) -> None:
+        self._shed = shed
         self._replay = replay
         self._probe = probe
         self._checkpoint = checkpoint
@@ -100,9 +106,10 @@ class JournalDriver:
         if self._dry_run:
             self.would_run.append(key)
             await replay.park(key, None)
+        self.shed_point()  # an overloaded instance may end the round here, before new work
         replay.step_started()
         try:
-            with outside_branch():
+            with outside_branch(), tracing.step_span(key, f"{self.flow_id}:{key}"):
                 result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
                 value = to_journal(key, result)
                 replay.record_step(key, digest, value)
@@ -121,6 +128,12 @@ class JournalDriver:
         self._replay.branch()
         if self._probe:
             raise BecomeTask
+
+    def shed_point(self) -> None:
+        """Raise `mrtr.shedding.ShedRound` if this instance is overloaded (see `mrtr.shedding`)."""
+        self._replay.branch()
+        if self._shed is not None:
+            self._shed.check(self._replay)
 
 
 class LiveDriver:

@@ -10,70 +10,40 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
-import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequiredResult
 from mcp_types.version import is_version_at_least
 
-from mrtr import branches
+from mrtr import branches, sdk, tracing
 from mrtr import journal as journal_codec
 from mrtr.context import FlowContext
 from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver
 from mrtr.errors import FlowError, FlowExpired, StateTooLarge, TooManyRounds
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.replay import Replay
-
-if TYPE_CHECKING:
-    from mrtr.worker import TaskRuntime
+from mrtr.sdk import sealed_size
+from mrtr.shedding import ShedPoint, run_round
+from mrtr.spec import TASKS_EXTENSION, FlowSpec, Limits, Services, TaskSupport
 
 _STATELESS_VERSION = "2026-07-28"
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
-TaskSupport = Literal["never", "optional", "required"]
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Per-flow limits. The deadline counts from the flow's first round and never renews."""
-
-    max_rounds: int = 25
-    deadline: float = 3600.0
-    max_state_bytes: int = 64 * 1024
-
-    def __post_init__(self) -> None:
-        if self.max_rounds < 1:
-            raise ValueError("max_rounds must be at least 1")
-        if not (math.isfinite(self.deadline) and self.deadline > 0):
-            raise ValueError("deadline must be a positive number of seconds")
-        if self.max_state_bytes < 256:
-            raise ValueError("max_state_bytes below 256 cannot hold a sealed journal")
-
-
-@dataclass(frozen=True, slots=True)
-class FlowSpec:
-    """A registered flow: the user's function and how to call it."""
-
-    name: str
-    fn: Callable[..., Any]
-    ctx_param: str | None
-    limits: Limits
-    audience: str
-    task: TaskSupport = "never"
-    mrtr_first: bool = False
-    """Task calls ask inline (MRTR rounds) until the first step or `continue_as_task()`."""
-    runtime: TaskRuntime | None = None
-
-    @property
-    def request_param(self) -> str:
-        """Where the SDK injects its `Context`: the flow's own ctx parameter, or a hidden one."""
-        return self.ctx_param or "mrtr_request"
+__all__ = [  # FlowSpec, Limits, TaskSupport and TASKS_EXTENSION live in `mrtr.spec`; re-exported here
+    "TASKS_EXTENSION",
+    "FlowSpec",
+    "Limits",
+    "Outcome",
+    "Services",
+    "TaskCreated",
+    "TaskSupport",
+    "execute",
+    "run_flow",
+]
 
 
 @dataclass
@@ -102,8 +72,15 @@ class TaskCreated(MCPError):
         self.result = result
 
 
-async def run_flow(spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any]) -> Any:
-    """Run one request of `spec`; returns the flow's value or an `InputRequiredResult`."""
+async def run_flow(
+    spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any], services: Services | None = None
+) -> Any:
+    """Run one request of `spec`; returns the flow's value or an `InputRequiredResult`.
+
+    `services` are what the instance lends the flow (task creation, replay guard, load
+    shedding); the engine only knows their shapes (`mrtr.spec`).
+    """
+    services = services or _NO_SERVICES
     # Read the request once, from the SDK's plain per-request context: the pydantic
     # `Context` properties cost more per access than the rest of a round's bookkeeping.
     wire = request.request_context
@@ -120,15 +97,23 @@ async def run_flow(spec: FlowSpec, request: Context[Any, Any], arguments: Mappin
                 data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
         if declared and not spec.mrtr_first:
-            assert spec.runtime is not None
-            raise TaskCreated(await spec.runtime.start(spec, arguments, capabilities, Journal.start()))
+            raise TaskCreated(await _tasks(spec, services).start(spec, arguments, capabilities, Journal.start()))
         probe = declared
     if not modern:
         return await call_flow(spec, FlowContext(LiveDriver(request, spec.name), request), arguments)
     try:
-        return await _run_round(spec, request, wire.params or {}, capabilities, arguments, probe)
+        return await _run_round(spec, services, request, wire.params or {}, capabilities, arguments, probe)
     except FlowError as exc:
         raise as_protocol_error(spec, exc) from exc
+
+
+_NO_SERVICES = Services()
+
+
+def _tasks(spec: FlowSpec, services: Services) -> Any:
+    if services.tasks is None:
+        raise RuntimeError(f"flow {spec.name!r} can become a task, but no task engine was given")
+    return services.tasks
 
 
 def as_protocol_error(spec: FlowSpec, exc: FlowError) -> MCPError:
@@ -161,6 +146,7 @@ async def execute(
     dry_run: bool = False,
     state_cap: int | None = None,
     base_size: int | None = None,
+    shed: ShedPoint | None = None,
 ) -> Outcome:
     """Run the flow once from the top against `journal`, until it ends or settles on asks.
 
@@ -171,23 +157,24 @@ async def execute(
     replay = Replay(
         journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap, base_size=base_size
     )
-    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run)
-    context = contextvars.copy_context()
-    context.run(branches.current_branch.set, replay.root)
-    with branches.outside_branch():
-        flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
-    replay.root_task = flow
-    replay.adopt(flow)
-    try:
-        await flow
-    except BaseException:
-        # The flow ended badly or settled (we read which below) — unless *we* are being
-        # cancelled, in which case awaiting it has cancelled it too: tear down, re-raise.
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            await replay.close()
-            raise
-    await replay.close()
+    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run, shed=shed)
+    with tracing.round_span(spec, replay, request):
+        context = contextvars.copy_context()  # inside the span: the flow's steps and logs see it
+        context.run(branches.current_branch.set, replay.root)
+        with branches.outside_branch():
+            flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
+        replay.root_task = flow
+        replay.adopt(flow)
+        try:
+            await flow
+        except BaseException:
+            # The flow ended badly or settled (we read which below) — unless *we* are being
+            # cancelled, in which case awaiting it has cancelled it too: tear down, re-raise.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                await replay.close()
+                raise
+        await replay.close()
     outcome = Outcome(replay, would_run=driver.would_run)
     if replay.settled:
         outcome.parked = True
@@ -205,6 +192,7 @@ async def execute(
 
 async def _run_round(
     spec: FlowSpec,
+    services: Services,
     request: Context[Any, Any],
     params: Mapping[str, Any],
     capabilities: ClientCapabilities | None,
@@ -216,7 +204,22 @@ async def _run_round(
     state = params.get("requestState")
     journal = _load_journal(spec, state)
     answers = params.get("inputResponses") or {}
-    budget = journal_budget(spec, request)
+    # The round runs under the instance's replay guard and load shedding (mrtr.shedding.run_round).
+    body = _round_body(spec, services, request, capabilities, arguments, probe, journal, answers, state)
+    return await run_round(spec, services, request, params, journal, answers, body)
+
+
+async def _round_body(
+    spec: FlowSpec,
+    services: Services,
+    request: Context[Any, Any],
+    capabilities: ClientCapabilities | None,
+    arguments: Mapping[str, Any],
+    probe: bool,
+    journal: Journal,
+    answers: Mapping[str, Any],
+    state: str | None,
+) -> Any:
     outcome = await execute(
         spec,
         journal,
@@ -225,15 +228,15 @@ async def _run_round(
         arguments,
         request=request,
         probe=probe,
-        budget=budget,
+        budget=journal_budget(spec, request),
         state_cap=spec.limits.max_state_bytes,
         base_size=journal_codec.embedded_length(state) if state else None,
+        shed=services.shedder.point(journal) if services.shedder is not None else None,
     )
     if outcome.parked:
         return _input_required(spec, request, outcome.replay)
     if outcome.became_task:
-        assert spec.runtime is not None
-        raise TaskCreated(await spec.runtime.start(spec, arguments, capabilities, journal))
+        raise TaskCreated(await _tasks(spec, services).start(spec, arguments, capabilities, journal))
     if outcome.error is not None:
         raise outcome.error
     return outcome.value
@@ -302,25 +305,4 @@ def journal_budget(spec: FlowSpec, request: Context[Any, Any]) -> int:
     pending asks, the round counter), so the final check never fails after steps ran.
     """
     cap = spec.limits.max_state_bytes
-    return (cap - _sealed_size("", request, spec.audience)) * 3 // 4 - cap // 8
-
-
-def sealed_size(state: str, request: Context[Any, Any], audience: str) -> int:
-    """Upper estimate of the token `RequestStateBoundary` will mint around `state`."""
-    return _sealed_size(state, request, audience)
-
-
-def _sealed_size(state: str, request: Context[Any, Any], audience: str) -> int:
-    """Upper estimate of the token `RequestStateBoundary` will mint around `state`.
-
-    Mirrors its claims envelope (times, method, target, argument digest, audience and a
-    principal tag) and AES-GCM framing (4-byte key id, 12-byte nonce, 16-byte tag, base64url).
-    """
-    params = request.request_context.params or {}
-    method = request.request_context.method
-    target = str(params.get("uri" if method == "resources/read" else "name", ""))
-    now = time.time()
-    claims = {"v": 1, "iat": now, "exp": now, "m": method, "t": target, "a": "x" * 22, "s": state}
-    claims |= {"aud": audience, "p": "x" * 32}
-    payload = len(json.dumps(claims, separators=(",", ":"))) + 8
-    return 3 + math.ceil((4 + 12 + payload + 16) * 4 / 3)
+    return (cap - sdk.sealed_size("", request, spec.audience)) * 3 // 4 - cap // 8

@@ -25,14 +25,19 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS, Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
 
+from mrtr import sdk
 from mrtr.context import FlowContext
 from mrtr.dialects import Dialects
-from mrtr.engine import FlowSpec, Limits, TaskSupport, run_flow
+from mrtr.engine import run_flow
 from mrtr.errors import InputRefused
+from mrtr.guard import ReplayGuard, as_guard
+from mrtr.sdk import install_extension  # noqa: F401  (was defined here; kept importable)
+from mrtr.shedding import LoadShedder
+from mrtr.spec import FlowSpec, Limits, Services, TaskSupport
 from mrtr.static_resources import StaticResourceFlows
 from mrtr.stores import TaskStore
 from mrtr.tasks import TasksExtension
-from mrtr.worker import TaskRuntime
+from mrtr.worker import TaskRuntime, task_principal
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,6 +61,16 @@ class Flows:
         seed_dialect: Also serve SEP-2322's original persistent workflow (`tasks/result`,
             `tasks/input_response`) for early clients; off by default because the tasks
             extension requires `tasks/result` to be unknown.
+        replay_guard: Make every round's `requestState` single-use fleet-wide: a store URL
+            (`redis://...`, `postgresql://...`, `sqlite:///PATH`, as `mrtr.open_store`) or a
+            `mrtr.ReplayGuard` (see `mrtr.guard`). Off by default.
+        max_inflight_rounds: Shed load (see `mrtr.shedding`) while more MRTR rounds than
+            this run on this instance.
+        max_loop_lag: Shed load while the event loop runs timers this many seconds late.
+        shed_when: Shed load while this callable returns True.
+        tasks: A `mrtr.tasks.TasksExtension` you already gave the server at construction
+            (`MCPServer(extensions=[...])`, the SDK's public route); otherwise `Flows`
+            installs one itself when the first task flow is registered.
         dialects: Also serve the seeds' pre-standard wire shapes over streamable HTTP, any of
             `"sketch"`, `"draft"`, `"incomplete"`, `"saga"` (see `mrtr.dialects`); none by default.
     """
@@ -73,9 +88,18 @@ class Flows:
         task_poll_interval: float = 0.5,
         task_scan_interval: float = 1.0,
         seed_dialect: bool = False,
+        replay_guard: str | ReplayGuard | None = None,
+        max_inflight_rounds: int | None = None,
+        max_loop_lag: float | None = None,
+        shed_when: Callable[[], bool] | None = None,
+        tasks: TasksExtension | None = None,
         dialects: Sequence[str] = (),
     ) -> None:
         self.server = server
+        self.replay_guard = as_guard(replay_guard, server)
+        self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when)
+        self.services = Services(guard=self.replay_guard, shedder=self.shedder)
+        """What this instance lends its flows' rounds (the engine sees only these shapes)."""
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         self._static = StaticResourceFlows(server)
         self.specs: dict[str, FlowSpec] = {}
@@ -86,10 +110,13 @@ class Flows:
             "ttl": task_ttl,
             "poll_interval": task_poll_interval,
             "scan_interval": task_scan_interval,
+            "bind_principal": task_principal(server),
         }
         self._runtime: TaskRuntime | None = None
         self._seed_dialect = seed_dialect
-        if store is not None or seed_dialect:
+        if tasks is not None:  # the public route: MCPServer(extensions=[tasks]) at construction
+            self._runtime = self.services.tasks = tasks.runtime
+        elif store is not None or seed_dialect:
             self._tasks()
         self._dialects = Dialects(server, dialects) if dialects else None
 
@@ -105,7 +132,8 @@ class Flows:
 
                 self._store = SQLiteStore("mrtr-tasks.db")  # the embedded default
             self._runtime = TaskRuntime(self._store, **self._task_options)  # type: ignore[arg-type]
-            install_extension(self.server, TasksExtension(self._runtime, seed_dialect=self._seed_dialect))
+            sdk.install_extension(self.server, TasksExtension(self._runtime, seed_dialect=self._seed_dialect))
+            self.services.tasks = self._runtime
         return self._runtime
 
     def streamable_http_app(self, **options: Any) -> Starlette:
@@ -165,9 +193,9 @@ class Flows:
 
         def decorator(fn: F) -> F:
             runtime = self._tasks() if task != "never" else None
-            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, task, runtime)
+            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, task)
             spec = self.specs[spec.name] = dataclasses.replace(spec, mrtr_first=mrtr_first)
-            wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_tool_error)
+            wrapper = _sdk_entry_point(fn, spec, self.services, refused=_refused_as_tool_error)
             if runtime is not None:
                 shape = func_metadata(wrapper, skip_names=[spec.request_param], structured_output=structured_output)
                 runtime.register(spec, shape.convert_result)
@@ -201,7 +229,7 @@ class Flows:
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
-            wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_client_error(spec))
+            wrapper = _sdk_entry_point(fn, spec, self.services, refused=_refused_as_client_error(spec))
             prompt = Prompt.from_function(wrapper, name=spec.name, title=title, description=description, icons=icons)
             self.server.add_prompt(prompt)
             return fn
@@ -228,7 +256,7 @@ class Flows:
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
-            wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_client_error(spec))
+            wrapper = _sdk_entry_point(fn, spec, self.services, refused=_refused_as_client_error(spec))
             options = dict(
                 name=name, title=title, description=description, mime_type=mime_type,
                 icons=icons, annotations=annotations, meta=meta,
@@ -250,7 +278,6 @@ class Flows:
         deadline: float | None,
         max_state_bytes: int | None,
         task: TaskSupport = "never",
-        runtime: TaskRuntime | None = None,
     ) -> FlowSpec:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"flow {name!r} must be an async function (it awaits the client)")
@@ -264,9 +291,8 @@ class Flows:
             fn=fn,
             ctx_param=_flow_context_param(fn),
             limits=limits,
-            audience=self.server.name,
+            audience=sdk.state_audience(self.server),
             task=task,
-            runtime=runtime,
         )
         self.specs[name] = spec
         return spec
@@ -303,7 +329,7 @@ def _flow_context_param(fn: Callable[..., Any]) -> str | None:
 
 
 def _sdk_entry_point(
-    fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception]
+    fn: Callable[..., Any], spec: FlowSpec, services: Services, refused: Callable[[InputRefused], Exception]
 ) -> Callable[..., Any]:
     """An SDK-registrable function: the flow's signature, with the SDK `Context` injected."""
     hints = typing.get_type_hints(fn, include_extras=True)
@@ -323,7 +349,7 @@ def _sdk_entry_point(
     async def entry(**kwargs: Any) -> Any:
         request = kwargs.pop(request_param)
         try:
-            return await run_flow(spec, request, kwargs)
+            return await run_flow(spec, request, kwargs, services)
         except InputRefused as exc:
             raise refused(exc) from None
 
@@ -332,21 +358,3 @@ def _sdk_entry_point(
     entry.__signature__ = signature.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
     entry.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
     return entry
-
-
-def install_extension(server: MCPServer[Any], extension: TasksExtension) -> None:
-    """Add an `Extension` to a server that already exists.
-
-    `MCPServer` takes extensions at construction; `Flows` attaches to a built server, so
-    it applies the extension the way the constructor does. Pinned to the SDK minor we
-    test (mcp 2.3); fails loudly rather than half-installing if those internals move.
-    """
-    apply = getattr(server, "_apply_extension", None)
-    install = getattr(server, "_install_extension_interceptor", None)
-    if apply is None or install is None:
-        raise RuntimeError(
-            "this mcp version cannot take extensions after construction; "
-            "pass MCPServer(extensions=[...]) a TasksExtension yourself"
-        )
-    apply(extension)
-    install()

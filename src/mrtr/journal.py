@@ -34,6 +34,10 @@ class JournalFormatError(ValueError):
     """The state is authentic (the boundary verified it) but not a journal we can read."""
 
 
+class JournalFromNewerVersion(JournalFormatError):
+    """Written by a newer mrtr in a format this one cannot read (an instance that can, will)."""
+
+
 @dataclass
 class Journal:
     """One flow's progress. Field names are spelled out here and shortened on the wire."""
@@ -81,7 +85,7 @@ class Journal:
     def from_wire(cls, wire: Any) -> Journal:
         try:
             if wire["v"] != FORMAT_VERSION:
-                raise JournalFormatError(f"journal format {wire['v']!r}, this server reads {FORMAT_VERSION}")
+                raise JournalFromNewerVersion(f"journal format {wire['v']!r}, this server reads {FORMAT_VERSION}")
             journal = cls(
                 flow_id=str(wire["f"]),
                 started_at=float(wire["t"]),

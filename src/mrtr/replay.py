@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -26,13 +25,13 @@ from typing import Any
 from mcp_types import ClientCapabilities
 
 from mrtr import journal as journal_codec
-from mrtr import quiescence
+from mrtr import quiescence, tracing
 from mrtr.asks import Ask, BadAnswer
 from mrtr.branches import Branch, current_branch, outside_branch
 from mrtr.errors import FlowDefinitionError, FlowSuspended, NondeterminismError, StateTooLarge
 from mrtr.journal import Journal, embedded_length, entry_size
 
-logger = logging.getLogger(__name__)
+logger = tracing.get_logger(__name__)
 
 # Passes with nothing runnable before the round settles: a finished task's callbacks (a
 # gather's or TaskGroup's completion) reach its waiting parent one or two passes later.
@@ -219,6 +218,10 @@ class Replay:
             )
         self._consumed.add("s:" + key)
         return True, recorded[1]
+
+    @property
+    def running_steps(self) -> int:
+        return self._running_steps
 
     def step_started(self) -> None:
         self._running_steps += 1

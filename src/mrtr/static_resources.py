@@ -26,7 +26,7 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from mrtr.engine import FlowSpec
+from mrtr.spec import FlowSpec
 
 
 class StaticResourceFlows:

@@ -13,32 +13,94 @@ again, under the same idempotency key.
 from __future__ import annotations
 
 import asyncio
-import logging
+import base64
+import contextlib
+import hashlib
+import hmac
 import os
 import secrets
 import socket
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.request_state import authenticated_principal
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, CallToolResult, ClientCapabilities, TextContent
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ClientCapabilities, TextContent
 
 from mrtr import journal as journal_codec
-from mrtr.engine import FlowSpec, Outcome, as_protocol_error, execute
+from mrtr import sdk, tracing
+from mrtr.engine import Outcome, as_protocol_error, execute
 from mrtr.errors import FlowError, InputRefused
-from mrtr.journal import Journal, JournalFormatError
-from mrtr.stores import TaskRecord, TaskStore
+from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
+from mrtr.spec import FlowSpec
+from mrtr.stores import TaskExists, TaskRecord, TaskStore
 
-logger = logging.getLogger(__name__)
+logger = tracing.get_logger(__name__)
 
 ConvertResult = Callable[[Any], CallToolResult]
 
 
-class LeaseLost(Exception):
-    """Another worker owns this task now (our lease ran out); stop without writing."""
+PrincipalBinder = Callable[[ServerRequestContext[Any, Any]], str | None]
+_CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
+_FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
+
+
+@dataclass(frozen=True, slots=True)
+class Creator:
+    """Who is creating a task in this request, and under which idempotency key (if any).
+
+    Set by the tasks extension around a `tools/call` (it sees the request; the flow engine
+    that calls `TaskRuntime.start` does not), read by `start`.
+    """
+
+    owner: str | None = None
+    idempotency_key: str | None = None
+
+
+creator: ContextVar[Creator | None] = ContextVar("mrtr_task_creator", default=None)
+
+
+def task_principal(server: Any) -> PrincipalBinder:
+    """The principal binding of the server's `RequestStateSecurity` (the SDK default if none is set).
+
+    Tasks then belong to exactly the principal the SDK binds `requestState` to.
+    """
+    security = sdk.state_security(server)
+    if security is not None and security.bind_principal is not None:
+        return security.bind_principal
+    return authenticated_principal
+
+
+def owner_tag(principal: str | None) -> str | None:
+    """What a task stores about its creator: a digest of the SDK's principal, never the identity."""
+    if principal is None:
+        return None
+    return hashlib.sha256(b"mrtr/task-owner\0" + principal.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def same_owner(stored: str | None, caller: str | None) -> bool:
+    """Tasks created without authentication stay open to everyone (as before ownership existed)."""
+    return stored is None or (caller is not None and hmac.compare_digest(stored, caller))
+
+
+def keyed_task_id(owner: str | None, flow: str, key: str) -> str:
+    """The task id a (creator, tool, idempotency key) always maps to: 144 bits, like a random one."""
+    raw = "\0".join(("mrtr/task-id", owner or "", flow, key)).encode("utf-8", "surrogatepass")
+    return base64.urlsafe_b64encode(hashlib.sha256(raw).digest()[:18]).decode()
+
+
+class LeaseLost(BaseException):
+    """Another worker owns this task now (our lease ran out); stop without writing.
+
+    A control-flow signal, raised through the flow (from a step's checkpoint): a
+    `BaseException`, so a flow's `except Exception` cannot swallow it and carry on.
+    """
 
 
 def iso(ts: float) -> str:
@@ -69,6 +131,14 @@ class TaskRuntime:
         ttl: Seconds a task stays readable after creation (`None`: forever).
         poll_interval: Seconds clients are told to wait between `tasks/get` polls.
         scan_interval: Seconds between this instance's looks for orphaned work.
+        bind_principal: Who sent a request (the SDK's `RequestStateSecurity.bind_principal`,
+            by default the authenticated client/issuer/subject); tasks belong to it.
+
+    Leases are compared on the store's clock (Redis `TIME`, PostgreSQL `clock_timestamp()`,
+    the SQLite host's clock): `now()` is this host's clock plus an offset re-measured
+    against the store every few scans, so a worker whose wall clock is off by minutes
+    still honours other workers' leases (error: half a store round trip plus the drift
+    between two measurements).
     """
 
     def __init__(
@@ -79,8 +149,14 @@ class TaskRuntime:
         ttl: float | None = 3600.0,
         poll_interval: float = 0.5,
         scan_interval: float = 1.0,
+        bind_principal: PrincipalBinder | None = None,
     ) -> None:
         self.store = store
+        self.bind_principal = bind_principal or authenticated_principal
+        self.local_clock: Callable[[], float] = time.time
+        """This host's wall clock (replaceable in tests to simulate a skewed host)."""
+        self.clock_offset = 0.0
+        self._clock_synced = False
         self.lease = lease
         self.ttl_ms = None if ttl is None else int(ttl * 1000)
         self.poll_interval_ms = max(1, int(poll_interval * 1000))
@@ -88,10 +164,34 @@ class TaskRuntime:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.flows: dict[str, tuple[FlowSpec, ConvertResult]] = {}
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._foreign: dict[str, float] = {}
+        """Tasks of flows this instance does not serve: task id -> when to look again."""
         self._scanner: asyncio.Task[None] | None = None
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
+
+    # -- time and principals ---------------------------------------------------------------
+
+    def now(self) -> float:
+        """Epoch seconds on the store's clock, as last measured (see the class docstring)."""
+        return self.local_clock() + self.clock_offset
+
+    async def sync_clock(self) -> None:
+        """Measure this host's offset from the store's clock (stores without `clock()`: none)."""
+        read = getattr(self.store, "clock", None)
+        if read is None:
+            self._clock_synced = True
+            return
+        before = self.local_clock()
+        store_time = await read()
+        after = self.local_clock()
+        self.clock_offset = store_time - (before + after) / 2
+        self._clock_synced = True
+
+    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The owner tag of the request's principal (None when unauthenticated)."""
+        return owner_tag(self.bind_principal(ctx))
 
     # -- creation ------------------------------------------------------------------------
 
@@ -102,11 +202,21 @@ class TaskRuntime:
         capabilities: ClientCapabilities | None,
         journal: Journal,
     ) -> dict[str, Any]:
-        """Durably create a task for this call and start running it here; returns `CreateTaskResult`."""
-        now = time.time()
+        """Durably create a task for this call and start running it here; returns `CreateTaskResult`.
+
+        With an idempotency key (`params._meta["mrtr/idempotencyKey"]`), the task id is
+        derived from (creator, tool, key), so a resend after a lost response finds the task
+        the first attempt created (the store's atomic `create` decides, fleet-wide) and gets
+        its `CreateTaskResult` instead of a second task.
+        """
+        if not self._clock_synced:
+            await self.sync_clock()
+        now = self.now()
+        who = creator.get() or Creator()
+        key = who.idempotency_key
         journal.pending = {}
         record = TaskRecord(
-            task_id=secrets.token_urlsafe(18),
+            task_id=secrets.token_urlsafe(18) if key is None else keyed_task_id(who.owner, spec.name, key),
             flow=spec.name,
             arguments=dict(arguments),
             capabilities=capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {},
@@ -118,8 +228,26 @@ class TaskRuntime:
             journal=journal_codec.encode(journal),
             lease_owner=self.worker_id,
             lease_until=now + self.lease,
+            owner=who.owner,
         )
-        await self.store.create(record)  # durable before the client hears of it
+        for _ in range(3):  # a keyed task that expires between `create` and `load`: create again
+            try:
+                await self.store.create(record)  # durable before the client hears of it
+                tracing.task_status(record.task_id, spec.name, "working")
+                break
+            except TaskExists:
+                if key is None:
+                    raise
+                existing = await self.store.load(record.task_id, self.now())
+                if existing is None:
+                    continue
+                if existing.arguments != record.arguments:
+                    raise MCPError(
+                        code=INVALID_PARAMS,
+                        message="mrtr/idempotencyKey was already used for a call with other arguments",
+                        data={"reason": "idempotency_key_reused"},
+                    ) from None
+                return {"resultType": "task", **task_fields(existing)}
         self._launch(record)
         self.ensure_scanning()
         return {"resultType": "task", **task_fields(record)}
@@ -135,10 +263,12 @@ class TaskRuntime:
         scans = 0
         while True:
             try:
+                if scans % _CLOCK_SYNC_EVERY == 0:
+                    await self.sync_clock()
                 await self.scan_once()
                 scans += 1
                 if scans % 60 == 0:
-                    await self.store.purge_expired(time.time())
+                    await self.store.purge_expired(self.now())
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -148,13 +278,16 @@ class TaskRuntime:
     async def scan_once(self) -> int:
         """Claim and launch every task whose lease has run out; returns how many."""
         launched = 0
-        for task_id in await self.store.claimable(time.time(), limit=32):
+        now = self.now()
+        for task_id in await self.store.claimable(now, limit=32):
+            if self._foreign.get(task_id, 0.0) > now:
+                continue
             if task_id not in self._running and await self.try_claim(task_id):
                 launched += 1
         return launched
 
     async def try_claim(self, task_id: str) -> bool:
-        now = time.time()
+        now = self.now()
         record = await self.store.load(task_id, now)
         if record is None or not record.claimable or record.lease_until >= now or task_id in self._running:
             return False
@@ -185,15 +318,14 @@ class TaskRuntime:
     # -- one run of a task ---------------------------------------------------------------
 
     async def _run(self, record: TaskRecord) -> None:
+        tracing.bind_task(record.task_id)
         held = _Held(record)
         entry = self.flows.get(record.flow)
-        if entry is None:
-            await self._finish(held, status="failed", error={"code": -32601, "message": f"no flow {record.flow!r}"})
-            return
-        spec, convert = entry
         try:
             journal = journal_codec.decode(record.journal)
             capabilities = ClientCapabilities.model_validate(record.capabilities) if record.capabilities else None
+        except JournalFromNewerVersion:
+            entry = None
         except (JournalFormatError, ValueError) as exc:
             # A record this server cannot read (e.g. written by an incompatible version):
             # fail it once, clearly, rather than have every instance retry it forever.
@@ -201,6 +333,10 @@ class TaskRuntime:
             error = {"code": INTERNAL_ERROR, "message": "this server cannot read the task's journal"}
             await self._finish(held, status="failed", error=error)
             return
+        if entry is None:
+            await self._leave(held)
+            return
+        spec, convert = entry
 
         async def checkpoint() -> None:
             await self._write(held, journal=journal_codec.encode(journal))
@@ -271,14 +407,33 @@ class TaskRuntime:
                 if run is not None:
                     run.cancel()
 
+    async def _leave(self, held: _Held) -> None:
+        """A task of a flow (or journal format) this instance does not know: give it back, untouched.
+
+        During a rolling upgrade the instance that knows it (older or newer code) claims it
+        next; this one does not try again for a while. Never failed: nothing is wrong with it.
+        """
+        task_id = held.record.task_id
+        logger.warning(
+            "task %s: flow %r (or its journal format) is unknown to this instance; leaving it for one that knows it",
+            task_id,
+            held.record.flow,
+        )
+        now = self.now()
+        if len(self._foreign) > 1024:
+            self._foreign = {k: until for k, until in self._foreign.items() if until > now}
+        self._foreign[task_id] = now + _FOREIGN_BACKOFF
+        with contextlib.suppress(LeaseLost):
+            await self._write(held, release=True)
+
     async def _cancel_requested(self, held: _Held) -> bool:
-        fresh = await self.store.load(held.record.task_id, time.time())
+        fresh = await self.store.load(held.record.task_id, self.now())
         return fresh is not None and fresh.cancel_requested
 
     async def _write(self, held: _Held, *, release: bool = False, **changes: Any) -> None:
         """Save our fields over the freshest record while we still own the lease."""
         for _ in range(20):
-            now = time.time()
+            now = self.now()
             lease = {"lease_owner": None, "lease_until": 0.0} if release else {"lease_until": now + self.lease}
             candidate = held.record.copy(**changes, **lease, updated_at=now)
             if await self.store.save(candidate):
@@ -293,6 +448,7 @@ class TaskRuntime:
     async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
         """Record where this run ended and give up the lease in the same write."""
         await self._write(held, release=True, status=status, responses={}, **({"input_requests": {}} | changes))
+        tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
 
 
 class _Held:
@@ -307,4 +463,14 @@ def _wire(result: CallToolResult) -> dict[str, Any]:
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-__all__ = ["LeaseLost", "TaskRuntime", "iso", "task_fields"]
+__all__ = [
+    "Creator",
+    "LeaseLost",
+    "TaskRuntime",
+    "creator",
+    "iso",
+    "keyed_task_id",
+    "owner_tag",
+    "task_fields",
+    "task_principal",
+]

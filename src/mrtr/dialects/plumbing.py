@@ -22,7 +22,7 @@ import anyio
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
-from mcp.server.request_state import InvalidRequestState, RequestStateBoundary, RequestStateSecurity
+from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
 from mcp.server.runner import modern_error_data, serve_one
 from mcp.shared.dispatcher import CallOptions
 from mcp.shared.exceptions import MCPError, NoBackChannelError
@@ -41,6 +41,8 @@ from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 from pydantic import ValidationError
 from starlette.requests import Request
+
+from mrtr import sdk
 
 DEFAULT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
 """What a dialect client is taken to support when nothing it declared reaches this request:
@@ -107,22 +109,18 @@ class Gateway:
     def __init__(self, server: MCPServer[Any]) -> None:
         self.server = server
 
-    def _boundary(self) -> RequestStateBoundary:
-        boundary = next((m for m in self.server.middleware if isinstance(m, RequestStateBoundary)), None)
-        if boundary is None or not hasattr(boundary, "_security") or not hasattr(boundary, "_audience"):
-            # Pinned to mcp 2.3's boundary; fail loudly rather than seal with anything else.
-            raise RuntimeError("mrtr dialects need the server's RequestStateBoundary as mcp 2.3 builds it")
-        return boundary
-
     @property
     def security(self) -> RequestStateSecurity:
         """The server's `RequestStateSecurity`: every dialect token is sealed by its codec."""
-        return cast(RequestStateSecurity, self._boundary()._security)  # pyright: ignore[reportPrivateUsage]
+        security = sdk.state_security(self.server)
+        if security is None:
+            raise sdk.SDKChanged("the RequestStateBoundary MCPServer installs")
+        return security
 
     @property
-    def audience(self) -> str | None:
+    def audience(self) -> str:
         """The audience the boundary stamps on `requestState` (the server name unless set)."""
-        return cast("str | None", self._boundary()._audience)  # pyright: ignore[reportPrivateUsage]
+        return sdk.state_audience(self.server)
 
     async def call(self, origin: Origin, request_id: RequestId, method: str, params: Mapping[str, Any]) -> Any:
         """Serve `method` at the 2026-07-28 revision (`params` carries its envelope); the result dict.
@@ -156,13 +154,15 @@ class Gateway:
         if isinstance(origin, Request):
             manager = self.server.session_manager
             lowlevel = manager.app
-            lifespan_state = getattr(manager, "_lifespan_state", None)  # entered by the app's lifespan
+            if not hasattr(manager, "_lifespan_state"):  # entered by the app's lifespan; no public route
+                raise sdk.SDKChanged("StreamableHTTPSessionManager._lifespan_state")
+            lifespan_state = manager._lifespan_state  # pyright: ignore[reportPrivateUsage]
             transport = TransportContext(kind="streamable-http", can_send_request=False, headers=origin.headers)
             metadata: MessageMetadata = ServerMessageMetadata(request_context=origin)
         else:
             lowlevel = getattr(self.server, "_lowlevel_server", None)
-            if lowlevel is None:  # pinned to mcp 2.3's MCPServer; fail loudly if it moves
-                raise RuntimeError("mrtr dialects over stdio need MCPServer._lowlevel_server (mcp 2.3)")
+            if lowlevel is None:
+                raise sdk.SDKChanged("MCPServer._lowlevel_server")
             lifespan_state = origin.lifespan_context
             transport = TransportContext(kind="stdio", can_send_request=False)
             metadata = None

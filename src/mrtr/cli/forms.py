@@ -1,0 +1,240 @@
+"""Elicitation forms in a terminal, rendered from the request's JSON schema.
+
+One prompt per field, in schema order: its title/description, type, allowed values,
+default and whether it is required. Enter takes the default (or skips an optional
+field); a value that does not fit its field schema is explained and asked again; the
+whole answer is validated against the requested schema before it is sent. At any
+prompt `:decline` declines and `:cancel` cancels the form (the flow decides what that
+means). URL-mode elicitations show the link and ask for consent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import jsonschema
+import mcp_types as t
+from rich.console import Console
+from rich.markup import escape
+
+DECLINE = ":decline"
+CANCEL = ":cancel"
+_TRUE = {"y", "yes", "true", "t", "1", "on"}
+_FALSE = {"n", "no", "false", "f", "0", "off"}
+_MAX_TRIES = 20
+"""Re-prompts per field before giving up (bounded even when stdin repeats garbage)."""
+
+
+class Refused(Exception):
+    """The person typed `:decline` or `:cancel`."""
+
+    def __init__(self, action: str) -> None:
+        super().__init__(action)
+        self.action = action
+
+
+Reader = Callable[[str], str]
+
+
+def choices_of(schema: dict[str, Any]) -> list[tuple[Any, str]] | None:
+    """(value, label) pairs of an enum field (`enum`, or `oneOf`/`anyOf` of `const`s), else None."""
+    if isinstance(schema.get("enum"), list):
+        names = schema.get("enumNames")
+        values = schema["enum"]
+        labels = names if isinstance(names, list) and len(names) == len(values) else [str(v) for v in values]
+        return list(zip(values, labels, strict=True))
+    options = schema.get("oneOf") or schema.get("anyOf")
+    if isinstance(options, list) and options and all(isinstance(o, dict) and "const" in o for o in options):
+        return [(o["const"], str(o.get("title", o["const"]))) for o in options]
+    return None
+
+
+def field_type(schema: dict[str, Any]) -> str:
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    return str(kind or "string")
+
+
+class FormRenderer:
+    """Asks one form's fields on `console`, reading lines with `read` (the console's input)."""
+
+    def __init__(self, console: Console, read: Reader | None = None) -> None:
+        self.console = console
+        self.read = read or (lambda prompt: console.input(escape(prompt)))
+
+    def _line(self, prompt: str) -> str:
+        try:
+            text = self.read(prompt)
+        except EOFError:
+            raise Refused("cancel") from None
+        stripped = text.strip()
+        if stripped == DECLINE:
+            raise Refused("decline")
+        if stripped == CANCEL:
+            raise Refused("cancel")
+        return stripped
+
+    def ask_form(self, params: t.ElicitRequestFormParams, key: str | None) -> t.ElicitResult:
+        requested: Any = params.requested_schema
+        schema = requested if isinstance(requested, dict) else requested.model_dump(mode="json", exclude_none=True)
+        title = f"[bold cyan]form[/] [dim]{escape(key)}[/]" if key else "[bold cyan]form[/]"
+        self.console.print()
+        self.console.print(f"{title}  [bold]{escape(params.message)}[/]")
+        self.console.print(f"[dim]  Enter keeps the default · {DECLINE} declines · {CANCEL} cancels[/]")
+        try:
+            for _ in range(_MAX_TRIES):
+                content = self._fields(schema)
+                problems = _problems(schema, content)
+                if not problems:
+                    return t.ElicitResult(action="accept", content=content)
+                self.console.print(f"[red]  ✗ {escape(problems)}[/] — once more")
+            raise Refused("cancel")
+        except Refused as refused:
+            self.console.print(f"[yellow]  → {refused.action}[/]")
+            return t.ElicitResult(action=refused.action)  # type: ignore[arg-type]
+
+    def _fields(self, schema: dict[str, Any]) -> dict[str, Any]:
+        properties = schema.get("properties") or {}
+        required = set(schema.get("required") or [])
+        content: dict[str, Any] = {}
+        for name, prop in properties.items():
+            value = self._field(name, prop if isinstance(prop, dict) else {}, name in required)
+            if value is not _SKIP:
+                content[name] = value
+        return content
+
+    def _field(self, name: str, prop: dict[str, Any], required: bool) -> Any:
+        label = str(prop.get("title") or name)
+        kind = field_type(prop)
+        choices = choices_of(prop)
+        item_choices = choices_of(prop.get("items") or {}) if kind == "array" else None
+        hint = _hint(kind, prop, choices, item_choices)
+        note = f" — {prop['description']}" if prop.get("description") else ""
+        star = "[red]*[/]" if required else ""
+        self.console.print(f"  [bold]{escape(label)}[/]{star}[dim]{escape(note)}[/]")
+        if choices or item_choices:
+            listed = "  ".join(f"[cyan]{i}[/]) {escape(lab)}" for i, (_, lab) in enumerate(choices or item_choices, 1))
+            self.console.print(f"    {listed}")
+        has_default = "default" in prop
+        default_text = f" [{_show(prop['default'])}]" if has_default else ""
+        for _ in range(_MAX_TRIES):
+            raw = self._line(f"  {name} ({hint}){default_text}: ")
+            if raw == "":
+                if has_default:
+                    return prop["default"]
+                if not required:
+                    return _SKIP
+                self.console.print("[red]    required[/]")
+                continue
+            try:
+                value = _parse(raw, kind, choices, item_choices)
+                jsonschema.validate(value, prop, format_checker=jsonschema.FormatChecker())
+            except jsonschema.SchemaError:
+                return value  # the server's field schema is broken: let the server judge
+            except (ValueError, jsonschema.ValidationError) as exc:
+                message = exc.message if isinstance(exc, jsonschema.ValidationError) else str(exc)
+                self.console.print(f"[red]    ✗ {escape(message)}[/]")
+                continue
+            return value
+        raise Refused("cancel")
+
+    def ask_url(self, params: t.ElicitRequestURLParams, key: str | None) -> t.ElicitResult:
+        title = f"[bold cyan]link[/] [dim]{escape(key)}[/]" if key else "[bold cyan]link[/]"
+        self.console.print()
+        self.console.print(f"{title}  [bold]{escape(params.message)}[/]")
+        self.console.print(f"  open: [link={params.url}]{escape(params.url)}[/link]")
+        try:
+            for _ in range(_MAX_TRIES):
+                raw = self._line(f"  Done in the browser? (y = continue, {DECLINE}, {CANCEL}) [y]: ").lower()
+                if raw in ("", "y", "yes"):
+                    return t.ElicitResult(action="accept")
+                if raw in ("n", "no"):
+                    raise Refused("decline")
+            raise Refused("cancel")
+        except Refused as refused:
+            self.console.print(f"[yellow]  → {refused.action}[/]")
+            return t.ElicitResult(action=refused.action)  # type: ignore[arg-type]
+
+
+class _Skip:
+    pass
+
+
+_SKIP = _Skip()
+
+
+def _hint(
+    kind: str, prop: dict[str, Any], choices: list[tuple[Any, str]] | None, items: list[tuple[Any, str]] | None
+) -> str:
+    if choices:
+        return "number or value"
+    if items:
+        return "numbers or values, comma-separated"
+    if kind == "boolean":
+        return "y/n"
+    bounds = [
+        f"≥ {prop['minimum']}" if "minimum" in prop else "",
+        f"≤ {prop['maximum']}" if "maximum" in prop else "",
+        f"min {prop['minLength']} chars" if "minLength" in prop else "",
+        f"max {prop['maxLength']} chars" if "maxLength" in prop else "",
+        f"like {prop['pattern']}" if "pattern" in prop else "",
+    ]
+    extra = ", ".join(b for b in bounds if b)
+    if "format" in prop:
+        extra = ", ".join(x for x in (extra, str(prop["format"])) if x)
+    return f"{kind}{', ' + extra if extra else ''}"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "y" if value else "n"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _pick(raw: str, choices: list[tuple[Any, str]]) -> Any:
+    if raw.isdigit() and 1 <= int(raw) <= len(choices):
+        return choices[int(raw) - 1][0]
+    for value, label in choices:
+        if raw == str(value) or raw.lower() == label.lower():
+            return value
+    raise ValueError(f"pick one of: {', '.join(label for _, label in choices)}")
+
+
+def _parse(raw: str, kind: str, choices: list[tuple[Any, str]] | None, items: list[tuple[Any, str]] | None) -> Any:
+    if choices:
+        return _pick(raw, choices)
+    if kind == "array":
+        parts = [p.strip() for p in raw.split(",") if p.strip()]
+        return [_pick(p, items) for p in parts] if items else parts
+    if kind == "boolean":
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        raise ValueError("answer y or n")
+    if kind == "integer":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError("a whole number, please") from None
+    if kind == "number":
+        try:
+            number = float(raw)
+        except ValueError:
+            raise ValueError("a number, please") from None
+        return int(number) if number.is_integer() and "." not in raw else number
+    return raw
+
+
+def _problems(schema: dict[str, Any], content: dict[str, Any]) -> str | None:
+    try:
+        jsonschema.validate(content, schema, format_checker=jsonschema.FormatChecker())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path)
+        return f"{where}: {exc.message}" if where else exc.message
+    except jsonschema.SchemaError:
+        return None  # the server's schema is broken; let the server judge the answer
+    return None

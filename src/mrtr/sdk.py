@@ -1,0 +1,140 @@
+"""The one place mrtr reaches into the official SDK's internals (tested against mcp 2.3).
+
+Everything else in mrtr uses the SDK's public API. What is here has no public route yet,
+and every use is guarded: if an SDK release moves a name, the error names it and the
+version mrtr expects, at start-up where possible, instead of failing deep in a request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+
+if TYPE_CHECKING:
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.server.extension import Extension
+    from mcp.server.mcpserver import Context, MCPServer
+
+EXPECTED = "mcp>=2.3,<2.4"
+
+
+class SDKChanged(RuntimeError):
+    """An SDK internal mrtr relies on has moved: pin the SDK version mrtr was tested with."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the installed mcp SDK no longer has {what}; mrtr expects {EXPECTED}")
+
+
+def _required(obj: Any, name: str, what: str) -> Any:
+    value = getattr(obj, name, None)
+    if value is None:
+        raise SDKChanged(what)
+    return value
+
+
+# -- server -------------------------------------------------------------------------------
+
+
+def install_extension(server: MCPServer[Any], extension: Extension) -> None:
+    """Add an `Extension` to a server that already exists.
+
+    The public route is `MCPServer(extensions=[...])` at construction (build the tasks
+    extension first and hand it to `Flows(..., tasks_extension=...)`); `Flows` attaches to
+    a built server, so it applies the extension the way the constructor does.
+    """
+    apply = _required(server, "_apply_extension", "MCPServer._apply_extension (extensions after construction)")
+    install = _required(server, "_install_extension_interceptor", "MCPServer._install_extension_interceptor")
+    apply(extension)
+    install()
+
+
+def state_security(server: MCPServer[Any]) -> RequestStateSecurity | None:
+    """The `RequestStateSecurity` the server's request-state boundary enforces."""
+    lowlevel = _required(server, "_lowlevel_server", "MCPServer._lowlevel_server")
+    for middleware in getattr(lowlevel, "middleware", ()):
+        if isinstance(middleware, RequestStateBoundary):
+            return _required(middleware, "_security", "RequestStateBoundary._security")  # type: ignore[no-any-return]
+    return None
+
+
+def state_audience(server: MCPServer[Any]) -> str:
+    """The audience sealed into every `requestState`: the policy's own, else the server's name."""
+    security = state_security(server)
+    return (security.audience if security is not None else None) or server.name
+
+
+# -- sealed state size --------------------------------------------------------------------
+
+# Per codec: (fixed bytes, bytes per payload byte), measured by sealing two real payloads.
+_codec_costs: weakref.WeakKeyDictionary[Any, tuple[float, float]] = weakref.WeakKeyDictionary()
+_DEFAULT = RequestStateSecurity.ephemeral()
+
+
+def sealed_size(state: str, request: Context[Any, Any], audience: str) -> int:
+    """Upper estimate of the token the boundary will mint around `state`.
+
+    The claims envelope mirrors `RequestStateBoundary._seal` (times, method, target,
+    argument digest, audience, principal tag); the codec's cost is measured on the
+    server's real codec, so a custom `codec=` is estimated right too.
+    """
+    wire = request.request_context
+    params = wire.params or {}
+    target = str(params.get("uri" if wire.method == "resources/read" else "name", ""))
+    now = time.time()
+    claims = {"v": 1, "iat": now, "exp": now, "m": wire.method, "t": target, "a": "x" * 22, "s": state}
+    claims |= {"aud": audience, "p": "x" * 32}
+    payload = len(json.dumps(claims, separators=(",", ":"))) + 8
+    fixed, per_byte = _codec_cost(_security_of(request))
+    return math.ceil(fixed + per_byte * payload) + 4
+
+
+def _security_of(request: Context[Any, Any]) -> RequestStateSecurity:
+    server = getattr(request, "_mcp_server", None)  # Context.mcp_server raises when absent
+    security = state_security(server) if server is not None else None
+    return security or _DEFAULT
+
+
+def _codec_cost(security: RequestStateSecurity) -> tuple[float, float]:
+    codec = security.codec
+    try:
+        return _codec_costs[codec]
+    except (KeyError, TypeError):
+        pass
+    small, large = (len(codec.seal(b"x" * n)) for n in (0, 3000))
+    cost = (float(small), (large - small) / 3000)
+    with contextlib.suppress(TypeError):  # a codec that cannot be weakly referenced: measured every time
+        _codec_costs[codec] = cost
+    return cost
+
+
+# -- client -------------------------------------------------------------------------------
+
+
+async def send_stamped(session: ClientSession, method: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Send `data` through the session's own envelope stamp and dispatcher; the raw result.
+
+    `FlowClient` reads 2026-07-28 results by the spec's client rules rather than the SDK's
+    typed parser (which rejects a result without `resultType`, which the spec says to treat
+    as complete), while `_meta`, routing headers and transport stay exactly the SDK's.
+    """
+    stamp = _required(session, "_stamp", "ClientSession._stamp")
+    dispatcher = _required(session, "_dispatcher", "ClientSession._dispatcher")
+    options: dict[str, Any] = {}
+    stamp(data, options)
+    return dict(await dispatcher.send_raw_request(method, data["params"], options))
+
+
+def http_client() -> httpx2.AsyncClient:
+    """An HTTP client configured the way the SDK's own transports configure theirs."""
+    try:
+        from mcp.shared._httpx_utils import create_mcp_http_client
+    except ImportError as exc:  # pragma: no cover - only when the SDK moves it
+        raise SDKChanged("mcp.shared._httpx_utils.create_mcp_http_client") from exc
+    return create_mcp_http_client()
