@@ -240,6 +240,21 @@ async def test_seed_002_negotiation_and_no_capture_of_ordinary_clients(fleet: Fl
     async with httpx2.AsyncClient(trust_env=False, timeout=20.0) as http:
         body = await post(http, fleet.bases["A"] + "/mcp", init)
         assert body["result"]["protocolVersion"] == initialized["result"]["protocolVersion"] == "2026-06-XX"
+        # The call, on the other process, as the C# client sends it: the result has the fixture's shape.
+        call = load("002-incomplete-3-call.json5")
+        call["params"] = {"name": "forecast", "arguments": {"location": "Bern"}}
+        body = await post(http, fleet.bases["B"] + "/mcp", call, {"mcp-protocol-version": "2026-06-XX"})
+        expected = load("002-incomplete-4-incomplete.json5")["result"]
+        assert set(body["result"]) == set(expected) and body["result"]["result_type"] == "incomplete"
+        assert body["result"]["inputRequests"]["github_login"]["method"] == "elicitation/create"
+        # The answer wrapped the draft's way ({"result": ...}) is accepted too (the seed does not say).
+        call["id"] = 3
+        call["params"] |= {
+            "inputResponses": {"github_login": {"result": {"action": "accept", "content": {"name": "octocat"}}}},
+            "requestState": body["result"]["requestState"],
+        }
+        body = await post(http, fleet.bases["A"] + "/mcp", call, {"mcp-protocol-version": "2026-06-XX"})
+        assert set(body["result"]["inputRequests"]) == {"what_to_wear"}, "the login was used, the flow moved on"
         ordinary = {**init, "params": {**init["params"], "protocolVersion": "2025-11-25"}}
         response = await http.post(fleet.bases["A"] + "/mcp", json=ordinary, headers=ACCEPT)
         assert response.status_code == 200
