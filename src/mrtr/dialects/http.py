@@ -38,6 +38,7 @@ from mrtr.dialects.plumbing import (
     is_input_required,
     modern_params,
     plain_result,
+    refusal,
     seal,
     unseal,
 )
@@ -85,7 +86,7 @@ class DialectServer:
         if not value.startswith(SESSION_PREFIX):
             return None
         gateway = self.gateway
-        unknown = DialectError(INVALID_REQUEST, "Session not found", "unknown_session")
+        unknown = refusal(INVALID_REQUEST, "Session not found", "unknown_session")
         try:
             claims = unseal(gateway.security, SESSION_KIND, gateway.audience, value.removeprefix(SESSION_PREFIX))
         except DialectError:

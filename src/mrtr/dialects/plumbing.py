@@ -22,10 +22,10 @@ import anyio
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import MCPServer
-from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
+from mcp.server.request_state import RequestStateSecurity
 from mcp.server.runner import modern_error_data, serve_one
 from mcp.shared.dispatcher import CallOptions
-from mcp.shared.exceptions import MCPError, NoBackChannelError
+from mcp.shared.exceptions import NoBackChannelError
 from mcp.shared.message import MessageMetadata, ServerMessageMetadata
 from mcp.shared.transport_context import TransportContext
 from mcp_types import (
@@ -39,7 +39,6 @@ from mcp_types import (
 )
 from mcp_types.methods import INPUT_REQUIRED_METHODS
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
-from pydantic import ValidationError
 from starlette.requests import Request
 
 from mrtr import sdk
@@ -55,13 +54,17 @@ _FUTURE_SKEW = 60.0
 class DialectError(Exception):
     """A request a dialect refuses, as the JSON-RPC error it answers with."""
 
-    def __init__(self, code: int, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.error = ErrorData(code=code, message=message, data={"reason": reason})
+    def __init__(self, error: ErrorData) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def refusal(code: int, message: str, reason: str) -> DialectError:
+    return DialectError(ErrorData(code=code, message=message, data={"reason": reason}))
 
 
 def invalid(message: str, reason: str) -> DialectError:
-    return DialectError(INVALID_PARAMS, message, reason)
+    return refusal(INVALID_PARAMS, message, reason)
 
 
 @dataclass
@@ -169,19 +172,10 @@ class Gateway:
         dctx = OneExchange(transport=transport, request_id=request_id, message_metadata=metadata)
         try:
             return await serve_one(lowlevel, dctx, method, params, connection=connection, lifespan_state=lifespan_state)
-        except (MCPError, ValidationError) as exc:
-            error = modern_error_data(exc)
-        except Exception as exc:  # mapped like the modern entry: logged there, generic on the wire
-            error = modern_error_data(exc)
-        raise DialectErrorFromData(error)
-
-
-class DialectErrorFromData(DialectError):
-    """An error the SDK's chain answered with, passed through to the dialect's wire unchanged."""
-
-    def __init__(self, error: ErrorData) -> None:
-        Exception.__init__(self, error.message)
-        self.error = error
+        except Exception as exc:
+            # Mapped exactly as the modern entry maps it: MCPError and ValidationError to their
+            # codes, anything else logged and answered with a generic internal error.
+            raise DialectError(modern_error_data(exc)) from None
 
 
 def modern_params(
@@ -263,9 +257,7 @@ def unseal(security: RequestStateSecurity, kind: str, audience: str | None, toke
         raise refused
     try:
         claims = json.loads(security.codec.unseal(token))
-    except (InvalidRequestState, ValueError, TypeError):
-        raise refused from None
-    except Exception:  # deny-on-error: a custom codec that raises anything fails closed
+    except Exception:  # InvalidRequestState, bad JSON, or deny-on-error: a custom codec failing closes
         raise refused from None
     if not isinstance(claims, dict):
         raise refused
