@@ -214,6 +214,12 @@ async def test_seed_000_example_is_served_in_the_seeds_shape(fleet: Fleet) -> No
         echoed = {**retry, "dependent_responses": {**retry["dependent_responses"], state_keys[0]: {"result": {}}}}
         done = await post(http, fleet.bases["B"] + "/mcp/sketch", echoed)
         assert done == {**final, "id": retry["id"]}, "the seed's own final result, byte for byte"
+        # A tampered journal key is refused by the SDK's boundary, like a tampered requestState.
+        token = state_keys[0].removeprefix("mrtr/state:")
+        forged_key = "mrtr/state:" + token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+        forged = {**retry, "dependent_responses": {**retry["dependent_responses"], forged_key: {"result": {}}}}
+        refused = await post(http, fleet.bases["A"] + "/mcp/sketch", forged)
+        assert refused["error"]["code"] == -32602 and refused["error"]["data"] == {"reason": "invalid_request_state"}
         # The seed's retry exactly as printed has no state: its answers answer nothing this server asked.
         again = await post(http, fleet.bases["B"] + "/mcp/sketch", retry)
         assert "github_login" in again["dependent_requests"], "unasked answers are not used: asked again"
