@@ -38,8 +38,10 @@ def _imports(name: str, path: Path) -> set[str]:
                 base = ".".join([*anchor, base] if base else anchor)
             targets.add(base)
             targets.update(f"{base}.{alias.name}" for alias in node.names)
-    # The package root is imported first by any `mrtr.x` import anyway; it is not an edge.
-    return {t for t in targets if t in MODULES and t not in (name, "mrtr")}
+    # A module's own ancestor packages are imported before it by Python itself, whatever it
+    # writes (`from mrtr.tasks import wire` names both): those are not design edges.
+    ancestors = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    return {t for t in targets if t in MODULES and t != name and t not in ancestors}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

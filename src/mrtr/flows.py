@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import inspect
 import typing
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -27,6 +27,7 @@ from starlette.applications import Starlette
 
 from mrtr import sdk
 from mrtr.context import FlowContext
+from mrtr.dialects import Dialects
 from mrtr.engine import run_flow
 from mrtr.errors import InputRefused
 from mrtr.guard import ReplayGuard, as_guard
@@ -70,6 +71,8 @@ class Flows:
         tasks: A `mrtr.tasks.TasksExtension` you already gave the server at construction
             (`MCPServer(extensions=[...])`, the SDK's public route); otherwise `Flows`
             installs one itself when the first task flow is registered.
+        dialects: Also serve the seeds' pre-standard wire shapes over streamable HTTP, any of
+            `"sketch"`, `"draft"`, `"incomplete"`, `"saga"` (see `mrtr.dialects`); none by default.
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class Flows:
         max_loop_lag: float | None = None,
         shed_when: Callable[[], bool] | None = None,
         tasks: TasksExtension | None = None,
+        dialects: Sequence[str] = (),
     ) -> None:
         self.server = server
         self.replay_guard = as_guard(replay_guard, server)
@@ -114,6 +118,7 @@ class Flows:
             self._runtime = self.services.tasks = tasks.runtime
         elif store is not None or seed_dialect:
             self._tasks()
+        self._dialects = Dialects(server, dialects) if dialects else None
 
     @property
     def runtime(self) -> TaskRuntime:
@@ -138,6 +143,8 @@ class Flows:
         arrives, and stops with the app (its leases lapse, so another instance resumes).
         """
         app = self.server.streamable_http_app(**options)
+        if self._dialects is not None:
+            self._dialects.mount(app, options.get("streamable_http_path", "/mcp"))
         if self._runtime is None:
             return app
         runtime = self._runtime

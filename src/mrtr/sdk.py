@@ -55,9 +55,22 @@ def install_extension(server: MCPServer[Any], extension: Extension) -> None:
     install()
 
 
+def lowlevel_server(server: MCPServer[Any]) -> Any:
+    """The low-level `Server` an `MCPServer` wraps (what `serve_one` dispatches to)."""
+    return _required(server, "_lowlevel_server", "MCPServer._lowlevel_server")
+
+
+def http_lifespan_state(server: MCPServer[Any]) -> Any:
+    """The lifespan state the running streamable-HTTP app entered (no public route yet)."""
+    manager = server.session_manager
+    if not hasattr(manager, "_lifespan_state"):
+        raise SDKChanged("StreamableHTTPSessionManager._lifespan_state")
+    return manager._lifespan_state
+
+
 def state_security(server: MCPServer[Any]) -> RequestStateSecurity | None:
     """The `RequestStateSecurity` the server's request-state boundary enforces."""
-    lowlevel = _required(server, "_lowlevel_server", "MCPServer._lowlevel_server")
+    lowlevel = lowlevel_server(server)
     for middleware in getattr(lowlevel, "middleware", ()):
         if isinstance(middleware, RequestStateBoundary):
             return _required(middleware, "_security", "RequestStateBoundary._security")  # type: ignore[no-any-return]
