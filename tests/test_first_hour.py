@@ -6,18 +6,22 @@ Each test is one bullet of the issue's "Why", with the error text asserted exact
 from __future__ import annotations
 
 import asyncio
+import datetime
+import enum
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 from mcp import Client
+from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 import mrtr
 from mrtr.stores.sqlite import SQLiteStore
 from mrtr.task_client import CreatedTask, TasksClient, get_task, update_task
-from tests.flowkit import Driver, accept, manual_client, new_server
+from tests.flowkit import Driver, accept, manual_client, new_server, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -151,3 +155,159 @@ async def test_a_task_obeys_its_deadline_exactly_as_an_inline_flow() -> None:
         "message": "flow 'survey' passed its 1s deadline; start the call again without state",
         "data": {"reason": "flow_expired", "flow": "survey"},
     }
+
+
+# -- A wrong or missing ctx annotation; FlowContext under @server.tool() ------------------------------------
+
+
+def test_an_unannotated_ctx_is_refused_at_registration() -> None:
+    flows = mrtr.Flows(new_server())
+    with pytest.raises(mrtr.FlowDefinitionError) as caught:
+
+        @flows.tool()
+        async def rename(title: str, ctx) -> str:  # type: ignore[no-untyped-def]
+            return title
+
+    assert str(caught.value) == (
+        "flow 'rename': parameter 'ctx' has no annotation, so it would be published as a required argument of "
+        "the tool; annotate it `ctx: mrtr.FlowContext`"
+    )
+
+
+def test_the_sdks_context_in_place_of_flow_context_is_refused_at_registration() -> None:
+    flows = mrtr.Flows(new_server())
+    with pytest.raises(mrtr.FlowDefinitionError) as caught:
+
+        @flows.tool()
+        async def rename(title: str, ctx: Context) -> str:  # type: ignore[type-arg]
+            return title
+
+    assert str(caught.value) == (
+        "flow 'rename': parameter 'ctx' is annotated with the SDK's Context; a flow takes `ctx: mrtr.FlowContext` "
+        "(the SDK's Context is still there, as `ctx.request`)"
+    )
+
+
+def test_a_flow_without_flow_context_is_refused_at_registration() -> None:
+    flows = mrtr.Flows(new_server())
+    with pytest.raises(mrtr.FlowDefinitionError) as caught:
+
+        @flows.prompt()
+        async def hello(name: str) -> str:
+            return name
+
+    assert str(caught.value) == (
+        "flow 'hello' has no FlowContext parameter; add `ctx: mrtr.FlowContext` to its signature (a function "
+        "that never asks or steps is a plain tool: register it with @server.tool())"
+    )
+
+
+def test_flow_context_under_the_sdks_decorator_names_the_right_one() -> None:
+    server = new_server()
+    with pytest.raises(TypeError) as caught:
+
+        @server.tool()
+        async def rename(title: str, ctx: mrtr.FlowContext) -> str:
+            return title
+
+    assert str(caught.value) == (
+        "a mrtr.FlowContext parameter only works in a flow: register the function with @flows.tool() "
+        "(or @flows.prompt() / @flows.resource(), where flows = mrtr.Flows(server)), not @server.tool()"
+    )
+
+
+# -- Form schemas: checked at registration; Enum, Literal, optional, defaults and formats supported ----------
+
+
+class Room(enum.StrEnum):
+    SMALL = "small"
+    LARGE = "large"
+
+
+class Floor(enum.IntEnum):
+    GROUND = 0
+
+
+class Meeting(BaseModel):
+    room: Room
+    day: datetime.date
+    length: Literal["30m", "60m"] = "30m"
+    extras: list[Room] = []
+    note: str | None = None
+
+
+class ByFloor(BaseModel):
+    floor: Floor
+
+
+PLAIN_DICT_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}}
+
+
+def test_a_dict_schema_fails_at_registration_not_at_call_time() -> None:
+    flows = mrtr.Flows(new_server())
+    with pytest.raises(mrtr.FlowDefinitionError) as caught:
+
+        @flows.tool()
+        async def dict_schema(ctx: mrtr.FlowContext) -> str:
+            answer = await ctx.elicit("Name?", PLAIN_DICT_SCHEMA)  # type: ignore[type-var]
+            return str(answer)
+
+    line = dict_schema_line()
+    assert str(caught.value) == (
+        f"flow 'dict_schema', line {line}: ctx.elicit takes a pydantic model class as its schema, not dict "
+        "{'type': 'object', 'properties': {'name': {'type': 'string'}}}; declare `class Answer(BaseModel): ...` "
+        "and pass Answer"
+    )
+
+
+def dict_schema_line() -> int:
+    source = Path(__file__).read_text().splitlines()
+    return next(i for i, text in enumerate(source, 1) if 'await ctx.elicit("Name?", PLAIN_DICT_SCHEMA)' in text)
+
+
+def test_a_field_no_form_can_show_fails_at_registration_and_lists_what_works() -> None:
+    flows = mrtr.Flows(new_server())
+    with pytest.raises(mrtr.FlowDefinitionError) as caught:
+
+        @flows.tool()
+        async def pick_floor(ctx: mrtr.FlowContext) -> str:
+            return str((await ctx.elicit("Floor?", ByFloor)).floor)
+
+    assert str(caught.value).endswith(
+        ": ByFloor.floor renders as {'enum': [0], 'type': 'integer', 'title': 'Floor'}, which no elicitation form "
+        "can show; form fields may be str (also date, datetime, EmailStr, AnyUrl: string formats), int, float, "
+        "bool, a Literal or Enum/StrEnum of strings (a choice), or a list of those (several choices); any of them "
+        "optional with a default"
+    )
+    assert str(caught.value).startswith("flow 'pick_floor', line ")
+
+
+async def test_enum_literal_optional_defaults_and_formats_work_end_to_end() -> None:
+    flows = mrtr.Flows(server := new_server())
+
+    @flows.tool()
+    async def book_room(ctx: mrtr.FlowContext) -> str:
+        meeting = await ctx.elicit("Which room, when?", Meeting)
+        assert isinstance(meeting.room, Room) and isinstance(meeting.day, datetime.date)
+        return f"{meeting.room.value} on {meeting.day.isoformat()} for {meeting.length}, extras {meeting.extras}"
+
+    async with manual_client(server) as client:
+        call = Driver(client, "book_room")
+        await call.send()
+        ((key, request),) = call.asked.items()
+        schema = request.params.requested_schema
+        assert schema["properties"] == {
+            "room": {"enum": ["small", "large"], "type": "string", "title": "Room"},
+            "day": {"format": "date", "title": "Day", "type": "string"},
+            "length": {"default": "30m", "enum": ["30m", "60m"], "title": "Length", "type": "string"},
+            "extras": {
+                "default": [],
+                "items": {"enum": ["small", "large"], "type": "string"},
+                "title": "Extras",
+                "type": "array",
+            },
+            "note": {"title": "Note", "type": "string"},
+        }
+        assert schema["required"] == ["room", "day"]
+        done = await call.send({key: accept(room="large", day="2026-11-24", extras=["small"])})
+    assert not done.is_error and text_of(done) == "large on 2026-11-24 for 30m, extras [<Room.SMALL: 'small'>]"

@@ -96,6 +96,14 @@ class FlowContext:
         self._driver = driver
         self._request = request
 
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """`FlowContext` is never an argument: reached only when a flow is registered the SDK's way."""
+        raise TypeError(
+            "a mrtr.FlowContext parameter only works in a flow: register the function with @flows.tool() "
+            "(or @flows.prompt() / @flows.resource(), where flows = mrtr.Flows(server)), not @server.tool()"
+        )
+
     @property
     def flow_id(self) -> str:
         """Unique per flow, stable across its rounds: use it to correlate out-of-band work."""

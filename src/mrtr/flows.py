@@ -25,7 +25,7 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS, Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
 
-from mrtr.context import FlowContext
+from mrtr.checks import check_elicit_schemas, flow_context_param
 from mrtr.engine import FlowSpec, Limits, TaskSupport, run_flow
 from mrtr.errors import InputRefused
 from mrtr.static_resources import StaticResourceFlows
@@ -252,10 +252,12 @@ class Flows:
             deadline=deadline if deadline is not None else self.limits.deadline,
             max_state_bytes=max_state_bytes if max_state_bytes is not None else self.limits.max_state_bytes,
         )
+        ctx_param = flow_context_param(fn, name)
+        check_elicit_schemas(fn, name, ctx_param)
         spec = FlowSpec(
             name=name,
             fn=fn,
-            ctx_param=_flow_context_param(fn),
+            ctx_param=ctx_param,
             limits=limits,
             audience=self.server.name,
             task=task,
@@ -285,14 +287,6 @@ def _refused_as_client_error(spec: FlowSpec) -> Callable[[InputRefused], Excepti
         return MCPError(code=INVALID_PARAMS, message=str(exc), data=data)
 
     return refused
-
-
-def _flow_context_param(fn: Callable[..., Any]) -> str | None:
-    hints = typing.get_type_hints(fn)
-    for param, annotation in hints.items():
-        if param != "return" and inspect.isclass(annotation) and issubclass(annotation, FlowContext):
-            return param
-    return None
 
 
 def _sdk_entry_point(
