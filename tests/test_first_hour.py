@@ -8,13 +8,17 @@ from __future__ import annotations
 import asyncio
 import datetime
 import enum
+import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Literal
 
+import mcp_types as t
 import pytest
 from mcp import Client
-from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
@@ -311,3 +315,108 @@ async def test_enum_literal_optional_defaults_and_formats_work_end_to_end() -> N
         assert schema["required"] == ["room", "day"]
         done = await call.send({key: accept(room="large", day="2026-11-24", extras=["small"])})
     assert not done.is_error and text_of(done) == "large on 2026-11-24 for 30m, extras [<Room.SMALL: 'small'>]"
+
+
+# -- Fleet traps: start-up warnings, staged key rotation -----------------------------------------------------
+
+
+def test_a_server_without_a_shared_key_warns_at_start_up(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="mrtr"):
+        mrtr.Flows(MCPServer("booking"))
+        mrtr.Flows(new_server("booking-with-keys"))
+    assert [r.getMessage() for r in caplog.records if r.name == "mrtr.fleet"] == [
+        "mrtr: server 'booking' has no request_state_security, so its requestState is sealed with a key only this "
+        "process holds: a second instance (or this one after a restart) rejects every flow in flight with "
+        "'Invalid or expired requestState', after the user answered. Give every instance the same key ring: "
+        "MCPServer(..., request_state_security=RequestStateSecurity(keys=[...]))"
+    ]
+
+
+def test_the_default_task_store_warns_that_other_hosts_cannot_see_it(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the default store is a file in the working directory
+    flows = mrtr.Flows(new_server())
+    with caplog.at_level(logging.WARNING, logger="mrtr"):
+
+        @flows.tool(task="optional")
+        async def nightly(ctx: mrtr.FlowContext) -> str:
+            return "ok"
+
+    assert [r.getMessage() for r in caplog.records if r.name == "mrtr.fleet"] == [
+        "mrtr: durable tasks use the default store, a SQLite file (mrtr-tasks.db) on this host: instances on other "
+        "hosts cannot see its tasks. Give the fleet one shared store: Flows(server, store=mrtr.open_store(url))"
+    ]
+
+
+def keyed_instance(*keys: bytes) -> MCPServer:
+    """One instance of the fleet: same name, its own key ring."""
+    server = MCPServer("rotating", request_state_security=RequestStateSecurity(keys=list(keys)))
+    flows = mrtr.Flows(server)
+
+    @flows.tool()
+    async def two_questions(ctx: mrtr.FlowContext) -> str:
+        first = await ctx.elicit("First?", Slot)
+        second = await ctx.elicit("Second?", Slot)
+        return f"{first.ok} {second.ok}"
+
+    return server
+
+
+async def round_across(start: MCPServer, finish: MCPServer) -> str:
+    """Round 1 on `start`, rounds 2-3 on `finish` (a load balancer's choice, mid-rotation); the outcome's text."""
+    async with manual_client(start) as one, manual_client(finish) as other:
+        call = Driver(one, "two_questions")
+        await call.send()
+        call.client = other
+        try:
+            await call.send({key: accept(ok=True) for key in call.asked})
+            result = await call.send({key: accept(ok=True) for key in call.asked})
+        except MCPError as exc:
+            return f"{exc.error.code}: {exc.error.message}"
+    assert isinstance(result, t.CallToolResult)
+    return text_of(result)
+
+
+async def test_prepending_the_new_key_breaks_a_rolling_rotation() -> None:
+    old, new = os.urandom(32), os.urandom(32)
+    # The README's old advice ("rotate by prepending"), half rolled out: A has [new, old], B still [old].
+    assert (
+        await round_across(keyed_instance(new, old), keyed_instance(old)) == "-32602: Invalid or expired requestState"
+    )
+
+
+async def test_a_staged_key_rotation_never_breaks_a_flow_in_flight() -> None:
+    old, new = os.urandom(32), os.urandom(32)
+    # Stage 1 rolls out `[old, new]` (the new key second: it opens, it does not seal) next to `[old]`.
+    assert (await round_across(keyed_instance(old, new), keyed_instance(old))) == "True True"
+    assert (await round_across(keyed_instance(old), keyed_instance(old, new))) == "True True"
+    # Stage 2 rolls out `[new, old]` next to `[old, new]`: every instance opens what any other sealed.
+    assert (await round_across(keyed_instance(new, old), keyed_instance(old, new))) == "True True"
+    assert (await round_across(keyed_instance(old, new), keyed_instance(new, old))) == "True True"
+    # Stage 3, one state TTL later, drops the old key; only state the new key sealed is still in flight.
+    assert (await round_across(keyed_instance(new, old), keyed_instance(new))) == "True True"
+
+
+# -- Capabilities a flow needs, checked in round 1 --------------------------------------------------------
+
+
+async def test_a_flow_that_declares_sampling_fails_in_round_one_not_after_an_answer() -> None:
+    flows = mrtr.Flows(server := new_server())
+
+    @flows.tool(requires=["elicitation", "sampling"])
+    async def summarize_slot(ctx: mrtr.FlowContext) -> str:
+        await ctx.elicit("Which slot?", Slot)
+        summary = await ctx.sample("Summarize the slot", max_tokens=20)
+        return str(summary.content)
+
+    async with manual_client(server, sampling=False) as client:
+        call = Driver(client, "summarize_slot")
+        with pytest.raises(MCPError) as caught:
+            await call.send()
+    assert call.rounds == [], "nothing was asked"
+    assert caught.value.error.code == -32021
+    assert caught.value.error.message == (
+        "This call needs the client capability 'sampling', which the request did not declare"
+    )
+    assert caught.value.error.data == {"requiredCapabilities": {"sampling": {}}}

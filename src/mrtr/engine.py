@@ -25,9 +25,9 @@ from mcp_types.version import is_version_at_least
 
 from mrtr import branches
 from mrtr import journal as journal_codec
-from mrtr.asks import Ask
+from mrtr.asks import Ask, Capability, supports
 from mrtr.context import FlowContext
-from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver
+from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver, missing_capability
 from mrtr.errors import FlowError, FlowExpired, NondeterminismError, StateTooLarge, TooManyRounds
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.replay import Replay
@@ -73,6 +73,8 @@ class FlowSpec:
     mrtr_first: bool = False
     """Task calls ask inline (MRTR rounds) until the first step or `continue_as_task()`."""
     runtime: TaskRuntime | None = None
+    requires: tuple[Capability, ...] = ()
+    """Client capabilities every request must declare (checked before the flow runs)."""
 
     @property
     def request_param(self) -> str:
@@ -114,6 +116,9 @@ async def run_flow(spec: FlowSpec, request: Context[Any, Any], arguments: Mappin
     version = wire.protocol_version
     capabilities = wire.session.client_capabilities
     modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
+    for capability in spec.requires:  # in round 1, before the user answers anything
+        if not supports(capabilities, capability):
+            raise missing_capability(capability)
     probe = False
     if spec.task != "never":
         declared = modern and declares_tasks(capabilities)

@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import inspect
 import typing
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -25,6 +25,8 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS, Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
 
+from mrtr import fleet
+from mrtr.asks import Capability
 from mrtr.checks import check_elicit_schemas, flow_context_param
 from mrtr.engine import FlowSpec, Limits, TaskSupport, run_flow
 from mrtr.errors import InputRefused
@@ -72,6 +74,7 @@ class Flows:
         seed_dialect: bool = False,
     ) -> None:
         self.server = server
+        fleet.warn_about_state_key(server)
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         self._static = StaticResourceFlows(server)
         self.specs: dict[str, FlowSpec] = {}
@@ -99,6 +102,7 @@ class Flows:
                 from mrtr.stores.sqlite import SQLiteStore
 
                 self._store = SQLiteStore("mrtr-tasks.db")  # the embedded default
+                fleet.warn_about_default_store("mrtr-tasks.db")
             self._runtime = TaskRuntime(self._store, **self._task_options)  # type: ignore[arg-type]
             install_extension(self.server, TasksExtension(self._runtime, seed_dialect=self._seed_dialect))
         return self._runtime
@@ -139,6 +143,7 @@ class Flows:
         *,
         task: TaskSupport = "never",
         mrtr_first: bool = False,
+        requires: Sequence[Capability] = (),
         max_rounds: int | None = None,
         deadline: float | None = None,
         max_state_bytes: int | None = None,
@@ -150,7 +155,9 @@ class Flows:
         (-32021). The same body serves every case: in a task, its asks park the task in
         `input_required` until `tasks/update` answers. With `mrtr_first=True` the call
         first asks inline, as MRTR rounds, and becomes a task at its first step or
-        `ctx.continue_as_task()` (SEP-2663's composition).
+        `ctx.continue_as_task()` (SEP-2663's composition). `requires=["sampling", ...]`
+        names the client capabilities the flow will need: a request that lacks one fails
+        with -32021 in round 1, before the user has answered anything.
         """
         _reject_bare_use(name, "tool")
         if task not in ("never", "optional", "required"):
@@ -159,7 +166,9 @@ class Flows:
         def decorator(fn: F) -> F:
             runtime = self._tasks() if task != "never" else None
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, task, runtime)
-            spec = self.specs[spec.name] = dataclasses.replace(spec, mrtr_first=mrtr_first)
+            spec = self.specs[spec.name] = dataclasses.replace(
+                spec, mrtr_first=mrtr_first, requires=_capabilities(spec.name, requires)
+            )
             wrapper = _sdk_entry_point(fn, spec, refused=_refused_as_tool_error)
             if runtime is not None:
                 shape = func_metadata(wrapper, skip_names=[spec.request_param], structured_output=structured_output)
@@ -265,6 +274,14 @@ class Flows:
         )
         self.specs[name] = spec
         return spec
+
+
+def _capabilities(flow: str, requires: Sequence[Capability]) -> tuple[Capability, ...]:
+    known = typing.get_args(Capability)
+    for capability in requires:
+        if capability not in known:
+            raise ValueError(f"flow {flow!r}: requires={capability!r} is not a capability; use one of {known}")
+    return tuple(requires)
 
 
 def _reject_bare_use(first: object, what: str) -> None:
