@@ -11,6 +11,7 @@ import enum
 import logging
 import os
 import time
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ import mcp_types as t
 import pytest
 from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
@@ -420,3 +422,99 @@ async def test_a_flow_that_declares_sampling_fails_in_round_one_not_after_an_ans
         "This call needs the client capability 'sampling', which the request did not declare"
     )
     assert caught.value.error.data == {"requiredCapabilities": {"sampling": {}}}
+
+
+# -- Steps that hide things -------------------------------------------------------------------------------
+
+
+class Booking(BaseModel):
+    id: str
+
+
+def step_server() -> MCPServer:
+    flows = mrtr.Flows(server := new_server())
+
+    def charge(amount: int) -> str:
+        if amount > 100:
+            raise ToolError(f"card declined for {amount} EUR")  # meant for the user: passes through
+        raise ValueError("gateway password is hunter2")  # a crash: its text stays in the server log
+
+    @flows.tool()
+    async def pay(amount: int, ctx: mrtr.FlowContext) -> str:
+        await ctx.elicit(f"Pay {amount} EUR?", Slot)
+        return await ctx.step("charge", charge, amount)
+
+    @flows.tool()
+    async def reserve(ctx: mrtr.FlowContext) -> str:
+        booking = await ctx.step("reserve", lambda: Booking(id="b-1"))  # no return annotation
+        when = await ctx.step("when", lambda: datetime.datetime(2026, 11, 24, 9, 30))
+        return f"{booking!r} at {when!r}"
+
+    return server
+
+
+async def test_a_steps_tool_error_reaches_the_client_and_a_crash_does_not() -> None:
+    async with manual_client(step_server()) as client:
+        declined = Driver(client, "pay", {"amount": 500})
+        await declined.send()
+        declined_result = await declined.send({key: accept(ok=True) for key in declined.asked})
+        crashed = Driver(client, "pay", {"amount": 5})
+        await crashed.send()
+        crashed_result = await crashed.send({key: accept(ok=True) for key in crashed.asked})
+    assert isinstance(declined_result, t.CallToolResult) and declined_result.is_error
+    assert text_of(declined_result) == "Error executing tool pay: card declined for 500 EUR"
+    assert isinstance(crashed_result, t.CallToolResult) and crashed_result.is_error
+    assert text_of(crashed_result) == "Error executing tool pay"
+
+
+async def test_an_unannotated_step_whose_value_changes_type_warns(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="mrtr"):
+        async with manual_client(step_server()) as client:
+            result = await Driver(client, "reserve").send()
+    assert isinstance(result, t.CallToolResult)
+    assert text_of(result) == "{'id': 'b-1'} at '2026-11-24T09:30:00'"
+    assert [r.getMessage() for r in caplog.records if r.name == "mrtr.context"] == [
+        "step 'reserve' returned Booking Booking(id='b-1'), but the flow gets its JSON form back ({'id': 'b-1'}), "
+        "on every round; annotate the step function's return type (e.g. `-> Booking`) to get the same type back",
+        "step 'when' returned datetime datetime.datetime(2026, 11, 24, 9, 30), but the flow gets its JSON form "
+        "back ('2026-11-24T09:30:00'), on every round; annotate the step function's return type (e.g. "
+        "`-> datetime`) to get the same type back",
+    ]
+
+
+async def test_a_reasked_question_tells_the_user_why() -> None:
+    async with manual_client(step_server()) as client:
+        call = Driver(client, "pay", {"amount": 5})
+        await call.send()
+        ((key, _),) = call.asked.items()
+        await call.send({key: accept(ok="not a yes or no")})
+        ((again_key, again),) = call.asked.items()
+    assert again_key == key
+    assert again.params.message == "Pay 5 EUR?\n\n(Asked again: content does not match the requested schema (ok).)"
+    # The message is the channel: 2026-07-28 gives an input request's params no `_meta`, and the SDK sieves it out.
+    assert again.params.meta is None
+
+
+# -- Invisible and untyped --------------------------------------------------------------------------------
+
+
+async def test_each_round_says_what_it_did_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="mrtr"):
+        async with manual_client(step_server()) as client:
+            call = Driver(client, "pay", {"amount": 500})
+            await call.send()
+            ((key, _),) = call.asked.items()
+            await call.send({key: accept(ok=True)})
+    said = [
+        (r.name, r.getMessage()) for r in caplog.records if r.name.startswith("mrtr") and r.levelno == logging.DEBUG
+    ]
+    messages = [m for _, m in said]
+    assert {name for name, _ in said} >= {"mrtr.engine", "mrtr.replay"}
+    assert any(m.startswith("flow pay (") and m.endswith(f"round 1 ends waiting for ['{key}']") for m in messages)
+    assert any(m.endswith(f"this run settled, waiting for ['{key}']") for m in messages)
+    assert f"flow pay: the answer to '{key}' was accepted and journaled" in messages
+    assert any(m.endswith("this run raised ToolError: card declined for 500 EUR") for m in messages)
+
+
+def test_mrtr_ships_its_types() -> None:
+    assert resources.files("mrtr").joinpath("py.typed").is_file()

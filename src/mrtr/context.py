@@ -11,11 +11,12 @@ import asyncio
 import contextvars
 import hashlib
 import inspect
+import logging
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 import pydantic_core
 from mcp_types import (
@@ -36,8 +37,15 @@ from mrtr.errors import Cancelled, Declined, FlowDefinitionError
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
+logger = logging.getLogger(__name__)
+
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+T5 = TypeVar("T5")
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,8 +232,29 @@ class FlowContext:
         """
         await self._driver.continue_as_task()
 
-    async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
-        """Await several asks/steps at once; every unanswered ask goes out in one round."""
+    @overload
+    async def gather(self, a1: Awaitable[T1], /) -> tuple[T1]: ...
+    @overload
+    async def gather(self, a1: Awaitable[T1], a2: Awaitable[T2], /) -> tuple[T1, T2]: ...
+    @overload
+    async def gather(self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], /) -> tuple[T1, T2, T3]: ...
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4], /
+    ) -> tuple[T1, T2, T3, T4]: ...
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4], a5: Awaitable[T5], /
+    ) -> tuple[T1, T2, T3, T4, T5]: ...
+    @overload
+    async def gather(self, *aws: Awaitable[T]) -> list[T]: ...
+
+    async def gather(self, *aws: Awaitable[Any]) -> Any:
+        """Await several asks/steps at once; every unanswered ask goes out in one round.
+
+        Results come in order, as a list; typed like `asyncio.gather` (a tuple of each
+        awaitable's type for up to five), so `a, b = await ctx.gather(x, y)` is typed.
+        """
         return list(await asyncio.gather(*aws))
 
 
@@ -254,14 +283,36 @@ def _opaque(value: Any) -> str:
     return f"<{type(value).__qualname__}>"
 
 
-def to_journal(name: str, value: Any) -> Any:
+def to_journal(name: str, value: Any, fn: Callable[..., Any] | None = None) -> Any:
     try:
-        return pydantic_core.to_jsonable_python(value)
+        journaled = pydantic_core.to_jsonable_python(value)
     except pydantic_core.PydanticSerializationError as exc:
         raise FlowDefinitionError(
             f"step {name!r} returned a {type(value).__name__}, which cannot be journaled as JSON "
             "(return plain data or a pydantic model)"
         ) from exc
+    if fn is not None and _return_adapter(fn) is None and _reshaped(value, journaled):
+        # Every round (the first too) gets the JSON form back; without an annotation to
+        # validate against, a model comes back as a dict and a datetime as a string.
+        logger.warning(
+            "step %r returned %s %.60r, but the flow gets its JSON form back (%.60r), on every round; annotate the "
+            "step function's return type (e.g. `-> %s`) to get the same type back",
+            name,
+            type(value).__name__,
+            value,
+            journaled,
+            type(value).__name__,
+        )
+    return journaled
+
+
+def _reshaped(value: Any, journaled: Any) -> bool:
+    if value is None or type(value) in (str, int, float, bool):
+        return False
+    try:
+        return type(value) is not type(journaled) or bool(value != journaled)
+    except Exception:
+        return True
 
 
 async def call_step(info: StepInfo, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

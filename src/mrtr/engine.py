@@ -209,7 +209,19 @@ async def execute(
         outcome.error = error
     else:
         outcome.value = flow.result()
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("flow %s (%s): this run %s", spec.name, journal.flow_id, _ending(outcome))
     return outcome
+
+
+def _ending(outcome: Outcome) -> str:
+    if outcome.parked:
+        return f"settled, waiting for {sorted(outcome.replay.parked)}"
+    if outcome.became_task:
+        return "continues as a durable task"
+    if outcome.error is not None:
+        return f"raised {type(outcome.error).__name__}: {outcome.error}"
+    return "returned"
 
 
 async def _run_round(

@@ -183,6 +183,7 @@ class Replay:
             self.reasked[key] = reason
             return None
         self._consumed.add("a:" + key)
+        logger.debug("flow %s: the answer to %r was accepted and journaled", self.flow, key)
         return accepted
 
     def unused_answers(self) -> list[str]:
