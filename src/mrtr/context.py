@@ -16,7 +16,7 @@ import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 import pydantic_core
 from mcp_types import (
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=BaseModel)
+P = ParamSpec("P")
 T = TypeVar("T")
 T1 = TypeVar("T1")
 T2 = TypeVar("T2")
@@ -191,7 +192,12 @@ class FlowContext:
         _, answer = await self._driver.ask(roots_ask(key, allow_preanswer))
         return ListRootsResult.model_validate(answer).roots
 
-    async def step(self, name: str, fn: Callable[..., Awaitable[T] | T], /, *args: Any, **kwargs: Any) -> T:
+    @overload
+    async def step(self, name: str, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+    @overload
+    async def step(self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+    async def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` at most once per flow and journal its result.
 
         Replays return the journaled value. The value is what a JSON round trip of the
