@@ -518,3 +518,52 @@ async def test_each_round_says_what_it_did_at_debug(caplog: pytest.LogCaptureFix
 
 def test_mrtr_ships_its_types() -> None:
     assert resources.files("mrtr").joinpath("py.typed").is_file()
+
+
+async def test_a_schema_only_known_at_call_time_still_fails_with_the_fix_not_a_crash() -> None:
+    flows = mrtr.Flows(server := new_server())
+    schemas: list[Any] = [PLAIN_DICT_SCHEMA]
+
+    @flows.tool()
+    async def dict_schema(ctx: mrtr.FlowContext) -> str:
+        answer = await ctx.elicit("Name?", schemas[0])  # not a name registration can resolve
+        return str(answer)
+
+    async with manual_client(server) as client:
+        with pytest.raises(MCPError) as caught:
+            await Driver(client, "dict_schema").send()
+    assert caught.value.error.code == -32603 and caught.value.error.data["reason"] == "invalid_flow"
+    assert caught.value.error.message.startswith("ctx.elicit takes a pydantic model class as its schema, not dict ")
+
+
+TYPED_FLOW = """
+from typing import assert_type
+from pydantic import BaseModel
+from mcp_types import CreateMessageResult
+import mrtr
+
+class Confirm(BaseModel):
+    yes: bool
+
+def plan(service: str, replicas: int) -> list[str]:
+    return [service] * replicas
+
+async def fetch(url: str) -> bytes:
+    return url.encode()
+
+async def flow(ctx: mrtr.FlowContext) -> None:
+    ok, risk = await ctx.gather(ctx.elicit("Apply?", Confirm), ctx.sample("Risk?", max_tokens=9))
+    assert_type(ok, Confirm)
+    assert_type(risk, CreateMessageResult)
+    assert_type(await ctx.step("plan", plan, "web", 2), list[str])
+    assert_type(await ctx.step("fetch", fetch, "https://example.org"), bytes)
+"""
+
+
+def test_gather_and_step_are_typed_for_mypy_strict(tmp_path: Path) -> None:
+    from mypy import api
+
+    module = tmp_path / "typed_flow.py"
+    module.write_text(TYPED_FLOW)
+    out, err, status = api.run(["--strict", "--no-incremental", str(module)])
+    assert status == 0, out + err
