@@ -15,9 +15,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+import httpx2
 import mcp_types as t
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.request_state import RequestStateSecurity
@@ -27,7 +29,7 @@ from pydantic import BaseModel
 import mrtr
 from mrtr.stores.sqlite import SQLiteStore
 from mrtr.task_client import CreatedTask, TasksClient, get_task, update_task
-from tests.flowkit import Driver, accept, manual_client, new_server, text_of
+from tests.flowkit import Driver, accept, manual_client, new_server, served, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -567,3 +569,72 @@ def test_gather_and_step_are_typed_for_mypy_strict(tmp_path: Path) -> None:
     module.write_text(TYPED_FLOW)
     out, err, status = api.run(["--strict", "--no-incremental", str(module)])
     assert status == 0, out + err
+
+
+# -- Legacy clients over HTTP need a sticky (or single, stateful) deployment ---------------------------------
+
+
+class Balancer(httpx2.AsyncBaseTransport):
+    """A load balancer in the client's HTTP stack: round-robin, or sticky by `Mcp-Session-Id`."""
+
+    def __init__(self, ports: list[int], *, sticky: bool) -> None:
+        self.ports = ports
+        self.sticky = sticky
+        self.turn = 0
+        self.by_session: dict[str, int] = {}
+        self.inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        session = request.headers.get("mcp-session-id")
+        if self.sticky and session in self.by_session:
+            port = self.by_session[session]
+        else:
+            port = self.ports[self.turn % len(self.ports)]
+            self.turn += 1
+        request.url = request.url.copy_with(port=port)
+        request.headers["host"] = f"127.0.0.1:{port}"
+        response = await self.inner.handle_async_request(request)
+        if new := response.headers.get("mcp-session-id"):
+            self.by_session.setdefault(new, port)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def legacy_fleet_instance() -> MCPServer:
+    flows = mrtr.Flows(server := new_server("legacy-fleet"))
+
+    @flows.tool()
+    async def confirm(ctx: mrtr.FlowContext) -> str:
+        return f"confirmed: {(await ctx.elicit('Go?', Slot)).ok}"
+
+    return server
+
+
+async def legacy_call_through(balancer: Balancer, url: str) -> str:
+    async def yes(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        return accept(ok=True)
+
+    try:
+        async with httpx2.AsyncClient(transport=balancer, trust_env=False, timeout=10.0) as http:
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, mode="legacy", elicitation_callback=yes) as client:  # type: ignore[arg-type]
+                return text_of(await client.call_tool("confirm", {}))
+    except Exception as exc:  # the SDK reports it from inside its task groups
+        return " | ".join(_leaves(exc))
+
+
+def _leaves(exc: BaseException) -> list[str]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [text for inner in exc.exceptions for text in _leaves(inner)]
+    return [str(exc)]
+
+
+async def test_legacy_clients_over_http_need_a_sticky_deployment() -> None:
+    async with served(legacy_fleet_instance()) as one, served(legacy_fleet_instance()) as two:
+        ports = [httpx2.URL(one).port, httpx2.URL(two).port]
+        round_robin = await legacy_call_through(Balancer(ports, sticky=False), one)  # type: ignore[list-item]
+        sticky = await legacy_call_through(Balancer(ports, sticky=True), one)  # type: ignore[list-item]
+    assert round_robin == "Session not found"
+    assert sticky == "confirmed: True"
