@@ -17,11 +17,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks
+	$(VENV)/bin/mypy --strict examples
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks
 	$(VENV)/bin/ruff format --check src tests examples benchmarks
+	$(VENV)/bin/mypy --strict examples
 
 bench: $(STAMP)
 	$(PY) benchmarks/rounds.py

@@ -255,7 +255,7 @@ async def legacy_run(url: str) -> dict[str, Any]:
 
     async def on_roots(context: Any) -> t.ListRootsResult:
         asked.append("roots/list")
-        return t.ListRootsResult(roots=[t.Root(uri="file:///srv/shop")])
+        return t.ListRootsResult(roots=[t.Root.model_validate({"uri": "file:///srv/shop"})])
 
     async with Client(
         url, mode="legacy", elicitation_callback=on_elicit, sampling_callback=on_sample, list_roots_callback=on_roots

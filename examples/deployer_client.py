@@ -32,11 +32,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx2
 import mcp_types as t
 from mcp import Client
+from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
@@ -82,7 +83,7 @@ SCRIPTED_RISK = "The worker's schema migration may lock the orders table for ~30
 def scripted_elicitation(script: dict[str, list[Any]], key: str) -> t.ElicitResult:
     """The next scripted answer for `key`; unknown keys (and exhausted lists) are declined."""
     queue = script.get(key, [])
-    answer = queue.pop(0) if queue else "decline"
+    answer: Any = queue.pop(0) if queue else "decline"
     if answer in ("decline", "cancel"):
         return t.ElicitResult(action=answer)
     return t.ElicitResult(action="accept", content=answer)
@@ -158,11 +159,11 @@ class Answerer:
                 result, how = scripted_elicitation(self.script, key), "scripted"
             return result, f"{result.action} {json.dumps(result.content) if result.content else ''} ({how})"
         if isinstance(request, t.CreateMessageRequest):
-            result = t.CreateMessageResult(
+            sampled = t.CreateMessageResult(
                 role="assistant", content=t.TextContent(type="text", text=SCRIPTED_RISK), model="scripted-no-llm"
             )
-            return result, f"{SCRIPTED_RISK!r} ({SAMPLING_NOTE})"
-        roots = [t.Root(uri=uri, name="workspace") for uri in SCRIPTED_ROOTS]
+            return sampled, f"{SCRIPTED_RISK!r} ({SAMPLING_NOTE})"
+        roots = [t.Root.model_validate({"uri": uri, "name": "workspace"}) for uri in SCRIPTED_ROOTS]
         return t.ListRootsResult(roots=roots), f"roots {SCRIPTED_ROOTS} (scripted)"
 
 
@@ -240,8 +241,17 @@ async def connect(url: str, *, tasks: bool = False) -> AsyncIterator[Endpoint]:
     async def on_response(response: httpx2.Response) -> None:
         endpoint.last_instance = response.headers.get(INSTANCE_HEADER, "?")
 
-    async def never(*_: Any) -> Any:  # callbacks only declare capabilities; we answer by hand
+    async def never(*_: Any) -> NoReturn:  # callbacks only declare capabilities; we answer by hand
         raise RuntimeError("this client drives input_required rounds itself")
+
+    async def no_elicitation(context: ClientRequestContext, params: t.ElicitRequestParams) -> t.ElicitResult:
+        return await never()
+
+    async def no_sampling(context: ClientRequestContext, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+        return await never()
+
+    async def no_roots(context: ClientRequestContext) -> t.ListRootsResult:
+        return await never()
 
     timeout = httpx2.Timeout(30.0, read=60.0)
     async with httpx2.AsyncClient(timeout=timeout, trust_env=False, event_hooks={"response": [on_response]}) as http:
@@ -249,9 +259,9 @@ async def connect(url: str, *, tasks: bool = False) -> AsyncIterator[Endpoint]:
             streamable_http_client(url, http_client=http),
             mode="auto",
             extensions=[TasksClient(never)] if tasks else [],
-            elicitation_callback=never,
-            sampling_callback=never,
-            list_roots_callback=never,
+            elicitation_callback=no_elicitation,
+            sampling_callback=no_sampling,
+            list_roots_callback=no_roots,
         )
         endpoint = Endpoint(url, client)
         async with client:
@@ -299,7 +309,7 @@ async def drive(
         raise RuntimeError(f"flow still asking after {max_rounds} rounds")
 
 
-_INPUT_REQUEST: TypeAdapter[t.InputRequest] = TypeAdapter(t.InputRequest)
+_INPUT_REQUEST = TypeAdapter[t.InputRequest](t.InputRequest)  # type: ignore[arg-type]  # mypy: a union is no `type`
 
 
 async def start_migration(url: str, app: str, seconds: float, *, out: Callable[[str], None] = print) -> str:

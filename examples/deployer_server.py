@@ -312,7 +312,7 @@ def build_server(
             return report
 
         for service in approved:
-            report.rolled_out.append(await ctx.step(f"rollout:{service}", roll_out, report.plan_id, service, env))
+            report.rolled_out.append(await ctx.step(f"rollout:{service}", roll_out, plan["plan_id"], service, env))
         return report
 
     @flows.prompt()
@@ -371,7 +371,7 @@ def build_server(
                 report.status = "migrated"
             return report
 
-    @server.custom_route("/healthz", methods=["GET"])
+    @server.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]  # the SDK's is unannotated
     async def healthz(request: Request) -> JSONResponse:
         """Readiness probe for spawners (not MCP)."""
         return JSONResponse({"ok": True, "instance": instance_label()})

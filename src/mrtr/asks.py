@@ -16,7 +16,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
-from mcp.server.elicitation import render_elicitation_schema
 from mcp_types import (
     ClientCapabilities,
     CreateMessageRequest,
@@ -35,7 +34,12 @@ from mcp_types import (
     SamplingCapability,
     UrlElicitationCapability,
 )
-from pydantic import BaseModel, ValidationError
+from mcp_types._v2025_11_25 import PrimitiveSchemaDefinition  # the SDK's own gate for form fields
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
+
+from mrtr.errors import FlowDefinitionError
 
 AskKind = Literal["elicit", "elicit_url", "sample", "roots"]
 
@@ -136,6 +140,8 @@ _schemas: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], bytes
 
 
 def elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_preanswer: bool) -> Ask:
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        raise FlowDefinitionError(not_a_model(schema))
     if len(message) > _SHORT:
         return _elicit_ask(message, schema, key, allow_preanswer)
     # Short questions (most are) are cached: at most _CACHED asks of at most _SHORT characters.
@@ -199,10 +205,83 @@ _ROOTS_DIGEST = _digest(b"roots")
 def _schema_of(schema: type[BaseModel]) -> tuple[dict[str, Any], bytes]:
     cached = _schemas.get(schema)
     if cached is None:
-        rendered = render_elicitation_schema(schema)
+        try:
+            rendered = render_form_schema(schema)
+        except TypeError as exc:
+            raise FlowDefinitionError(str(exc)) from None
         canonical = json.dumps(rendered, sort_keys=True, separators=(",", ":")).encode()
         cached = _schemas[schema] = (rendered, canonical)
     return cached
+
+
+SUPPORTED_FIELDS = (
+    "form fields may be str (also date, datetime, EmailStr, AnyUrl: string formats), int, float, bool, "
+    "a Literal or Enum/StrEnum of strings (a choice), or a list of those (several choices); "
+    "any of them optional with a default"
+)
+
+
+def not_a_model(schema: object) -> str:
+    return (
+        f"ctx.elicit takes a pydantic model class as its schema, not {type(schema).__name__} {schema!r:.80}; "
+        "declare `class Answer(BaseModel): ...` and pass Answer"
+    )
+
+
+class _FormJsonSchema(GenerateJsonSchema):
+    """The spec's form fields have no `anyOf` or null type: `T | None` renders as `T`, optional by its default.
+
+    The same rule as the SDK's `render_elicitation_schema`.
+    """
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        result = super().default_schema(schema)
+        if result.get("default") is None:
+            result.pop("default", None)
+        return result
+
+
+_FIELD = TypeAdapter[PrimitiveSchemaDefinition](PrimitiveSchemaDefinition)
+
+
+def render_form_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """`requestedSchema` for a model, with Enum fields inlined as the spec's string enums.
+
+    Pydantic renders an `Enum` as a `$ref` into `$defs`, which a form cannot hold; its
+    values are copied into the field (the SDK's renderer rejects them). Every field is
+    then checked against the spec's `PrimitiveSchemaDefinition`, as the SDK does.
+
+    Raises:
+        TypeError: A field no elicitation form can show; the message lists what can.
+    """
+    rendered = schema.model_json_schema(schema_generator=_FormJsonSchema)
+    definitions = rendered.pop("$defs", {})
+    properties: dict[str, Any] = rendered.get("properties", {})
+    for name, prop in properties.items():
+        prop = properties[name] = _inline(prop, definitions)
+        if "items" in prop:
+            prop["items"] = _inline(prop["items"], definitions)
+        prop.setdefault("title", schema.model_fields[name].title or name.replace("_", " ").title())
+        try:
+            _FIELD.validate_python(prop)
+            if "enum" in prop.get("items", prop) and prop.get("items", prop).get("type") != "string":
+                raise ValueError("forms offer choices of strings only")
+        except (ValidationError, ValueError):
+            raise TypeError(
+                f"{schema.__name__}.{name} renders as {prop!r}, which no elicitation form can show; {SUPPORTED_FIELDS}"
+            ) from None
+    return rendered
+
+
+def _inline(prop: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    ref = prop.get("$ref")
+    if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
+        return prop
+    target = {k: v for k, v in definitions.get(ref.removeprefix("#/$defs/"), {}).items() if k != "title"}
+    return target | {k: v for k, v in prop.items() if k != "$ref"}
 
 
 def supports(capabilities: ClientCapabilities | None, capability: Capability) -> bool:

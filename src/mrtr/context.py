@@ -8,8 +8,9 @@ become ordinary server-to-client requests through the SDK session, and steps sim
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from mcp_types import (
     CreateMessageRequestParams,
@@ -30,8 +31,16 @@ from mrtr.steps import StepInfo, current_step, return_adapter
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
+logger = logging.getLogger(__name__)
+
 M = TypeVar("M", bound=BaseModel)
+P = ParamSpec("P")
 T = TypeVar("T")
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+T5 = TypeVar("T5")
 
 
 class Driver(Protocol):
@@ -69,6 +78,14 @@ class FlowContext:
     def __init__(self, driver: Driver, request: Context[Any, Any] | None) -> None:
         self._driver = driver
         self._request = request
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """`FlowContext` is never an argument: reached only when a flow is registered the SDK's way."""
+        raise TypeError(
+            "a mrtr.FlowContext parameter only works in a flow: register the function with @flows.tool() "
+            "(or @flows.prompt() / @flows.resource(), where flows = mrtr.Flows(server)), not @server.tool()"
+        )
 
     @property
     def flow_id(self) -> str:
@@ -149,7 +166,12 @@ class FlowContext:
         _, answer = await self._driver.ask(roots_ask(key, allow_preanswer))
         return ListRootsResult.model_validate(answer).roots
 
-    async def step(self, name: str, fn: Callable[..., Awaitable[T] | T], /, *args: Any, **kwargs: Any) -> T:
+    @overload
+    async def step(self, name: str, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+    @overload
+    async def step(self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+    async def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` at most once per flow and journal its result.
 
         Replays return the journaled value. The value is what a JSON round trip of the
@@ -197,8 +219,29 @@ class FlowContext:
         if shed_point is not None:
             shed_point()
 
-    async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
-        """Await several asks/steps at once; every unanswered ask goes out in one round."""
+    @overload
+    async def gather(self, a1: Awaitable[T1], /) -> tuple[T1]: ...
+    @overload
+    async def gather(self, a1: Awaitable[T1], a2: Awaitable[T2], /) -> tuple[T1, T2]: ...
+    @overload
+    async def gather(self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], /) -> tuple[T1, T2, T3]: ...
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4], /
+    ) -> tuple[T1, T2, T3, T4]: ...
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4], a5: Awaitable[T5], /
+    ) -> tuple[T1, T2, T3, T4, T5]: ...
+    @overload
+    async def gather(self, *aws: Awaitable[T]) -> list[T]: ...
+
+    async def gather(self, *aws: Awaitable[Any]) -> Any:
+        """Await several asks/steps at once; every unanswered ask goes out in one round.
+
+        Results come in order, as a list; typed like `asyncio.gather` (a tuple of each
+        awaitable's type for up to five), so `a, b = await ctx.gather(x, y)` is typed.
+        """
         return list(await asyncio.gather(*aws))
 
 

@@ -8,6 +8,7 @@ server-to-client requests and just runs steps.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,6 +30,8 @@ from mrtr.branches import outside_branch
 from mrtr.replay import Replay, check_step_name, step_key
 from mrtr.shedding import ShedPoint
 from mrtr.steps import StepInfo, arg_digest, call_step, to_journal
+
+logger = logging.getLogger(__name__)
 
 _LEGACY_REASK_LIMIT = 3
 
@@ -102,6 +105,7 @@ class JournalDriver:
         digest = arg_digest(args, kwargs)
         found, value = replay.recorded_step(key, digest)
         if found:
+            logger.debug("flow %s: step %r replayed from the journal", replay.flow, key)
             return value
         if self._dry_run:
             self.would_run.append(key)
@@ -111,12 +115,13 @@ class JournalDriver:
         try:
             with outside_branch(), tracing.step_span(key, f"{self.flow_id}:{key}"):
                 result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
-                value = to_journal(key, result)
+                value = to_journal(key, result, fn)
                 replay.record_step(key, digest, value)
                 if self._checkpoint is not None:
                     await self._checkpoint()
         finally:
             replay.step_ended()
+        logger.debug("flow %s: step %r ran and was journaled", replay.flow, key)
         return value
 
     def patched(self, patch_id: str) -> bool:
@@ -155,6 +160,7 @@ class LiveDriver:
         result_type = {"sample": CreateMessageResult, "roots": ListRootsResult}.get(ask.kind, ElicitResult)
         metadata = ServerMessageMetadata(related_request_id=self._request.request_context.request_id)
         for _ in range(_LEGACY_REASK_LIMIT):
+            logger.debug("flow %s: asking %r over the legacy session", self._flow, key)
             result = await self._request.session.send_request(ask.request, result_type, metadata=metadata)
             try:
                 return key, ask.accept(result.model_dump(mode="json", by_alias=True, exclude_none=True))
@@ -167,7 +173,8 @@ class LiveDriver:
         n = self._step_counts[name] = self._step_counts.get(name, 0) + 1
         key = name if n == 1 else f"{name}#{n}"
         result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
-        return to_journal(key, result)
+        logger.debug("flow %s: step %r ran (legacy session)", self._flow, key)
+        return to_journal(key, result, fn)
 
     def patched(self, patch_id: str) -> bool:
         """A live run is always new code running for the first time."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,14 +23,17 @@ from mcp_types.version import is_version_at_least
 
 from mrtr import branches, sdk, tracing
 from mrtr import journal as journal_codec
+from mrtr.asks import Ask, supports
 from mrtr.context import FlowContext
-from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver
-from mrtr.errors import FlowError, FlowExpired, StateTooLarge, TooManyRounds
+from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver, missing_capability
+from mrtr.errors import FlowError, FlowExpired, NondeterminismError, StateTooLarge, TooManyRounds
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.replay import Replay
 from mrtr.sdk import sealed_size
 from mrtr.shedding import ShedPoint, run_round
 from mrtr.spec import TASKS_EXTENSION, FlowSpec, Limits, Services, TaskSupport
+
+logger = logging.getLogger(__name__)
 
 _STATELESS_VERSION = "2026-07-28"
 
@@ -87,6 +91,9 @@ async def run_flow(
     version = wire.protocol_version
     capabilities = wire.session.client_capabilities
     modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
+    for capability in spec.requires:  # in round 1, before the user answers anything
+        if not supports(capabilities, capability):
+            raise missing_capability(capability)
     probe = False
     if spec.task != "never":
         declared = modern and declares_tasks(capabilities)
@@ -187,7 +194,19 @@ async def execute(
         outcome.error = error
     else:
         outcome.value = flow.result()
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("flow %s (%s): this run %s", spec.name, journal.flow_id, _ending(outcome))
     return outcome
+
+
+def _ending(outcome: Outcome) -> str:
+    if outcome.parked:
+        return f"settled, waiting for {sorted(outcome.replay.parked)}"
+    if outcome.became_task:
+        return "continues as a durable task"
+    if outcome.error is not None:
+        return f"raised {type(outcome.error).__name__}: {outcome.error}"
+    return "returned"
 
 
 async def _run_round(
@@ -253,19 +272,21 @@ def _load_journal(spec: FlowSpec, state: str | None) -> Journal:
             message="requestState is not a journal this server can read; start the call again without it",
             data={"reason": "incompatible_request_state", "flow": spec.name},
         ) from exc
+    check_deadline(spec, journal)
+    return journal
+
+
+def check_deadline(spec: FlowSpec, journal: Journal) -> None:
+    """The flow's deadline counts from its first round and is never renewed (inline and task alike)."""
     if time.time() > journal.started_at + spec.limits.deadline:
         raise FlowExpired(
             f"flow {spec.name!r} passed its {spec.limits.deadline:g}s deadline; start the call again without state"
         )
-    return journal
 
 
 def _input_required(spec: FlowSpec, request: Context[Any, Any], replay: Replay) -> InputRequiredResult:
     journal = replay.journal
-    journal.rounds += 1
-    if journal.rounds > spec.limits.max_rounds:
-        raise TooManyRounds(f"flow {spec.name!r} needed more than {spec.limits.max_rounds} rounds of client input")
-    journal.pending = replay.pending()
+    close_round(spec, replay)
     state = journal_codec.encode(journal)
     # Sealing at most ~2.7x the state plus a fixed envelope: only near the cap is it worth estimating.
     if (
@@ -277,6 +298,39 @@ def _input_required(spec: FlowSpec, request: Context[Any, Any], replay: Replay) 
             f"{spec.limits.max_state_bytes:,}-byte cap; keep step results small (journal an id, not a payload)"
         )
     return InputRequiredResult(input_requests=wire_asks(replay), request_state=state)
+
+
+def close_round(spec: FlowSpec, replay: Replay) -> None:
+    """Count a round that ends waiting for the client, and remember what it asked.
+
+    Inline rounds and task rounds alike. A question that changes every time it is answered
+    (its text holds a clock or a random value) would be asked forever, each answer
+    wasted: a single change is a legitimate rolling upgrade, but twice in a row it is
+    nondeterminism, reported as such before the round cap is reached.
+    """
+    journal = replay.journal
+    unused = replay.unused_answers()
+    journal.reworded = journal.reworded + 1 if unused and replay.parked else 0
+    if journal.reworded >= 2:
+        new = [key for key in replay.parked if key not in journal.pending] or list(replay.parked)
+        raise NondeterminismError(
+            f"flow {spec.name!r} asked {_describe(replay.parked[new[0]])} (key {new[0]!r}) instead of the "
+            f"question just answered ({unused[0]!r}), twice in a row: the question changes between runs. "
+            "Compute its changing parts (clocks, random values, I/O) in a ctx.step so every replay asks the same"
+        )
+    journal.rounds += 1
+    if journal.rounds > spec.limits.max_rounds:
+        raise TooManyRounds(f"flow {spec.name!r} needed more than {spec.limits.max_rounds} rounds of client input")
+    journal.pending = replay.pending()
+    logger.debug(
+        "flow %s (%s): round %d ends waiting for %s", spec.name, journal.flow_id, journal.rounds, sorted(replay.parked)
+    )
+
+
+def _describe(ask: Ask) -> str:
+    params = getattr(ask.request, "params", None)
+    message = getattr(params, "message", None)
+    return f"{ask.kind} {message!r}" if isinstance(message, str) else f"a new {ask.kind} request"
 
 
 def wire_asks(replay: Replay) -> dict[str, Any]:

@@ -25,8 +25,9 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_types import INVALID_PARAMS, Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
 
-from mrtr import sdk
-from mrtr.context import FlowContext
+from mrtr import fleet, sdk
+from mrtr.asks import Capability
+from mrtr.checks import check_elicit_schemas, flow_context_param
 from mrtr.dialects import Dialects
 from mrtr.engine import run_flow
 from mrtr.errors import InputRefused
@@ -96,6 +97,7 @@ class Flows:
         dialects: Sequence[str] = (),
     ) -> None:
         self.server = server
+        fleet.warn_about_state_key(server)
         self.replay_guard = as_guard(replay_guard, server)
         self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when)
         self.services = Services(guard=self.replay_guard, shedder=self.shedder)
@@ -131,6 +133,7 @@ class Flows:
                 from mrtr.stores.sqlite import SQLiteStore
 
                 self._store = SQLiteStore("mrtr-tasks.db")  # the embedded default
+                fleet.warn_about_default_store("mrtr-tasks.db")
             self._runtime = TaskRuntime(self._store, **self._task_options)  # type: ignore[arg-type]
             sdk.install_extension(self.server, TasksExtension(self._runtime, seed_dialect=self._seed_dialect))
             self.services.tasks = self._runtime
@@ -174,6 +177,7 @@ class Flows:
         *,
         task: TaskSupport = "never",
         mrtr_first: bool = False,
+        requires: Sequence[Capability] = (),
         max_rounds: int | None = None,
         deadline: float | None = None,
         max_state_bytes: int | None = None,
@@ -185,7 +189,9 @@ class Flows:
         (-32021). The same body serves every case: in a task, its asks park the task in
         `input_required` until `tasks/update` answers. With `mrtr_first=True` the call
         first asks inline, as MRTR rounds, and becomes a task at its first step or
-        `ctx.continue_as_task()` (SEP-2663's composition).
+        `ctx.continue_as_task()` (SEP-2663's composition). `requires=["sampling", ...]`
+        names the client capabilities the flow will need: a request that lacks one fails
+        with -32021 in round 1, before the user has answered anything.
         """
         _reject_bare_use(name, "tool")
         if task not in ("never", "optional", "required"):
@@ -194,7 +200,9 @@ class Flows:
         def decorator(fn: F) -> F:
             runtime = self._tasks() if task != "never" else None
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, task)
-            spec = self.specs[spec.name] = dataclasses.replace(spec, mrtr_first=mrtr_first)
+            spec = self.specs[spec.name] = dataclasses.replace(
+                spec, mrtr_first=mrtr_first, requires=_capabilities(spec.name, requires)
+            )
             wrapper = _sdk_entry_point(fn, spec, self.services, refused=_refused_as_tool_error)
             if runtime is not None:
                 shape = func_metadata(wrapper, skip_names=[spec.request_param], structured_output=structured_output)
@@ -286,16 +294,26 @@ class Flows:
             deadline=deadline if deadline is not None else self.limits.deadline,
             max_state_bytes=max_state_bytes if max_state_bytes is not None else self.limits.max_state_bytes,
         )
+        ctx_param = flow_context_param(fn, name)
+        check_elicit_schemas(fn, name, ctx_param)
         spec = FlowSpec(
             name=name,
             fn=fn,
-            ctx_param=_flow_context_param(fn),
+            ctx_param=ctx_param,
             limits=limits,
             audience=sdk.state_audience(self.server),
             task=task,
         )
         self.specs[name] = spec
         return spec
+
+
+def _capabilities(flow: str, requires: Sequence[Capability]) -> tuple[Capability, ...]:
+    known = typing.get_args(Capability)
+    for capability in requires:
+        if capability not in known:
+            raise ValueError(f"flow {flow!r}: requires={capability!r} is not a capability; use one of {known}")
+    return tuple(requires)
 
 
 def _reject_bare_use(first: object, what: str) -> None:
@@ -318,14 +336,6 @@ def _refused_as_client_error(spec: FlowSpec) -> Callable[[InputRefused], Excepti
         return MCPError(code=INVALID_PARAMS, message=str(exc), data=data)
 
     return refused
-
-
-def _flow_context_param(fn: Callable[..., Any]) -> str | None:
-    hints = typing.get_type_hints(fn)
-    for param, annotation in hints.items():
-        if param != "return" and inspect.isclass(annotation) and issubclass(annotation, FlowContext):
-            return param
-    return None
 
 
 def _sdk_entry_point(

@@ -27,7 +27,7 @@ _INFLATE_MAX = 8 << 20
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
-_KNOWN = frozenset("vftnaspm")
+_KNOWN = frozenset("vftnaspmw")
 
 
 class JournalFormatError(ValueError):
@@ -53,6 +53,8 @@ class Journal:
     """wire key -> question digest, for every ask the last round sent out."""
     markers: set[str] = field(default_factory=set)
     """`ctx.patched(id)` ids this flow passed (code versioning)."""
+    reworded: int = 0
+    """Rounds in a row whose answer went unused because the flow asked a different question."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Wire fields written by a newer mrtr that this one does not know: kept, not dropped."""
 
@@ -75,6 +77,8 @@ class Journal:
             wire["p"] = self.pending
         if self.markers:
             wire["m"] = sorted(self.markers)
+        if self.reworded:
+            wire["w"] = self.reworded
         return wire | self.extras if self.extras else wire
 
     def size(self) -> int:
@@ -94,6 +98,7 @@ class Journal:
                 steps={str(k): (str(d), v) for k, (d, v) in wire.get("s", {}).items()},
                 pending={str(k): str(q) for k, q in wire.get("p", {}).items()},
                 markers={str(m) for m in wire.get("m", ())},
+                reworded=int(wire.get("w", 0)),
                 extras={k: v for k, v in wire.items() if k not in _KNOWN},
             )
         except JournalFormatError:

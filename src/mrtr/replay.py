@@ -93,6 +93,7 @@ class Replay:
         self.parked: dict[str, Ask] = {}
         self.reasked: dict[str, str] = {}
         """wire key -> why the client's answer to it was not used (shown with the re-ask)."""
+        self._reworded: set[str] = set()
         self.tasks: list[asyncio.Task[Any]] = []
         self._parked_tasks: set[asyncio.Task[Any]] = set()
         self._running_steps = 0
@@ -164,6 +165,8 @@ class Replay:
         if key not in self._incoming:
             return None
         asked = self.journal.pending.get(key) == ask.digest
+        if not asked and key in self.journal.pending:
+            self._reworded.add(key)  # the key was asked, but as another question
         if not asked and not ask.allow_preanswer:
             logger.info("flow %s: ignoring an answer to %r: that question was not asked", self.flow, key)
             return None
@@ -179,7 +182,18 @@ class Replay:
             self.reasked[key] = reason
             return None
         self._consumed.add("a:" + key)
+        logger.debug("flow %s: the answer to %r was accepted and journaled", self.flow, key)
         return accepted
+
+    def unused_answers(self) -> list[str]:
+        """Keys the last round asked and the client answered, whose answer this run did not use
+        because the flow never asked that question again (it asked a reworded one instead)."""
+        journal = self.journal
+        return [
+            key
+            for key in journal.pending
+            if key in self._incoming and ("p:" + key not in self._consumed or key in self._reworded)
+        ]
 
     def pending(self) -> dict[str, str]:
         """The parked asks as the journal remembers them: wire key -> question digest."""

@@ -77,6 +77,31 @@ def state_security(server: MCPServer[Any]) -> RequestStateSecurity | None:
     return None
 
 
+# The SDK installs `RequestStateSecurity.ephemeral()` when a server is built without a
+# policy and keeps no record of it; mrtr notes the policies that classmethod creates.
+_ephemeral: weakref.WeakSet[RequestStateSecurity] = weakref.WeakSet()
+_make_ephemeral = RequestStateSecurity.ephemeral.__func__  # type: ignore[attr-defined]
+
+
+def _tracked_ephemeral(cls: type[RequestStateSecurity], **options: Any) -> RequestStateSecurity:
+    security: RequestStateSecurity = _make_ephemeral(cls, **options)
+    _ephemeral.add(security)
+    return security
+
+
+if not getattr(RequestStateSecurity.ephemeral, "_mrtr_tracked", False):
+    _tracked_ephemeral._mrtr_tracked = True  # type: ignore[attr-defined]
+    RequestStateSecurity.ephemeral = classmethod(_tracked_ephemeral)  # type: ignore[assignment,method-assign]
+
+
+def uses_process_local_key(server: MCPServer[Any]) -> bool:
+    """Whether the server's `requestState` key exists only in this process (no shared ring).
+
+    Known only for servers built after mrtr was imported; unknown counts as shared.
+    """
+    return state_security(server) in _ephemeral
+
+
 def state_audience(server: MCPServer[Any]) -> str:
     """The audience sealed into every `requestState`: the policy's own, else the server's name."""
     security = state_security(server)

@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol
 
 from mcp_types import ClientCapabilities
 
+from mrtr.asks import Capability
 from mrtr.journal import Journal
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -51,6 +52,8 @@ class FlowSpec:
     task: TaskSupport = "never"
     mrtr_first: bool = False
     """Task calls ask inline (MRTR rounds) until the first step or `continue_as_task()`."""
+    requires: tuple[Capability, ...] = ()
+    """Client capabilities every request must declare (checked before the flow runs)."""
 
     @property
     def request_param(self) -> str:

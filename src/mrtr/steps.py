@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import hashlib
 import inspect
+import logging
 import typing
 import weakref
 from collections.abc import Callable
@@ -23,6 +24,8 @@ import pydantic_core
 from pydantic import TypeAdapter
 
 from mrtr.errors import FlowDefinitionError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +62,36 @@ def _opaque(value: Any) -> str:
     return f"<{type(value).__qualname__}>"
 
 
-def to_journal(name: str, value: Any) -> Any:
+def to_journal(name: str, value: Any, fn: Callable[..., Any] | None = None) -> Any:
     try:
-        return pydantic_core.to_jsonable_python(value)
+        journaled = pydantic_core.to_jsonable_python(value)
     except pydantic_core.PydanticSerializationError as exc:
         raise FlowDefinitionError(
             f"step {name!r} returned a {type(value).__name__}, which cannot be journaled as JSON "
             "(return plain data or a pydantic model)"
         ) from exc
+    if fn is not None and return_adapter(fn) is None and _reshaped(value, journaled):
+        # Every round (the first too) gets the JSON form back; without an annotation to
+        # validate against, a model comes back as a dict and a datetime as a string.
+        logger.warning(
+            "step %r returned %s %.60r, but the flow gets its JSON form back (%.60r), on every round; annotate the "
+            "step function's return type (e.g. `-> %s`) to get the same type back",
+            name,
+            type(value).__name__,
+            value,
+            journaled,
+            type(value).__name__,
+        )
+    return journaled
+
+
+def _reshaped(value: Any, journaled: Any) -> bool:
+    if value is None or type(value) in (str, int, float, bool):
+        return False
+    try:
+        return type(value) is not type(journaled) or bool(value != journaled)
+    except Exception:
+        return True
 
 
 async def call_step(info: StepInfo, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -204,7 +204,7 @@ def add_task_fixtures(flows: mrtr.Flows) -> None:
     """
 
     @flows.tool(description="Tasks: sync only, never a task (even with a legacy `task` param).")
-    async def greet(name: str) -> str:
+    async def greet(name: str, ctx: mrtr.FlowContext) -> str:
         return f"Hello, {name}!"
 
     @flows.tool(task="optional", description="Tasks: sleeps `seconds` (a step), then reports; a task when declared.")

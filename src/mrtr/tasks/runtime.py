@@ -31,7 +31,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ClientCapa
 
 from mrtr import journal as journal_codec
 from mrtr import sdk, tracing
-from mrtr.engine import Outcome, as_protocol_error, execute
+from mrtr.engine import Outcome, as_protocol_error, check_deadline, close_round, execute
 from mrtr.errors import FlowError, InputRefused
 from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr.spec import FlowSpec
@@ -301,6 +301,12 @@ class TaskRuntime:
         async def checkpoint() -> None:
             await self._write(held, journal=journal_codec.encode(journal))
 
+        try:
+            check_deadline(spec, journal)  # as inline: counted from the first round, never renewed
+        except FlowError as exc:
+            error = as_protocol_error(spec, exc).error.model_dump(mode="json", exclude_none=True)
+            await self._finish(held, status="failed", error=error)
+            return
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
         try:
             outcome = await execute(
@@ -326,8 +332,12 @@ class TaskRuntime:
         self, held: _Held, spec: FlowSpec, convert: ConvertResult, journal: Journal, outcome: Outcome
     ) -> None:
         if outcome.parked:
+            try:
+                close_round(spec, outcome.replay)  # max_rounds and a changing question, as inline
+            except FlowError as exc:
+                outcome.parked, outcome.error = False, exc
+        if outcome.parked:
             parked = outcome.replay.parked
-            journal.pending = outcome.replay.pending()
             await self._finish(
                 held,
                 status="input_required",
