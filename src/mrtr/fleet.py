@@ -18,6 +18,7 @@ from mrtr import sdk
 
 logger = logging.getLogger(__name__)
 
+
 def warn_about_state_key(server: MCPServer[Any]) -> None:
     if sdk.uses_process_local_key(server):
         logger.warning(

@@ -144,7 +144,7 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
         """Ephemeral: one slow step, to keep a round in flight."""
         return await ctx.step("hog", counted("hog"), seconds)
 
-    @flows.tool()
+    @server.tool()
     async def load() -> dict[str, int]:
         """This instance's shedding counters."""
         shedder = flows.shedder

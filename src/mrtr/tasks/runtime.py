@@ -31,7 +31,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ClientCapa
 
 from mrtr import journal as journal_codec
 from mrtr import sdk, tracing
-from mrtr.engine import Outcome, as_protocol_error, check_deadline, close_round, execute
+from mrtr.engine import Outcome, as_protocol_error, check_deadline, close_round, execute, wire_asks
 from mrtr.errors import FlowError, InputRefused
 from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr.spec import FlowSpec
@@ -337,12 +337,14 @@ class TaskRuntime:
             except FlowError as exc:
                 outcome.parked, outcome.error = False, exc
         if outcome.parked:
-            parked = outcome.replay.parked
             await self._finish(
                 held,
                 status="input_required",
                 journal=journal_codec.encode(journal),
-                input_requests={key: ask.wire_request() for key, ask in parked.items()},
+                input_requests={
+                    key: request.model_dump(mode="json", by_alias=True, exclude_none=True)
+                    for key, request in wire_asks(outcome.replay).items()
+                },
             )
             return
         error = outcome.error
