@@ -32,11 +32,13 @@ class FlowRun(Protocol):
 class Branch:
     """One task of one flow run: its path and the counters that name what it does."""
 
-    __slots__ = ("ask_counts", "children", "path", "replay", "step_counts")
+    __slots__ = ("ask_counts", "children", "path", "replay", "step_counts", "task")
 
     def __init__(self, replay: FlowRun, path: str) -> None:
         self.replay = replay
         self.path = path
+        self.task: asyncio.Task[Any] | None = None
+        """The task running this branch: only its own code numbers new branches."""
         self.children = 0
         self.step_counts: dict[str, int] = {}
         self.ask_counts: dict[str, int] = {}
@@ -77,16 +79,27 @@ def install(loop: asyncio.AbstractEventLoop) -> None:
 
 def _factory(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any) -> asyncio.Future[Any]:
     parent = current_branch.get()
-    if parent is not None and not parent.replay.suspended:
-        child = parent.child()
+    if parent is None:
+        return _create(loop, coro, kwargs)
+    if parent.replay.suspended or asyncio.current_task() is not parent.task:
+        # Made by unwinding code, or by a callback that merely carries the flow's context
+        # (asyncio finalising an abandoned async generator): not numbered — when it runs
+        # is up to the loop — but still the flow's, cancelled and awaited with its round.
         context = kwargs.pop("context", None)
         context = context.copy() if context is not None else contextvars.copy_context()
-        context.run(current_branch.set, child)
-        kwargs["context"] = context
-        task = _create(loop, coro, kwargs)
+        context.run(current_branch.set, None)
+        task = _create(loop, coro, kwargs | {"context": context})
         parent.replay.adopt(task)
         return task
-    return _create(loop, coro, kwargs)
+    child = parent.child()
+    context = kwargs.pop("context", None)
+    context = context.copy() if context is not None else contextvars.copy_context()
+    context.run(current_branch.set, child)
+    kwargs["context"] = context
+    task = _create(loop, coro, kwargs)
+    child.task = task
+    parent.replay.adopt(task)
+    return task
 
 
 def _create(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], kwargs: dict[str, Any]) -> Any:

@@ -126,8 +126,7 @@ class JournalDriver:
 
     def patched(self, patch_id: str) -> bool:
         replay = self._replay
-        replay.branch()
-        return replay.patched(patch_id)
+        return replay.patched(replay.branch(), patch_id)
 
     async def continue_as_task(self) -> None:
         self._replay.branch()

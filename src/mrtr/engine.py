@@ -170,7 +170,7 @@ async def execute(
         context.run(branches.current_branch.set, replay.root)
         with branches.outside_branch():
             flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
-        replay.root_task = flow
+        replay.root_task = replay.root.task = flow
         replay.adopt(flow)
         try:
             await flow

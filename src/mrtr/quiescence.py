@@ -6,12 +6,13 @@ task the flow started (see `branches`) is classified:
 - *done*, or *parked* on an unanswered ask: quiet;
 - *runnable*: not waiting on anything, or waiting on a future that is already done (its
   wake-up is scheduled): busy;
-- waiting on a *timer* (`asyncio.sleep`, `wait_for`'s timeout) or on a *thread*
+- waiting on a *timer* (`asyncio.sleep`) or on a *thread*
   (`asyncio.to_thread`, `run_in_executor`): busy until that future completes — time or
   the thread will move it forward without the client;
 - waiting on anything else — a sibling task, a `gather`, a `TaskGroup`, an `Event`, a
   `Queue`, a `Lock`: quiet, because only another task of the flow can wake it, and those
-  are all quiet too.
+  are all quiet too. So is a timeout (`asyncio.wait_for`, `asyncio.timeout`) around parked
+  work: an ask counts as answered at once, however long the person takes.
 
 Steps are counted separately (`Replay`): a running step always keeps the round open.
 
@@ -61,6 +62,11 @@ def _fed_by_thread(future: asyncio.Future[Any]) -> bool:
     return False
 
 
+# A timeout (`asyncio.wait_for`'s) only races the work it guards; when that work is parked
+# on an ask, the client's think time is not the flow's time: the ask is answered "at once".
+_TIMEOUTS = frozenset({"_release_waiter"})
+
+
 def _first_timed(waited: list[asyncio.Future[Any]]) -> asyncio.Future[Any] | None:
     """The first of `waited` that a scheduled timer will complete (a sleeping branch)."""
     scheduled = getattr(asyncio.get_running_loop(), "_scheduled", None)
@@ -68,7 +74,7 @@ def _first_timed(waited: list[asyncio.Future[Any]]) -> asyncio.Future[Any] | Non
         return None
     ids = {id(f): f for f in waited}
     for handle in scheduled:
-        if handle.cancelled():
+        if handle.cancelled() or getattr(handle._callback, "__name__", "") in _TIMEOUTS:
             continue
         for arg in handle._args or ():
             if id(arg) in ids:

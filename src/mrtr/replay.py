@@ -51,6 +51,18 @@ def step_key(branch: Branch, name: str) -> str:
     return f"{branch.path}/{key}" if branch.path else key
 
 
+def _step_path(key: str) -> str:
+    return key.rpartition("/")[0]
+
+
+def _ask_path(key: str) -> str:
+    match = _BRANCH_SUFFIX.search(key)
+    return match.group(1) if match else ""
+
+
+_BRANCH_SUFFIX = re.compile(r"@([\d.]+)$")
+
+
 def check_step_name(flow: str, name: str) -> None:
     if not name or _RESERVED.search(name):
         raise FlowDefinitionError(
@@ -260,20 +272,32 @@ class Replay:
 
     # -- versioning ---------------------------------------------------------------------
 
-    def patched(self, patch_id: str) -> bool:
+    def patched(self, branch: Branch, patch_id: str) -> bool:
         """Temporal's `patched`: true for new progress, true on replay only if recorded."""
         if patch_id in self.journal.markers:
             return True
-        if self._at_frontier():
+        if self._at_frontier(branch):
             self.journal.markers.add(patch_id)
             return True
         return False
 
-    def _at_frontier(self) -> bool:
-        """Has this run reached everything the journal holds — answers, steps and the asks
-        the last round sent out — so that no earlier code ran past this point?"""
+    def _at_frontier(self, branch: Branch) -> bool:
+        """Has this branch reached everything the journal holds for it — answers, steps and
+        the asks the last round sent out — so that no earlier code ran past this point?
+
+        What concurrent siblings recorded says nothing about this point; what this branch's
+        own subtree or its ancestors (waiting for it) recorded does.
+        """
         journal = self.journal
-        return len(self._consumed) >= len(journal.answers) + len(journal.steps) + len(journal.pending)
+        entries = [("s:" + k, _step_path(k)) for k in journal.steps]
+        entries += [("a:" + k, _ask_path(k)) for k in journal.answers]
+        entries += [("p:" + k, _ask_path(k)) for k in journal.pending]
+        here = branch.path
+        for entry, path in entries:
+            related = not here or path == here or path.startswith(here + ".") or not path or here.startswith(path + ".")
+            if related and entry not in self._consumed:
+                return False
+        return True
 
     def unconsumed(self) -> list[str]:
         """Journal entries this run never reached (a replay test reports them as divergence)."""
