@@ -28,6 +28,7 @@ from mrtr.cli.app import app
 from mrtr.journal import Journal
 from mrtr.stores import TaskRecord, TaskStore, open_store
 from tests.servers import ROOT
+from tests.storekit import drop_namespace
 
 REDIS_URL = os.environ.get("MRTR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("MRTR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -69,24 +70,7 @@ def _service_problem(backend: str) -> str | None:
 
 
 def _cleanup(target: Target, backend: str) -> None:
-    async def drop() -> None:
-        if backend == "redis":
-            import redis.asyncio as aioredis
-
-            client = aioredis.Redis.from_url(REDIS_URL)
-            try:
-                keys = [k async for k in client.scan_iter(match=f"{target.namespace}:*")]
-                if keys:
-                    await client.delete(*keys)
-            finally:
-                await client.aclose()
-        elif backend == "postgres":
-            import psycopg
-
-            async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as conn:
-                await conn.execute(f'DROP TABLE IF EXISTS "{target.namespace}"')
-
-    asyncio.run(drop())
+    asyncio.run(drop_namespace(backend, target.namespace))
 
 
 @pytest.fixture(params=["sqlite", "redis", "postgres"])

@@ -24,6 +24,7 @@ import pytest
 
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 from mrtr.stores.sqlite import SQLiteStore
+from tests.storekit import drop_namespace
 
 pytestmark = pytest.mark.anyio
 
@@ -104,20 +105,9 @@ async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         for store in stores:
             await store.close()
         if backend == "redis":
-            import redis.asyncio as aioredis
-
-            client = aioredis.Redis.from_url(REDIS_URL)
-            try:
-                keys = [k async for k in client.scan_iter(match=f"mrtr-test-{token}:*")]
-                if keys:
-                    await client.delete(*keys)
-            finally:
-                await client.aclose()
+            await drop_namespace("redis", f"mrtr-test-{token}")
         elif backend == "postgres" and stores:
-            import psycopg
-
-            async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as conn:
-                await conn.execute(f"DROP TABLE IF EXISTS mrtr_test_{token}")
+            await drop_namespace("postgres", f"mrtr_test_{token}")
 
 
 @pytest.fixture
