@@ -81,6 +81,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import mcp_types as t
+from benchkit import ServerProc, drain, loopback_socket, median_or_zero, ms, p90
+from benchkit import server_processes as spawn
 from mcp import Client
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
@@ -112,9 +114,7 @@ PROFILER: cProfile.Profile | None = None
 
 
 def take_samples() -> dict[str, list[float]]:
-    out = {key: list(values) for key, values in SAMPLES.items()}
-    SAMPLES.clear()
-    return out
+    return drain(SAMPLES)
 
 
 async def request_timer(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
@@ -244,12 +244,7 @@ def serve(kind: str, target: str, namespace: str) -> None:
 
     _exit_with_parent()
     app = build_app(kind, target, namespace)
-    # Pass IPPROTO_TCP explicitly. asyncio sets TCP_NODELAY only on accepted sockets whose
-    # proto is TCP. Without it, every keep-alive response stalls ~40 ms (Nagle + delayed ACK).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(512)  # connections queue in the backlog until uvicorn starts accepting
+    sock = loopback_socket(backlog=512)
     print(sock.getsockname()[1], flush=True)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
@@ -389,50 +384,13 @@ async def server_spans(run: StoreRun, task_ids: Sequence[str]) -> list[float]:
 # -- server processes (parent) ----------------------------------------------------------------
 
 
-@dataclass
-class ServerProc:
-    url: str
-    pid: int
-
-
 @contextlib.asynccontextmanager
 async def server_processes(run: StoreRun, count: int) -> AsyncIterator[list[ServerProc]]:
     """Start `count` servers sharing the store; yield their URLs and pids. Always killed."""
     env = os.environ | {KEY_ENV: secrets.token_hex(32), "PYTHONUNBUFFERED": "1"}
-    argv = [sys.executable, str(Path(__file__).resolve()), "--serve", run.kind, run.target, run.namespace]
-    procs: list[asyncio.subprocess.Process] = []
-    drains: list[asyncio.Task[bytes]] = []
-    logs: list[Path] = []
-    try:
-        for i in range(count):
-            log = run.workdir / f"server-{i}.log"
-            logs.append(log)
-            with log.open("wb") as err:
-                procs.append(
-                    await asyncio.create_subprocess_exec(
-                        *argv, stdout=asyncio.subprocess.PIPE, stderr=err, stdin=asyncio.subprocess.DEVNULL, env=env
-                    )
-                )
-        servers = []
-        for proc, log in zip(procs, logs, strict=True):
-            assert proc.stdout is not None
-            try:
-                line = await asyncio.wait_for(proc.stdout.readline(), timeout=60)
-            except TimeoutError:
-                line = b""
-            if not line.strip().isdigit():
-                raise RuntimeError(f"server did not report a port (got {line!r}); its log:\n{log.read_text()[-3000:]}")
-            drains.append(asyncio.create_task(proc.stdout.read()))  # a full pipe must never block a server
-            servers.append(ServerProc(f"http://127.0.0.1:{int(line)}/mcp", proc.pid))
+    args = [run.kind, run.target, run.namespace]
+    async with spawn(Path(__file__).resolve(), args, count, env=env, logdir=run.workdir) as servers:
         yield servers
-    finally:
-        for proc in procs:
-            if proc.returncode is None:
-                proc.kill()
-        for proc in procs:
-            await asyncio.wait_for(proc.wait(), timeout=10)
-        for drain in drains:
-            await asyncio.wait_for(drain, timeout=10)
 
 
 # -- client ------------------------------------------------------------------------------------
@@ -615,18 +573,6 @@ async def fetch_stats(client: Client, profile: str = "") -> dict[str, list[float
 
 
 # -- statistics and printing -------------------------------------------------------------------
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3f}"
-
-
-def p90(values: Sequence[float]) -> float:
-    return statistics.quantiles(values, n=10, method="inclusive")[-1] if len(values) > 1 else values[0]
-
-
-def med(values: Sequence[float] | None) -> float:
-    return statistics.median(values) if values else 0.0
 
 
 def cells(values: Sequence[float], base: float | None) -> str:
@@ -939,7 +885,7 @@ def report_server(samples: dict[str, list[float]], indent: str) -> None:
     for key, label in SERVER_ROWS:
         values = samples.get(key)
         if values:
-            parts.append(f"{label} {ms(med(values))}/{ms(p90(values))} (x{len(values)})")
+            parts.append(f"{label} {ms(median_or_zero(values))}/{ms(p90(values))} (x{len(values)})")
     requests = [part for part in parts if not part.startswith("store.")]
     stores = [part for part in parts if part.startswith("store.")]
     print(f"{indent}server-side ms, median/p90 (x count): " + "; ".join(requests))
@@ -953,7 +899,7 @@ def report_latency(lat: Latencies) -> None:
     header = f"{'median':>8} {'p90':>8} {'min':>8} {'vs ref':>7}"
     print(f"    {'':<38} | {KIND_LABELS['sdk']:^34} | {KIND_LABELS['raw']:^34}")
     print(f"    {'':<38} | {header} | {header}")
-    base = {kind: med(lat.of("inline", kind)) for kind in KINDS}
+    base = {kind: median_or_zero(lat.of("inline", kind)) for kind in KINDS}
     lines = (
         ("(ref) same flow inline, no tasks ext.", lambda k: lat.of("inline", k)),
         ("(1)   task create -> completed", lambda k: lat.of("task", k)),
@@ -970,7 +916,7 @@ def report_latency(lat: Latencies) -> None:
     if lat.spans:
         print(
             f"    server-side create -> complete (the task record's created_at -> updated_at): median "
-            f"{ms(med(lat.spans))}, p90 {ms(p90(lat.spans))}, n={len(lat.spans)}"
+            f"{ms(median_or_zero(lat.spans))}, p90 {ms(p90(lat.spans))}, n={len(lat.spans)}"
         )
     report_server(lat.server, indent="    ")
 
@@ -982,7 +928,7 @@ def report_throughput(tp: Throughput, kind: str, what: str = "tasks") -> None:
     polls = f", {statistics.mean(tp.polls):.2f} polls/task" if tp.polls and what == "tasks" else ""
     print(f"    {tp.clients:>3} clients, {procs:<20} {tp.rate:7.1f} {what}/s ({tp.completed} in {tp.seconds:g} s)")
     if lat:
-        print(f"      latency median {ms(med(lat))} ms, p90 {ms(p90(lat))} ms{polls}{cpu_per}")
+        print(f"      latency median {ms(median_or_zero(lat))} ms, p90 {ms(p90(lat))} ms{polls}{cpu_per}")
     print(f"      {tp.cpu.line(kind)}")
     report_server(tp.server, indent="      ")
 
@@ -1074,9 +1020,11 @@ async def bench_store(kind: str, args: argparse.Namespace) -> StoreResult | None
             lat = await asyncio.wait_for(measure_latency(servers[0], args.n, args.warmup), timeout=args.phase_timeout)
             lat.spans = await server_spans(run, lat.task_ids)
             report_latency(lat)
-            result.medians = {f"{v}/{k}": med(lat.of(v, k)) for v in ("task", "get", "inline") for k in KINDS}
-            result.medians["span"] = med(lat.spans)
-            result.medians["create/sdk"] = med(lat.create["sdk"])
+            result.medians = {
+                f"{v}/{k}": median_or_zero(lat.of(v, k)) for v in ("task", "get", "inline") for k in KINDS
+            }
+            result.medians["span"] = median_or_zero(lat.spans)
+            result.medians["create/sdk"] = median_or_zero(lat.create["sdk"])
 
             load = "official mcp.Client instances" if args.sdk_load else "raw-HTTP clients"
             print(

@@ -359,4 +359,16 @@ def journal_budget(spec: FlowSpec, request: Context[Any, Any]) -> int:
     pending asks, the round counter), so the final check never fails after steps ran.
     """
     cap = spec.limits.max_state_bytes
-    return (cap - sdk.sealed_size("", request, spec.audience)) * 3 // 4 - cap // 8
+    wire = request.request_context
+    key = (spec.name, spec.audience, wire.method, cap)
+    budget = _budgets.get(key)
+    if budget is None:  # the envelope is the same for every round of a flow, but for its target
+        if len(_budgets) > 1024:
+            _budgets.clear()
+        budget = _budgets[key] = (cap - sdk.sealed_size("", request, spec.audience, target="")) * 3 // 4 - cap // 8
+    params = wire.params or {}
+    target = str(params.get("uri" if wire.method == "resources/read" else "name", ""))
+    return budget - len(target) * 2  # escaped, as the envelope holds it
+
+
+_budgets: dict[tuple[str, str, str, int], int] = {}

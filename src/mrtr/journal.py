@@ -24,6 +24,8 @@ _COMPRESS_MIN = 160
 _JSON_PREFIX = "j"
 _ZLIB_PREFIX = "z"
 _INFLATE_MAX = 8 << 20
+# zlib level 6: within a few bytes of 9 on journals, at a fraction of the time (every round re-encodes).
+_LEVEL = 6
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
@@ -118,7 +120,7 @@ def encode(journal: Journal) -> str:
     plain = _JSON_PREFIX + text
     if len(text) < _COMPRESS_MIN:
         return plain
-    packed = _ZLIB_PREFIX + _b64u(zlib.compress(text.encode(), 9))
+    packed = _ZLIB_PREFIX + _b64u(zlib.compress(text.encode(), _LEVEL))
     return packed if len(packed) < embedded_length(plain) else plain
 
 
@@ -149,6 +151,8 @@ def entry_size(key: str, digest: str, value: Any) -> int:
 
 def embedded_length(text: str) -> int:
     """Length of `text` once JSON-escaped inside another JSON document."""
+    if text.isascii() and text.isprintable():  # only quotes and backslashes get escaped
+        return len(text) + text.count('"') + text.count("\\") + 2
     return len(json.dumps(text, ensure_ascii=True))
 
 

@@ -115,7 +115,7 @@ _codec_costs: weakref.WeakKeyDictionary[Any, tuple[float, float]] = weakref.Weak
 _DEFAULT = RequestStateSecurity.ephemeral()
 
 
-def sealed_size(state: str, request: Context[Any, Any], audience: str) -> int:
+def sealed_size(state: str, request: Context[Any, Any], audience: str, *, target: str | None = None) -> int:
     """Upper estimate of the token the boundary will mint around `state`.
 
     The claims envelope mirrors `RequestStateBoundary._seal` (times, method, target,
@@ -123,8 +123,9 @@ def sealed_size(state: str, request: Context[Any, Any], audience: str) -> int:
     server's real codec, so a custom `codec=` is estimated right too.
     """
     wire = request.request_context
-    params = wire.params or {}
-    target = str(params.get("uri" if wire.method == "resources/read" else "name", ""))
+    if target is None:
+        params = wire.params or {}
+        target = str(params.get("uri" if wire.method == "resources/read" else "name", ""))
     now = time.time()
     claims = {"v": 1, "iat": now, "exp": now, "m": wire.method, "t": target, "a": "x" * 22, "s": state}
     claims |= {"aud": audience, "p": "x" * 32}
