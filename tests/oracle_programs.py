@@ -1,0 +1,251 @@
+"""Random flow programs for the replay oracle: a tiny AST, its hypothesis strategy, and one interpreter.
+
+The same interpreter runs a program twice: once straight through against `ReferenceContext`
+(ask answers at once, step runs its function: plain Python, no mrtr) and once as an mrtr flow,
+round by round. The engine's promise is that both give the same value and run every step's
+function exactly once, so the program's value is built from every answer and step value it
+saw (in program order), and every step function counts its runs under a label that is unique
+per *execution* of that step (its position in the tree plus the loop iterations around it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+import mrtr
+
+# -- the program AST ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """`ctx.step(name, fn, *args)`; `args` is "none", "label" (unique) or "same" (equal everywhere)."""
+
+    name: str
+    args: str
+    sync: bool
+
+
+@dataclass(frozen=True)
+class Ask:
+    """`ctx.elicit(message, Reply)`; `shared` asks all use one message (so only their keys differ)."""
+
+    shared: bool
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Seq:
+    items: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class Loop:
+    """`for i in range(n)`; `rename` gives steps inside `f"{name}_{i}"`, else mrtr numbers them `name#2`."""
+
+    n: int
+    rename: bool
+    body: Node
+
+
+@dataclass(frozen=True)
+class If:
+    """Asks a question of its own, then takes `then` or `orelse` on the answer's parity."""
+
+    then: Node
+    orelse: Node
+
+
+@dataclass(frozen=True)
+class Gather:
+    """Concurrent sub-programs via `style`: see `GATHER_STYLES`."""
+
+    style: str
+    branches: tuple[Node, ...]
+
+
+@dataclass(frozen=True)
+class TryFinally:
+    body: Node
+    final: Node
+
+
+Node = Step | Ask | Sleep | Seq | Loop | If | Gather | TryFinally
+
+GATHER_STYLES = ("ctx.gather", "asyncio.gather", "TaskGroup", "create_task", "create_task_reversed")
+STEP_NAMES = ("fetch", "save", "load")  # few names: the same name recurs across branches and loops
+
+
+# -- strategies -----------------------------------------------------------------------------
+
+_leaves: st.SearchStrategy[Node] = st.one_of(
+    st.builds(Step, st.sampled_from(STEP_NAMES), st.sampled_from(("none", "label", "same")), st.booleans()),
+    st.builds(Ask, st.booleans()),
+    st.builds(Step, st.sampled_from(STEP_NAMES), st.sampled_from(("none", "label", "same")), st.booleans()),
+    st.builds(Ask, st.just(False)),
+    st.builds(Sleep, st.sampled_from((0.0, 0.001))),
+)
+
+
+def _extend(children: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+    return st.one_of(
+        st.builds(Seq, st.lists(children, min_size=1, max_size=4).map(tuple)),
+        st.builds(Loop, st.integers(1, 3), st.booleans(), children),
+        st.builds(If, children, children),
+        st.builds(Gather, st.sampled_from(GATHER_STYLES), st.lists(children, min_size=2, max_size=3).map(tuple)),
+        st.builds(TryFinally, children, children),
+    )
+
+
+def programs(max_leaves: int = 10) -> st.SearchStrategy[Node]:
+    """Random programs of at most `max_leaves` leaves (loops multiply what actually runs)."""
+    return st.builds(Seq, st.lists(st.recursive(_leaves, _extend, max_leaves=max_leaves), min_size=1, max_size=3).map(tuple))
+
+
+# -- the user and the side effects ---------------------------------------------------------
+
+
+class Reply(BaseModel):
+    word: str
+    n: int
+
+
+def user_answer(message: str) -> dict[str, Any]:
+    """What the simulated user answers to `message` (deterministic, different per message)."""
+    digest = hashlib.sha256(message.encode()).digest()
+    return {"word": f"a<{message}>", "n": digest[0] % 4}
+
+
+def step_function(runs: Counter[str], label: str, sync: bool) -> Callable[..., Any]:
+    """A step's function: counts its runs under `label` and returns a value only it returns."""
+    if sync:
+
+        def run_sync(*args: Any) -> str:
+            runs[label] += 1
+            return f"s<{label}|{len(args)}>"
+
+        return run_sync
+
+    async def run_async(*args: Any) -> str:
+        runs[label] += 1
+        return f"s<{label}|{len(args)}>"
+
+    return run_async
+
+
+# -- the interpreter ------------------------------------------------------------------------
+
+
+class Interpreter:
+    """Runs a program against a ctx (mrtr's `FlowContext` or `ReferenceContext`)."""
+
+    def __init__(self, runs: Counter[str]) -> None:
+        self.runs = runs
+
+    async def run(self, node: Node, ctx: Any, where: str = "r", suffix: str = "") -> Any:
+        if isinstance(node, Step):
+            args: tuple[Any, ...] = {"none": (), "label": (where,), "same": ("same",)}[node.args]
+            return await ctx.step(node.name + suffix, step_function(self.runs, where, node.sync), *args)
+        if isinstance(node, Ask):
+            message = "Shared question?" if node.shared else f"Q<{where}>?"
+            reply = await ctx.elicit(message, Reply)
+            return [reply.word, reply.n]
+        if isinstance(node, Sleep):
+            await asyncio.sleep(node.seconds)
+            return "z"
+        if isinstance(node, Seq):
+            return [await self.run(item, ctx, f"{where}.{i}", suffix) for i, item in enumerate(node.items)]
+        if isinstance(node, Loop):
+            values = []
+            for i in range(node.n):
+                values.append(await self.run(node.body, ctx, f"{where}[{i}]", f"{suffix}_{i}" if node.rename else suffix))
+            return values
+        if isinstance(node, If):
+            condition = await ctx.elicit(f"C<{where}>?", Reply)
+            if condition.n % 2:
+                return ["then", await self.run(node.then, ctx, f"{where}.t", suffix)]
+            return ["else", await self.run(node.orelse, ctx, f"{where}.e", suffix)]
+        if isinstance(node, Gather):
+            coros = [self.run(b, ctx, f"{where}.g{i}", suffix) for i, b in enumerate(node.branches)]
+            return ["g", await _gather(node.style, ctx, coros)]
+        if isinstance(node, TryFinally):
+            body: Any = None
+            try:
+                body = await self.run(node.body, ctx, f"{where}.try", suffix)
+            finally:
+                final = await self.run(node.final, ctx, f"{where}.fin", suffix)
+            return ["tf", body, final]
+        raise TypeError(node)
+
+
+async def _gather(style: str, ctx: Any, coros: list[Awaitable[Any]]) -> list[Any]:
+    if style == "ctx.gather":
+        return list(await ctx.gather(*coros))
+    if style == "asyncio.gather":
+        return list(await asyncio.gather(*coros))
+    if style == "TaskGroup":
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(c) for c in coros]  # type: ignore[arg-type]
+        return [task.result() for task in tasks]
+    tasks = [asyncio.create_task(c) for c in coros]  # type: ignore[arg-type]
+    order = reversed(tasks) if style == "create_task_reversed" else iter(tasks)
+    values = {id(task): await task for task in order}
+    return [values[id(task)] for task in tasks]
+
+
+class ReferenceContext:
+    """A ctx that runs the program straight through: answers at once, runs every step."""
+
+    def __init__(self) -> None:
+        self.asks = 0
+
+    async def elicit(self, message: str, schema: type[BaseModel]) -> Any:
+        self.asks += 1
+        return schema.model_validate(user_answer(message))
+
+    async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        value = fn(*args)
+        if inspect.isawaitable(value):
+            value = await value
+        return json.loads(json.dumps(value))  # what a journal round trip gives back
+
+    async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
+        return list(await asyncio.gather(*aws))
+
+
+@dataclass
+class Reference:
+    value: str
+    runs: Counter[str]
+    asks: int
+
+
+async def reference_run(program: Node) -> Reference:
+    runs: Counter[str] = Counter()
+    ctx = ReferenceContext()
+    value = await Interpreter(runs).run(program, ctx)
+    return Reference(json.dumps(value), runs, ctx.asks)
+
+
+def register(flows: mrtr.Flows, program: Node, runs: Counter[str], name: str = "program") -> None:
+    """Register `program` as the tool `name`; its step functions count into `runs`."""
+    interpreter = Interpreter(runs)
+
+    async def program_flow(ctx: mrtr.FlowContext) -> str:
+        return json.dumps(await interpreter.run(program, ctx))
+
+    flows.tool(name=name)(program_flow)

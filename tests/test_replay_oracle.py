@@ -1,0 +1,187 @@
+"""The replay oracle: random flow programs, replayed round by round, behave as if run once.
+
+Hypothesis generates programs (see `tests/oracle_programs.py`): sequences, loops, branches on
+answers, concurrent sub-programs (`ctx.gather`, `asyncio.gather`, `TaskGroup`, `create_task`),
+`try/finally` with asks and steps in the `finally`, and tiny sleeps. Each runs once straight
+through (the reference: no mrtr) and once as a flow driven by the official `mcp` Client, where
+every round answers a random non-empty subset of the asks in a random order and goes either to
+server A or to a *fresh* server built from the same program and key (another process, or a
+replay after a restart). The flow must return the reference's value, run every step's
+function exactly once across all servers, need at most one round per ask plus one, and never
+hang (every request is bounded by `anyio.fail_after`).
+
+Budget: `ORACLE_EXAMPLES` examples (default 60) keep this file near 30 s on a busy 2-core
+machine; raise it locally (`ORACLE_EXAMPLES=1000`) for a deeper search.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+import mcp_types as t
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from mcp import Client
+
+import mrtr
+from tests.flowkit import Driver, accept, connect, manual_client, new_server, text_of
+from tests.oracle_programs import (
+    Ask,
+    Gather,
+    If,
+    Loop,
+    Node,
+    Seq,
+    Sleep,
+    Step,
+    TryFinally,
+    programs,
+    reference_run,
+    register,
+    user_answer,
+)
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLES = int(os.environ.get("ORACLE_EXAMPLES", "60"))
+ROUND_TIMEOUT = 10.0
+MAX_ROUNDS = 200  # programs with loops of asks need more than the default 25
+
+
+def build_server(program: Node, runs: Counter[str]):
+    """A server instance of the program: same name and key on every instance, as a fleet has."""
+    server = new_server("oracle")
+    register(mrtr.Flows(server, max_rounds=MAX_ROUNDS), program, runs)
+    return server
+
+
+def answers_for(asked: dict[str, t.InputRequest], keys: list[str]) -> dict[str, t.ElicitResult]:
+    responses = {}
+    for key in keys:
+        request = asked[key]
+        assert isinstance(request, t.ElicitRequest), request
+        responses[key] = accept(**user_answer(request.params.message))
+    return responses
+
+
+Chooser = Callable[[list[str]], tuple[list[str], bool]]
+"""Given this round's ask keys: which to answer, in which order, and whether to use a fresh server."""
+
+
+async def drive(program: Node, choose: Chooser, open_client: Callable[[Counter[str], bool], contextlib.AbstractAsyncContextManager[Client]]) -> None:
+    reference = await reference_run(program)
+    runs: Counter[str] = Counter()
+    async with open_client(runs, False) as home:
+        call = Driver(home, "program")
+        with anyio.fail_after(ROUND_TIMEOUT):
+            result = await call.send()
+        rounds = 1
+        while isinstance(result, t.InputRequiredResult):
+            assert rounds <= reference.asks, f"round {rounds + 1} needed, but the program asks only {reference.asks}"
+            keys, fresh = choose(sorted(call.asked))
+            responses = answers_for(call.asked, keys)
+            if fresh:
+                async with open_client(runs, True) as other:
+                    call.client = other
+                    with anyio.fail_after(ROUND_TIMEOUT):
+                        result = await call.send(responses)
+                    call.client = home
+            else:
+                with anyio.fail_after(ROUND_TIMEOUT):
+                    result = await call.send(responses)
+            rounds += 1
+    event(f"rounds: {min(rounds, 6)}{'+' if rounds >= 6 else ''}")
+    event(f"steps run: {min(sum(runs.values()), 10)}{'+' if sum(runs.values()) >= 10 else ''}")
+    assert isinstance(result, t.CallToolResult)
+    assert not result.is_error, text_of(result)
+    assert text_of(result) == reference.value, "the flow's value differs from the straight-through run"
+    assert runs == reference.runs, "every step's function runs exactly once across all servers"
+
+
+def in_memory(program: Node) -> Callable[[Counter[str], bool], contextlib.AbstractAsyncContextManager[Client]]:
+    home_server: list[object] = []
+
+    @contextlib.asynccontextmanager
+    async def open_client(runs: Counter[str], fresh: bool) -> AsyncIterator[Client]:
+        if fresh or not home_server:
+            server = build_server(program, runs)
+            if not fresh:
+                home_server.append(server)
+        else:
+            server = home_server[0]
+        async with manual_client(server) as client:
+            yield client
+
+    return open_client
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+@given(program=programs(), data=st.data())
+async def test_random_programs_replay_as_if_run_straight_through(program: Node, data: st.DataObject) -> None:
+    def choose(keys: list[str]) -> tuple[list[str], bool]:
+        order = data.draw(st.permutations(keys), label="answer order")
+        count = data.draw(st.integers(1, len(order)), label="answered this round")
+        fresh = data.draw(st.booleans(), label="fresh server")
+        return list(order[:count]), fresh
+
+    await drive(program, choose, in_memory(program))
+
+
+# A fixed program touching every construct, for the HTTP smoke test and as a readable example.
+EVERYTHING = Seq(
+    (
+        Step("fetch", "same", sync=False),
+        Gather(
+            "ctx.gather",
+            (
+                Seq((Ask(shared=False), Step("fetch", "same", sync=True))),
+                Seq((Step("fetch", "same", sync=False), Sleep(0.001), Ask(shared=True))),
+            ),
+        ),
+        TryFinally(
+            Loop(2, rename=False, body=Seq((Ask(shared=False), Step("save", "label", sync=False)))),
+            Seq((Ask(shared=False), Step("load", "none", sync=False))),
+        ),
+        If(
+            then=Gather("TaskGroup", (Ask(shared=True), Seq((Sleep(0.0), Step("save", "none", sync=True))))),
+            orelse=Gather("create_task_reversed", (Ask(shared=True), Step("save", "none", sync=True))),
+        ),
+        Loop(2, rename=True, body=Gather("asyncio.gather", (Step("fetch", "label", sync=False), Ask(shared=False)))),
+    )
+)
+
+
+def _alternate(keys: list[str]) -> tuple[list[str], bool]:
+    """Answer the last-listed ask first, one short of all when there are several; alternate servers."""
+    _alternate.turn += 1  # type: ignore[attr-defined]
+    chosen = list(reversed(keys))[: max(1, len(keys) - 1)]
+    return chosen, _alternate.turn % 2 == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("transport", ["memory", "http"])
+async def test_a_program_with_every_construct_replays_across_alternating_servers(transport: str) -> None:
+    _alternate.turn = 0  # type: ignore[attr-defined]
+    servers: dict[bool, object] = {}
+    clients: dict[bool, Client] = {}
+
+    async with contextlib.AsyncExitStack() as stack:
+
+        @contextlib.asynccontextmanager
+        async def open_client(runs: Counter[str], other: bool) -> AsyncIterator[Client]:
+            # Two long-lived instances (A and B) serving alternate rounds, over `transport`.
+            if other not in clients:
+                servers[other] = build_server(EVERYTHING, runs)
+                clients[other] = await stack.enter_async_context(connect(servers[other], transport))  # type: ignore[arg-type]
+            yield clients[other]
+
+        await drive(EVERYTHING, _alternate, open_client)
+    assert len(servers) == 2, "both instances served rounds"
