@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import inspect
 import json
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ class Step:
     name: str
     args: str
     sync: bool
+    slow: bool = False
+    """The function takes a moment (a thread sleep or an `asyncio.sleep`) while other branches move."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class Loop:
     n: int
     rename: bool
     body: Node
+    until: bool = False
+    """After each iteration ask whether to go on (a data-dependent `break`)."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,15 @@ class TryFinally:
     final: Node
 
 
-Node = Step | Ask | Sleep | Seq | Loop | If | Gather | TryFinally
+@dataclass(frozen=True)
+class Pipe:
+    """Two concurrent tasks joined by an `asyncio.Queue`: `consumer` starts once `producer` hands over."""
+
+    producer: Node
+    consumer: Node
+
+
+Node = Step | Ask | Sleep | Seq | Loop | If | Gather | TryFinally | Pipe
 
 GATHER_STYLES = ("ctx.gather", "asyncio.gather", "TaskGroup", "create_task", "create_task_reversed")
 STEP_NAMES = ("fetch", "save", "load")  # few names: the same name recurs across branches and loops
@@ -92,10 +105,17 @@ STEP_NAMES = ("fetch", "save", "load")  # few names: the same name recurs across
 
 # -- strategies -----------------------------------------------------------------------------
 
+_steps = st.builds(
+    Step,
+    st.sampled_from(STEP_NAMES),
+    st.sampled_from(("none", "label", "same")),
+    st.booleans(),
+    st.sampled_from((False, False, False, True)),
+)
 _leaves: st.SearchStrategy[Node] = st.one_of(
-    st.builds(Step, st.sampled_from(STEP_NAMES), st.sampled_from(("none", "label", "same")), st.booleans()),
+    _steps,
     st.builds(Ask, st.booleans()),
-    st.builds(Step, st.sampled_from(STEP_NAMES), st.sampled_from(("none", "label", "same")), st.booleans()),
+    _steps,
     st.builds(Ask, st.just(False)),
     st.builds(Sleep, st.sampled_from((0.0, 0.001))),
 )
@@ -104,16 +124,18 @@ _leaves: st.SearchStrategy[Node] = st.one_of(
 def _extend(children: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
     return st.one_of(
         st.builds(Seq, st.lists(children, min_size=1, max_size=4).map(tuple)),
-        st.builds(Loop, st.integers(1, 3), st.booleans(), children),
+        st.builds(Loop, st.integers(1, 3), st.booleans(), children, st.booleans()),
         st.builds(If, children, children),
         st.builds(Gather, st.sampled_from(GATHER_STYLES), st.lists(children, min_size=2, max_size=3).map(tuple)),
         st.builds(TryFinally, children, children),
+        st.builds(Pipe, children, children),
     )
 
 
-def programs(max_leaves: int = 10) -> st.SearchStrategy[Node]:
+def programs(max_leaves: int = 16) -> st.SearchStrategy[Node]:
     """Random programs of at most `max_leaves` leaves (loops multiply what actually runs)."""
-    return st.builds(Seq, st.lists(st.recursive(_leaves, _extend, max_leaves=max_leaves), min_size=1, max_size=3).map(tuple))
+    parts = st.lists(st.recursive(_leaves, _extend, max_leaves=max_leaves), min_size=1, max_size=3)
+    return st.builds(Seq, parts.map(tuple))
 
 
 # -- the user and the side effects ---------------------------------------------------------
@@ -125,23 +147,35 @@ class Reply(BaseModel):
 
 
 def user_answer(message: str) -> dict[str, Any]:
-    """What the simulated user answers to `message` (deterministic, different per message)."""
+    """What the simulated user answers to `message` (deterministic, different per message).
+
+    Plain questions are sometimes declined or cancelled (the flow catches that); the
+    questions `If` and `Loop(until=True)` branch on are always answered.
+    """
     digest = hashlib.sha256(message.encode()).digest()
-    return {"word": f"a<{message}>", "n": digest[0] % 4}
+    if message.startswith("Q<") and digest[1] % 8 == 0:
+        return {"action": "decline"}
+    if message.startswith("Q<") and digest[1] % 8 == 1:
+        return {"action": "cancel"}
+    return {"action": "accept", "content": {"word": f"a<{message}>", "n": digest[0] % 4}}
 
 
-def step_function(runs: Counter[str], label: str, sync: bool) -> Callable[..., Any]:
+def step_function(runs: Counter[str], label: str, sync: bool, slow: bool) -> Callable[..., Any]:
     """A step's function: counts its runs under `label` and returns a value only it returns."""
     if sync:
 
         def run_sync(*args: Any) -> str:
             runs[label] += 1
+            if slow:
+                time.sleep(0.002)
             return f"s<{label}|{len(args)}>"
 
         return run_sync
 
     async def run_async(*args: Any) -> str:
         runs[label] += 1
+        if slow:
+            await asyncio.sleep(0.002)
         return f"s<{label}|{len(args)}>"
 
     return run_async
@@ -159,10 +193,13 @@ class Interpreter:
     async def run(self, node: Node, ctx: Any, where: str = "r", suffix: str = "") -> Any:
         if isinstance(node, Step):
             args: tuple[Any, ...] = {"none": (), "label": (where,), "same": ("same",)}[node.args]
-            return await ctx.step(node.name + suffix, step_function(self.runs, where, node.sync), *args)
+            return await ctx.step(node.name + suffix, step_function(self.runs, where, node.sync, node.slow), *args)
         if isinstance(node, Ask):
-            message = "Shared question?" if node.shared else f"Q<{where}>?"
-            reply = await ctx.elicit(message, Reply)
+            message = "Q<shared>?" if node.shared else f"Q<{where}>?"
+            try:
+                reply = await ctx.elicit(message, Reply)
+            except mrtr.InputRefused as refused:
+                return ["refused", type(refused).__name__]
             return [reply.word, reply.n]
         if isinstance(node, Sleep):
             await asyncio.sleep(node.seconds)
@@ -172,7 +209,10 @@ class Interpreter:
         if isinstance(node, Loop):
             values = []
             for i in range(node.n):
-                values.append(await self.run(node.body, ctx, f"{where}[{i}]", f"{suffix}_{i}" if node.rename else suffix))
+                renamed = f"{suffix}_{i}" if node.rename else suffix
+                values.append(await self.run(node.body, ctx, f"{where}[{i}]", renamed))
+                if node.until and (await ctx.elicit(f"More<{where}[{i}]>?", Reply)).n % 2 == 0:
+                    break
             return values
         if isinstance(node, If):
             condition = await ctx.elicit(f"C<{where}>?", Reply)
@@ -189,6 +229,19 @@ class Interpreter:
             finally:
                 final = await self.run(node.final, ctx, f"{where}.fin", suffix)
             return ["tf", body, final]
+        if isinstance(node, Pipe):
+            queue: asyncio.Queue[Any] = asyncio.Queue()
+
+            async def produce() -> Any:
+                value = await self.run(node.producer, ctx, f"{where}.p", suffix)
+                queue.put_nowait(value)
+                return value
+
+            async def consume() -> Any:
+                handed = await queue.get()
+                return [handed, await self.run(node.consumer, ctx, f"{where}.c", suffix)]
+
+            return ["pipe", list(await asyncio.gather(produce(), consume()))]
         raise TypeError(node)
 
 
@@ -215,7 +268,12 @@ class ReferenceContext:
 
     async def elicit(self, message: str, schema: type[BaseModel]) -> Any:
         self.asks += 1
-        return schema.model_validate(user_answer(message))
+        answer = user_answer(message)
+        if answer["action"] == "decline":
+            raise mrtr.Declined(message, key="reference")
+        if answer["action"] == "cancel":
+            raise mrtr.Cancelled(message, key="reference")
+        return schema.model_validate(answer["content"])
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         value = fn(*args)

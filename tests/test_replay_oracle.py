@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 import mrtr
-from tests.flowkit import Driver, accept, connect, manual_client, new_server, text_of
+from tests.flowkit import Driver, connect, manual_client, new_server, text_of
 from tests.oracle_programs import (
     Ask,
     Gather,
@@ -65,7 +65,7 @@ def answers_for(asked: dict[str, t.InputRequest], keys: list[str]) -> dict[str, 
     for key in keys:
         request = asked[key]
         assert isinstance(request, t.ElicitRequest), request
-        responses[key] = accept(**user_answer(request.params.message))
+        responses[key] = t.ElicitResult.model_validate(user_answer(request.params.message))
     return responses
 
 
@@ -73,7 +73,12 @@ Chooser = Callable[[list[str]], tuple[list[str], bool]]
 """Given this round's ask keys: which to answer, in which order, and whether to use a fresh server."""
 
 
-async def drive(program: Node, choose: Chooser, open_client: Callable[[Counter[str], bool], contextlib.AbstractAsyncContextManager[Client]]) -> None:
+Opener = Callable[[Counter[str], bool], contextlib.AbstractAsyncContextManager[Client]]
+"""Opens a client to the home server (False) or to another instance (True); steps count into the Counter."""
+
+
+async def drive(program: Node, choose: Chooser, open_client: Opener) -> tuple[int, int]:
+    """Run `program` round by round and check it against the reference; returns (rounds, steps run)."""
     reference = await reference_run(program)
     runs: Counter[str] = Counter()
     async with open_client(runs, False) as home:
@@ -95,15 +100,14 @@ async def drive(program: Node, choose: Chooser, open_client: Callable[[Counter[s
                 with anyio.fail_after(ROUND_TIMEOUT):
                     result = await call.send(responses)
             rounds += 1
-    event(f"rounds: {min(rounds, 6)}{'+' if rounds >= 6 else ''}")
-    event(f"steps run: {min(sum(runs.values()), 10)}{'+' if sum(runs.values()) >= 10 else ''}")
     assert isinstance(result, t.CallToolResult)
     assert not result.is_error, text_of(result)
     assert text_of(result) == reference.value, "the flow's value differs from the straight-through run"
     assert runs == reference.runs, "every step's function runs exactly once across all servers"
+    return rounds, sum(runs.values())
 
 
-def in_memory(program: Node) -> Callable[[Counter[str], bool], contextlib.AbstractAsyncContextManager[Client]]:
+def in_memory(program: Node) -> Opener:
     home_server: list[object] = []
 
     @contextlib.asynccontextmanager
@@ -133,7 +137,9 @@ async def test_random_programs_replay_as_if_run_straight_through(program: Node, 
         fresh = data.draw(st.booleans(), label="fresh server")
         return list(order[:count]), fresh
 
-    await drive(program, choose, in_memory(program))
+    rounds, steps = await drive(program, choose, in_memory(program))
+    event(f"rounds: {min(rounds, 6)}{'+' if rounds >= 6 else ''}")
+    event(f"steps run: {min(steps, 10)}{'+' if steps >= 10 else ''}")
 
 
 # A fixed program touching every construct, for the HTTP smoke test and as a readable example.
@@ -183,5 +189,6 @@ async def test_a_program_with_every_construct_replays_across_alternating_servers
                 clients[other] = await stack.enter_async_context(connect(servers[other], transport))  # type: ignore[arg-type]
             yield clients[other]
 
-        await drive(EVERYTHING, _alternate, open_client)
+        rounds, steps = await drive(EVERYTHING, _alternate, open_client)
+    assert (rounds, steps) == (10, 9), "the fixed program takes its known path"
     assert len(servers) == 2, "both instances served rounds"
