@@ -44,6 +44,8 @@ class Ask:
     """`ctx.elicit(message, Reply)`; `shared` asks all use one message (so only their keys differ)."""
 
     shared: bool
+    explicit_key: bool = False
+    """Pass `key=` (unique per execution) instead of letting mrtr derive the key."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,14 @@ class TryFinally:
 
 
 @dataclass(frozen=True)
+class Patched:
+    """`if ctx.patched(id): then else: orelse`; a new run (all of ours) always takes `then`."""
+
+    then: Node
+    orelse: Node
+
+
+@dataclass(frozen=True)
 class Pipe:
     """Two concurrent tasks joined by an `asyncio.Queue`: `consumer` starts once `producer` hands over."""
 
@@ -97,7 +107,7 @@ class Pipe:
     consumer: Node
 
 
-Node = Step | Ask | Sleep | Seq | Loop | If | Gather | TryFinally | Pipe
+Node = Step | Ask | Sleep | Seq | Loop | If | Gather | TryFinally | Pipe | Patched
 
 GATHER_STYLES = ("ctx.gather", "asyncio.gather", "TaskGroup", "create_task", "create_task_reversed")
 STEP_NAMES = ("fetch", "save", "load")  # few names: the same name recurs across branches and loops
@@ -114,7 +124,7 @@ _steps = st.builds(
 )
 _leaves: st.SearchStrategy[Node] = st.one_of(
     _steps,
-    st.builds(Ask, st.booleans()),
+    st.builds(Ask, st.booleans(), st.booleans()),
     _steps,
     st.builds(Ask, st.just(False)),
     st.builds(Sleep, st.sampled_from((0.0, 0.001))),
@@ -129,6 +139,7 @@ def _extend(children: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
         st.builds(Gather, st.sampled_from(GATHER_STYLES), st.lists(children, min_size=2, max_size=3).map(tuple)),
         st.builds(TryFinally, children, children),
         st.builds(Pipe, children, children),
+        st.builds(Patched, children, children),
     )
 
 
@@ -196,8 +207,9 @@ class Interpreter:
             return await ctx.step(node.name + suffix, step_function(self.runs, where, node.sync, node.slow), *args)
         if isinstance(node, Ask):
             message = "Q<shared>?" if node.shared else f"Q<{where}>?"
+            key = f"k{where}" if node.explicit_key else None
             try:
-                reply = await ctx.elicit(message, Reply)
+                reply = await ctx.elicit(message, Reply, key=key)
             except mrtr.InputRefused as refused:
                 return ["refused", type(refused).__name__]
             return [reply.word, reply.n]
@@ -229,6 +241,10 @@ class Interpreter:
             finally:
                 final = await self.run(node.final, ctx, f"{where}.fin", suffix)
             return ["tf", body, final]
+        if isinstance(node, Patched):
+            if ctx.patched(f"p{where}"):
+                return ["new", await self.run(node.then, ctx, f"{where}.n", suffix)]
+            return ["old", await self.run(node.orelse, ctx, f"{where}.o", suffix)]
         if isinstance(node, Pipe):
             queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -266,7 +282,7 @@ class ReferenceContext:
     def __init__(self) -> None:
         self.asks = 0
 
-    async def elicit(self, message: str, schema: type[BaseModel]) -> Any:
+    async def elicit(self, message: str, schema: type[BaseModel], key: str | None = None) -> Any:
         self.asks += 1
         answer = user_answer(message)
         if answer["action"] == "decline":
@@ -283,6 +299,9 @@ class ReferenceContext:
 
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
         return list(await asyncio.gather(*aws))
+
+    def patched(self, patch_id: str) -> bool:
+        return True  # every run here is a new run under the current code
 
 
 @dataclass

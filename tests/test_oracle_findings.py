@@ -92,3 +92,41 @@ async def test_wait_for_around_an_ask_parks_instead_of_timing_out(transport: str
         with anyio.fail_after(10):
             done = await call.send({call.key_for_message("Quick?"): accept(word="y")})
         assert isinstance(done, t.CallToolResult) and text_of(done) == "y"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_patched_is_true_for_a_new_run_even_behind_a_lagging_branch(transport: str) -> None:
+    """`ctx.patched` says False to a brand-new run when a sibling branch has not replayed yet.
+
+    `Replay.patched` decides "no old code ran past here" by `_at_frontier()`: consumed entries
+    >= journal entries, counted over the *whole* flow. Concurrent branches replay in any order,
+    so in round 2 the `patched` branch (its ask now answered, it runs on at once) gets there
+    while the other branch is still sleeping before replaying its journaled step: 1 consumed < 2
+    journaled, so `patched` returns False and records nothing. This run started under the new
+    code, so straight through (and per Temporal's semantics) it is True; the flow silently takes
+    the old path, and may take the other path in a later round once the sibling is ahead.
+    """
+    server = new_server()
+    flows = mrtr.Flows(server)
+
+    async def lagging(ctx: mrtr.FlowContext) -> str:
+        await asyncio.sleep(0.01)  # on replay this branch is still asleep when the other decides
+        await ctx.step("fetch", lambda: "fetched")
+        return (await ctx.elicit("A?", Word)).word
+
+    async def deciding(ctx: mrtr.FlowContext) -> str:
+        await ctx.elicit("B?", Word)
+        return "new" if ctx.patched("v2") else "old"
+
+    @flows.tool()
+    async def upgraded(ctx: mrtr.FlowContext) -> list[str]:
+        return await ctx.gather(lagging(ctx), deciding(ctx))
+
+    async with connect(server, transport) as client:
+        call = Driver(client, "upgraded")
+        with anyio.fail_after(10):
+            await call.send()
+            answers = {call.key_for_message("A?"): accept(word="a"), call.key_for_message("B?"): accept(word="b")}
+            done = await call.send(answers)
+        assert isinstance(done, t.CallToolResult)
+        assert done.structured_content == {"result": ["a", "new"]}, "a run that began under the new code is patched"

@@ -16,6 +16,7 @@ machine; raise it locally (`ORACLE_EXAMPLES=1000`) for a deeper search.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections import Counter
@@ -36,6 +37,7 @@ from tests.oracle_programs import (
     If,
     Loop,
     Node,
+    Patched,
     Seq,
     Sleep,
     Step,
@@ -50,7 +52,8 @@ pytestmark = pytest.mark.anyio
 
 EXAMPLES = int(os.environ.get("ORACLE_EXAMPLES", "60"))
 ROUND_TIMEOUT = 10.0
-MAX_ROUNDS = 200  # programs with loops of asks need more than the default 25
+MAX_ROUNDS = 200
+FLOW_CODE = ("Interpreter.", "_gather")  # programs with loops of asks need more than the default 25
 
 
 def build_server(program: Node, runs: Counter[str]):
@@ -77,14 +80,26 @@ Opener = Callable[[Counter[str], bool], contextlib.AbstractAsyncContextManager[C
 """Opens a client to the home server (False) or to another instance (True); steps count into the Counter."""
 
 
+def flow_tasks_alive() -> list[asyncio.Task[object]]:
+    """Tasks still running program code (servers share this event loop in memory and over HTTP)."""
+    return [task for task in asyncio.all_tasks() if getattr(task.get_coro(), "__qualname__", "").startswith(FLOW_CODE)]
+
+
+async def send_round(call: Driver, responses: dict[str, t.ElicitResult] | None = None) -> object:
+    """One bounded request; afterwards nothing of the flow may still run."""
+    with anyio.fail_after(ROUND_TIMEOUT):
+        result = await call.send(responses)
+    assert not flow_tasks_alive(), "nothing of a flow runs after its round returned"
+    return result
+
+
 async def drive(program: Node, choose: Chooser, open_client: Opener) -> tuple[int, int]:
     """Run `program` round by round and check it against the reference; returns (rounds, steps run)."""
     reference = await reference_run(program)
     runs: Counter[str] = Counter()
     async with open_client(runs, False) as home:
         call = Driver(home, "program")
-        with anyio.fail_after(ROUND_TIMEOUT):
-            result = await call.send()
+        result = await send_round(call)
         rounds = 1
         while isinstance(result, t.InputRequiredResult):
             assert rounds <= reference.asks, f"round {rounds + 1} needed, but the program asks only {reference.asks}"
@@ -93,12 +108,10 @@ async def drive(program: Node, choose: Chooser, open_client: Opener) -> tuple[in
             if fresh:
                 async with open_client(runs, True) as other:
                     call.client = other
-                    with anyio.fail_after(ROUND_TIMEOUT):
-                        result = await call.send(responses)
+                    result = await send_round(call, responses)
                     call.client = home
             else:
-                with anyio.fail_after(ROUND_TIMEOUT):
-                    result = await call.send(responses)
+                result = await send_round(call, responses)
             rounds += 1
     assert isinstance(result, t.CallToolResult)
     assert not result.is_error, text_of(result)
@@ -192,3 +205,38 @@ async def test_a_program_with_every_construct_replays_across_alternating_servers
         rounds, steps = await drive(EVERYTHING, _alternate, open_client)
     assert (rounds, steps) == (10, 9), "the fixed program takes its known path"
     assert len(servers) == 2, "both instances served rounds"
+
+
+# Programs the oracle found failing; kept as fixed regressions (see tests/test_oracle_findings.py).
+FOUND = {
+    "patched-behind-a-lagging-branch": Seq(
+        (
+            Gather(
+                "asyncio.gather",
+                (
+                    Seq((Sleep(0.001), Step("fetch", "none", sync=False), Ask(shared=False))),
+                    Seq((Ask(shared=False), Patched(Step("save", "none", False), Step("load", "none", False)))),
+                ),
+            ),
+        )
+    ),
+    "gather-started-by-unwinding-code": Seq(
+        (
+            TryFinally(
+                Ask(shared=False),
+                Gather(
+                    "asyncio.gather",
+                    (Seq((Sleep(0.001), Step("fetch", "none", sync=False))), Step("save", "none", sync=False)),
+                ),
+            ),
+        )
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOUND))
+async def test_programs_the_oracle_found(name: str) -> None:
+    def answer_all_on_home(keys: list[str]) -> tuple[list[str], bool]:
+        return keys, False
+
+    await drive(FOUND[name], answer_all_on_home, in_memory(FOUND[name]))
