@@ -11,6 +11,7 @@ per *execution* of that step (its position in the tree plus the loop iterations 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import inspect
 import json
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import mrtr
+from mrtr.engine import TaskSupport
 
 # -- the program AST ------------------------------------------------------------------------
 
@@ -131,7 +133,7 @@ _leaves: st.SearchStrategy[Node] = st.one_of(
 )
 
 
-def _extend(children: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+def _extend(children: st.SearchStrategy[Node], patched: bool = True) -> st.SearchStrategy[Node]:
     return st.one_of(
         st.builds(Seq, st.lists(children, min_size=1, max_size=4).map(tuple)),
         st.builds(Loop, st.integers(1, 3), st.booleans(), children, st.booleans()),
@@ -139,13 +141,17 @@ def _extend(children: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
         st.builds(Gather, st.sampled_from(GATHER_STYLES), st.lists(children, min_size=2, max_size=3).map(tuple)),
         st.builds(TryFinally, children, children),
         st.builds(Pipe, children, children),
-        st.builds(Patched, children, children),
+        *([st.builds(Patched, children, children)] if patched else []),
     )
 
 
-def programs(max_leaves: int = 16) -> st.SearchStrategy[Node]:
-    """Random programs of at most `max_leaves` leaves (loops multiply what actually runs)."""
-    parts = st.lists(st.recursive(_leaves, _extend, max_leaves=max_leaves), min_size=1, max_size=3)
+def programs(max_leaves: int = 16, *, patched: bool = True) -> st.SearchStrategy[Node]:
+    """Random programs of at most `max_leaves` leaves (loops multiply what actually runs).
+
+    `patched=False` leaves out `ctx.patched` (to look for other bugs while one is open).
+    """
+    extend = functools.partial(_extend, patched=patched)
+    parts = st.lists(st.recursive(_leaves, extend, max_leaves=max_leaves), min_size=1, max_size=3)
     return st.builds(Seq, parts.map(tuple))
 
 
@@ -318,11 +324,13 @@ async def reference_run(program: Node) -> Reference:
     return Reference(json.dumps(value), runs, ctx.asks)
 
 
-def register(flows: mrtr.Flows, program: Node, runs: Counter[str], name: str = "program") -> None:
+def register(
+    flows: mrtr.Flows, program: Node, runs: Counter[str], name: str = "program", task: TaskSupport = "never"
+) -> None:
     """Register `program` as the tool `name`; its step functions count into `runs`."""
     interpreter = Interpreter(runs)
 
     async def program_flow(ctx: mrtr.FlowContext) -> str:
         return json.dumps(await interpreter.run(program, ctx))
 
-    flows.tool(name=name)(program_flow)
+    flows.tool(name=name, task=task)(program_flow)

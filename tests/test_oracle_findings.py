@@ -66,6 +66,44 @@ async def test_a_task_started_by_unwinding_code_does_not_outlive_the_round(trans
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_task_started_by_unwinding_code_is_not_leaked_waiting_forever(transport: str) -> None:
+    """The same root cause as above, worse: an unadopted task that waits on a sibling never ends.
+
+    In the `finally`, the producer's `ctx.step` raises `FlowSuspended`, so the consumer waits on
+    the queue forever; nobody cancels it, so every round of such a flow leaks one pending task
+    (and what it holds) for the life of the process.
+    """
+    server = new_server()
+    flows = mrtr.Flows(server)
+
+    async def consume(queue: asyncio.Queue[int]) -> int:
+        return await queue.get()
+
+    @flows.tool()
+    async def piped_cleanup(ctx: mrtr.FlowContext) -> str:
+        try:
+            answer = await ctx.elicit("Go?", Word)
+        finally:
+            queue: asyncio.Queue[int] = asyncio.Queue()
+
+            async def produce() -> None:
+                queue.put_nowait(await ctx.step("produce", lambda: 1))
+
+            await asyncio.gather(produce(), consume(queue))
+        return answer.word
+
+    async with connect(server, transport) as client:
+        call = Driver(client, "piped_cleanup")
+        with anyio.fail_after(10):
+            await call.send()
+        await asyncio.sleep(0.1)
+        leaked = [task for task in asyncio.all_tasks() if task.get_coro().__qualname__ == consume.__qualname__]
+        for task in leaked:  # leave nothing behind for the next test
+            task.cancel()
+        assert not leaked, "every task the flow started ends with its round"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_wait_for_around_an_ask_parks_instead_of_timing_out(transport: str) -> None:
     """`asyncio.wait_for(ctx.elicit(...), timeout)` holds round 1 open until the timeout fires.
 

@@ -38,6 +38,7 @@ from tests.oracle_programs import (
     Loop,
     Node,
     Patched,
+    Pipe,
     Seq,
     Sleep,
     Step,
@@ -231,6 +232,7 @@ FOUND = {
             ),
         )
     ),
+    "consumer-leaked-by-unwinding-code": Seq((TryFinally(Ask(shared=False), Pipe(Ask(shared=False), Sleep(0.0))),)),
 }
 
 
