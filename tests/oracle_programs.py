@@ -17,7 +17,7 @@ import inspect
 import json
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,7 +109,32 @@ class Pipe:
     consumer: Node
 
 
-Node = Step | Ask | Sleep | Seq | Loop | If | Gather | TryFinally | Pipe | Patched
+@dataclass(frozen=True)
+class Background:
+    """`task = asyncio.create_task(background)`, then `foreground` in the parent, then `await task`."""
+
+    background: Node
+    foreground: Node
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """`body` under `asyncio.timeout(60)` ("timeout") or `asyncio.shield(...)` ("shield")."""
+
+    how: str
+    body: Node
+
+
+@dataclass(frozen=True)
+class Stream:
+    """`async for` over an async generator yielding `body` up to `n` times; `stop_after` breaks early."""
+
+    n: int
+    stop_after: int
+    body: Node
+
+
+Node = Step | Ask | Sleep | Seq | Loop | If | Gather | TryFinally | Pipe | Patched | Background | Guarded | Stream
 
 GATHER_STYLES = ("ctx.gather", "asyncio.gather", "TaskGroup", "create_task", "create_task_reversed")
 STEP_NAMES = ("fetch", "save", "load")  # few names: the same name recurs across branches and loops
@@ -133,7 +158,10 @@ _leaves: st.SearchStrategy[Node] = st.one_of(
 )
 
 
-def _extend(children: st.SearchStrategy[Node], patched: bool = True) -> st.SearchStrategy[Node]:
+def _extend(inner: st.SearchStrategy[Node], patched: bool = True) -> st.SearchStrategy[Node]:
+    # Deferred only for its short repr: the nested strategies' full repr grows exponentially
+    # with depth and hypothesis renders it when it reports.
+    children = st.deferred(lambda: inner)
     return st.one_of(
         st.builds(Seq, st.lists(children, min_size=1, max_size=4).map(tuple)),
         st.builds(Loop, st.integers(1, 3), st.booleans(), children, st.booleans()),
@@ -141,6 +169,9 @@ def _extend(children: st.SearchStrategy[Node], patched: bool = True) -> st.Searc
         st.builds(Gather, st.sampled_from(GATHER_STYLES), st.lists(children, min_size=2, max_size=3).map(tuple)),
         st.builds(TryFinally, children, children),
         st.builds(Pipe, children, children),
+        st.builds(Background, children, children),
+        st.builds(Guarded, st.sampled_from(("timeout", "shield")), children),
+        st.builds(Stream, st.integers(1, 3), st.integers(1, 3), children),
         *([st.builds(Patched, children, children)] if patched else []),
     )
 
@@ -251,6 +282,27 @@ class Interpreter:
             if ctx.patched(f"p{where}"):
                 return ["new", await self.run(node.then, ctx, f"{where}.n", suffix)]
             return ["old", await self.run(node.orelse, ctx, f"{where}.o", suffix)]
+        if isinstance(node, Background):
+            task = asyncio.create_task(self.run(node.background, ctx, f"{where}.bg", suffix))
+            foreground = await self.run(node.foreground, ctx, f"{where}.fg", suffix)
+            return ["bg", await task, foreground]
+        if isinstance(node, Guarded):
+            if node.how == "timeout":
+                async with asyncio.timeout(60):
+                    return ["timeout", await self.run(node.body, ctx, f"{where}.to", suffix)]
+            return ["shield", await asyncio.shield(self.run(node.body, ctx, f"{where}.sh", suffix))]
+        if isinstance(node, Stream):
+
+            async def produce_items() -> AsyncIterator[Any]:
+                for i in range(node.n):
+                    yield await self.run(node.body, ctx, f"{where}<{i}>", f"{suffix}_s{i}")
+
+            items = []
+            async for item in produce_items():
+                items.append(item)
+                if len(items) >= node.stop_after:
+                    break
+            return ["stream", items]
         if isinstance(node, Pipe):
             queue: asyncio.Queue[Any] = asyncio.Queue()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import AsyncIterator
 
 import anyio
 import mcp_types as t
@@ -168,3 +169,55 @@ async def test_patched_is_true_for_a_new_run_even_behind_a_lagging_branch(transp
             done = await call.send(answers)
         assert isinstance(done, t.CallToolResult)
         assert done.structured_content == {"result": ["a", "new"]}, "a run that began under the new code is patched"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_an_unfinished_async_generator_does_not_shift_branch_identity(transport: str) -> None:
+    """asyncio's async-generator finalizer starts `aclose()` as a task in the flow's context.
+
+    Leaving an `async for` early (`break`) drops an unfinished async generator; asyncio's
+    finalizer hook schedules `loop.create_task(agen.aclose())` with `call_soon_threadsafe`,
+    i.e. with the flow task's context, so `branches._factory` numbers that task as the flow's
+    next child — *whenever the callback gets to run*. In round 1 the "warm" step yields to the
+    loop first, so `aclose()` becomes child 0 and the branches 1 and 2 (keys `...@1`, `...@2`,
+    steps `1/fetch`, `2/fetch`); on replay the journaled step returns at once, the branches
+    become 0 and 1 and `aclose()` 2. Branch A now finds nothing under `0/fetch` and runs its
+    function again; B reads A's journaled `1/fetch` (with arguments, a `NondeterminismError`
+    that blames deterministic code); both asks get new keys and are asked again.
+    """
+    server = new_server()
+    flows = mrtr.Flows(server)
+    runs: Counter[str] = Counter()
+
+    async def numbers() -> AsyncIterator[int]:
+        yield 1
+        yield 2
+
+    def fetch(who: str) -> str:
+        runs[who] += 1
+        return f"{who}-value"
+
+    async def branch(ctx: mrtr.FlowContext, who: str) -> str:
+        value = await ctx.step("fetch", lambda: fetch(who))
+        await ctx.elicit(f"{who}?", Word)
+        return value
+
+    @flows.tool()
+    async def streamed(ctx: mrtr.FlowContext) -> list[str]:
+        async for _ in numbers():
+            break
+        await ctx.step("warm", fetch, "warm")  # a thread hop in round 1; replays at once
+        return await ctx.gather(branch(ctx, "A"), branch(ctx, "B"))
+
+    async with connect(server, transport) as client:
+        call = Driver(client, "streamed")
+        with anyio.fail_after(10):
+            result = await call.send()
+            for _ in range(4):
+                if not isinstance(result, t.InputRequiredResult):
+                    break
+                result = await call.send({key: accept(word="w") for key in call.asked})
+        assert isinstance(result, t.CallToolResult)
+        assert result.structured_content == {"result": ["A-value", "B-value"]}
+        assert len(call.rounds) == 1, "both asks were answered in round 2"
+        assert runs == Counter(warm=1, A=1, B=1), "each step's function ran once"
