@@ -42,6 +42,7 @@ from tests.oracle_programs import (
     Seq,
     Sleep,
     Step,
+    Stream,
     TryFinally,
     programs,
     reference_run,
@@ -141,6 +142,7 @@ def in_memory(program: Node) -> Opener:
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
+    report_multiple_bugs=False,  # while a bug is open, shrink one failure instead of all of them
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 @given(program=programs(), data=st.data())
@@ -229,6 +231,16 @@ FOUND = {
                     "asyncio.gather",
                     (Seq((Sleep(0.001), Step("fetch", "none", sync=False))), Step("save", "none", sync=False)),
                 ),
+            ),
+        )
+    ),
+    "async-generator-left-early": Seq(
+        (
+            Stream(2, stop_after=1, body=Sleep(0.0)),
+            Step("fetch", "none", sync=True),
+            Gather(
+                "ctx.gather",
+                (Seq((Step("load", "none", False), Ask(False))), Seq((Step("load", "none", False), Ask(False)))),
             ),
         )
     ),

@@ -80,6 +80,7 @@ async def next_phase(client: Client, task_id: str) -> dict[str, Any]:
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
+    report_multiple_bugs=False,  # while a bug is open, shrink one failure instead of all of them
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 @given(program=programs(max_leaves=12), data=st.data())
