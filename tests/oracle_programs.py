@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
+from mcp_types import CreateMessageResult, ListRootsResult, Root
 from pydantic import BaseModel
 
 import mrtr
@@ -48,6 +49,8 @@ class Ask:
     shared: bool
     explicit_key: bool = False
     """Pass `key=` (unique per execution) instead of letting mrtr derive the key."""
+    kind: str = "elicit"
+    """Or "sample" (`ctx.sample`) or "roots" (`ctx.list_roots`: every such ask is the same question)."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,7 @@ _steps = st.builds(
 )
 _leaves: st.SearchStrategy[Node] = st.one_of(
     _steps,
-    st.builds(Ask, st.booleans(), st.booleans()),
+    st.builds(Ask, st.booleans(), st.booleans(), st.sampled_from(("elicit", "elicit", "sample", "roots"))),
     _steps,
     st.builds(Ask, st.just(False)),
     st.builds(Sleep, st.sampled_from((0.0, 0.001))),
@@ -171,8 +174,8 @@ def _extend(inner: st.SearchStrategy[Node], known_bugs: bool = True) -> st.Searc
         st.builds(Pipe, children, children),
         st.builds(Background, children, children),
         st.builds(Guarded, st.sampled_from(("timeout", "shield")), children),
-        st.builds(Stream, st.integers(1, 3), st.integers(1, 3), children).filter(
-            lambda stream: known_bugs or stream.stop_after >= stream.n
+        st.builds(Stream, st.integers(1, 3), st.integers(1, 3), children).map(
+            lambda stream: stream if known_bugs else Stream(stream.n, stream.n + 1, stream.body)
         ),
         *([st.builds(Patched, children, children)] if known_bugs else []),
     )
@@ -209,6 +212,21 @@ def user_answer(message: str) -> dict[str, Any]:
     if message.startswith("Q<") and digest[1] % 8 == 1:
         return {"action": "cancel"}
     return {"action": "accept", "content": {"word": f"a<{message}>", "n": digest[0] % 4}}
+
+
+def user_reply(request: dict[str, Any]) -> dict[str, Any]:
+    """The user's answer to a wire input request (elicitation, sampling or roots), as wire JSON."""
+    params = request.get("params") or {}
+    if request["method"] == "elicitation/create":
+        return user_answer(params["message"])
+    if request["method"] == "sampling/createMessage":
+        prompt = params["messages"][0]["content"]["text"]
+        return {"role": "assistant", "content": {"type": "text", "text": f"m<{prompt}>"}, "model": "oracle"}
+    assert request["method"] == "roots/list", request
+    return ROOTS
+
+
+ROOTS = {"roots": [{"uri": "file:///oracle/a", "name": "a"}, {"uri": "file:///oracle/b", "name": "b"}]}
 
 
 def step_function(runs: Counter[str], label: str, sync: bool, slow: bool) -> Callable[..., Any]:
@@ -248,6 +266,11 @@ class Interpreter:
         if isinstance(node, Ask):
             message = "Q<shared>?" if node.shared else f"Q<{where}>?"
             key = f"k{where}" if node.explicit_key else None
+            if node.kind == "sample":
+                sampled = await ctx.sample(message, max_tokens=5, key=key)
+                return ["sampled", sampled.content.text]
+            if node.kind == "roots":
+                return ["roots", [str(root.uri) for root in await ctx.list_roots(key=key)]]
             try:
                 reply = await ctx.elicit(message, Reply, key=key)
             except mrtr.InputRefused as refused:
@@ -351,6 +374,15 @@ class ReferenceContext:
         if answer["action"] == "cancel":
             raise mrtr.Cancelled(message, key="reference")
         return schema.model_validate(answer["content"])
+
+    async def sample(self, prompt: str, *, max_tokens: int, key: str | None = None) -> CreateMessageResult:
+        self.asks += 1
+        wire = {"method": "sampling/createMessage", "params": {"messages": [{"content": {"text": prompt}}]}}
+        return CreateMessageResult.model_validate(user_reply(wire))
+
+    async def list_roots(self, *, key: str | None = None) -> list[Root]:
+        self.asks += 1
+        return ListRootsResult.model_validate(ROOTS).roots
 
     async def step(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         value = fn(*args)

@@ -21,6 +21,7 @@ import contextlib
 import os
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anyio
 import mcp_types as t
@@ -47,7 +48,7 @@ from tests.oracle_programs import (
     programs,
     reference_run,
     register,
-    user_answer,
+    user_reply,
 )
 
 pytestmark = pytest.mark.anyio
@@ -65,13 +66,8 @@ def build_server(program: Node, runs: Counter[str]):
     return server
 
 
-def answers_for(asked: dict[str, t.InputRequest], keys: list[str]) -> dict[str, t.ElicitResult]:
-    responses = {}
-    for key in keys:
-        request = asked[key]
-        assert isinstance(request, t.ElicitRequest), request
-        responses[key] = t.ElicitResult.model_validate(user_answer(request.params.message))
-    return responses
+def answers_for(asked: dict[str, t.InputRequest], keys: list[str]) -> dict[str, dict[str, Any]]:
+    return {key: user_reply(asked[key].model_dump(mode="json", by_alias=True, exclude_none=True)) for key in keys}
 
 
 Chooser = Callable[[list[str]], tuple[list[str], bool]]
@@ -87,7 +83,7 @@ def flow_tasks_alive() -> list[asyncio.Task[object]]:
     return [task for task in asyncio.all_tasks() if getattr(task.get_coro(), "__qualname__", "").startswith(FLOW_CODE)]
 
 
-async def send_round(call: Driver, responses: dict[str, t.ElicitResult] | None = None) -> object:
+async def send_round(call: Driver, responses: dict[str, Any] | None = None) -> object:
     """One bounded request; afterwards nothing of the flow may still run."""
     with anyio.fail_after(ROUND_TIMEOUT):
         result = await call.send(responses)

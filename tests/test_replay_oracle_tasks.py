@@ -32,7 +32,7 @@ import mrtr
 from mrtr.stores.sqlite import SQLiteStore
 from mrtr.task_client import CreatedTask, TasksClient, get_task, update_task
 from tests.flowkit import new_server
-from tests.oracle_programs import Node, programs, reference_run, register, user_answer
+from tests.oracle_programs import Node, programs, reference_run, register, user_reply
 
 pytestmark = pytest.mark.anyio
 
@@ -103,7 +103,7 @@ async def test_random_programs_as_durable_tasks_complete_as_if_run_straight_thro
                 order = data.draw(st.permutations(sorted(asked)), label="answer order")
                 count = data.draw(st.integers(1, len(order)), label="answered in this update")
                 client = {"A": a, "B": b}[data.draw(st.sampled_from("AB"), label="instance")]
-                responses = {key: user_answer(asked[key]["params"]["message"]) for key in order[:count]}
+                responses = {key: user_reply(asked[key]) for key in order[:count]}
                 with anyio.fail_after(PHASE_TIMEOUT):
                     await update_task(client.session, created.task_id, responses)
                 task = await next_phase(client, created.task_id)
