@@ -218,7 +218,8 @@ def user_reply(request: dict[str, Any]) -> dict[str, Any]:
     """The user's answer to a wire input request (elicitation, sampling or roots), as wire JSON."""
     params = request.get("params") or {}
     if request["method"] == "elicitation/create":
-        return user_answer(params["message"])
+        # A re-asked form carries the reason after the question; the user answers the question.
+        return user_answer(params["message"].split("\n\n(Asked again: ")[0])
     if request["method"] == "sampling/createMessage":
         prompt = params["messages"][0]["content"]["text"]
         return {"role": "assistant", "content": {"type": "text", "text": f"m<{prompt}>"}, "model": "oracle"}

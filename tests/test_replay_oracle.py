@@ -96,18 +96,34 @@ async def send_round(call: Driver, responses: dict[str, Any] | None = None) -> o
     return result
 
 
-async def drive(program: Node, choose: Chooser, open_client: Opener) -> tuple[int, int]:
-    """Run `program` round by round and check it against the reference; returns (rounds, steps run)."""
+UNFIT = {"action": "accept", "content": {"word": "no n"}}
+"""An answer that does not fit the form (`Reply.n` is missing): the engine must ask again."""
+
+
+async def drive(
+    program: Node, choose: Chooser, open_client: Opener, spoil: Callable[[], bool] | None = None
+) -> tuple[int, int]:
+    """Run `program` round by round and check it against the reference; returns (rounds, steps run).
+
+    `spoil()`, asked each round, says whether to send an unfit answer to the first chosen form.
+    """
     reference = await reference_run(program)
     runs: Counter[str] = Counter()
+    unfit = 0
     async with open_client(runs, False) as home:
         call = Driver(home, "program")
         result = await send_round(call)
         rounds = 1
         while isinstance(result, t.InputRequiredResult):
-            assert rounds <= reference.asks, f"round {rounds + 1} needed, but the program asks only {reference.asks}"
+            allowed = reference.asks + unfit
+            assert rounds <= allowed, f"round {rounds + 1} needed, but {reference.asks} asks and {unfit} unfit answers"
             keys, fresh = choose(sorted(call.asked))
             responses = answers_for(call.asked, keys)
+            forms = [key for key in keys if isinstance(call.asked[key], t.ElicitRequest)]
+            spoiled = forms[0] if forms and spoil is not None and spoil() else None
+            if spoiled is not None:
+                responses[spoiled] = UNFIT
+                unfit += 1
             if fresh:
                 async with open_client(runs, True) as other:
                     call.client = other
@@ -116,6 +132,8 @@ async def drive(program: Node, choose: Chooser, open_client: Opener) -> tuple[in
             else:
                 result = await send_round(call, responses)
             rounds += 1
+            if spoiled is not None:
+                assert isinstance(result, t.InputRequiredResult) and spoiled in call.asked, "unfit: re-asked"
     assert isinstance(result, t.CallToolResult)
     assert not result.is_error, text_of(result)
     assert text_of(result) == reference.value, "the flow's value differs from the straight-through run"
@@ -154,7 +172,10 @@ async def test_random_programs_replay_as_if_run_straight_through(program: Node, 
         fresh = data.draw(st.booleans(), label="fresh server")
         return list(order[:count]), fresh
 
-    rounds, steps = await drive(program, choose, in_memory(program))
+    def spoil() -> bool:
+        return data.draw(st.sampled_from((False, False, False, True)), label="unfit answer")
+
+    rounds, steps = await drive(program, choose, in_memory(program), spoil)
     event(f"rounds: {min(rounds, 6)}{'+' if rounds >= 6 else ''}")
     event(f"steps run: {min(steps, 10)}{'+' if steps >= 10 else ''}")
 

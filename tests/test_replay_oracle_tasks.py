@@ -27,12 +27,15 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 
 import mrtr
 from mrtr.stores.sqlite import SQLiteStore
 from mrtr.task_client import CreatedTask, TasksClient, get_task, update_task
 from tests.flowkit import new_server
 from tests.oracle_programs import Node, programs, reference_run, register, user_reply
+from tests.test_replay_oracle import UNFIT
 
 pytestmark = pytest.mark.anyio
 
@@ -104,6 +107,14 @@ async def test_random_programs_as_durable_tasks_complete_as_if_run_straight_thro
                 count = data.draw(st.integers(1, len(order)), label="answered in this update")
                 client = {"A": a, "B": b}[data.draw(st.sampled_from("AB"), label="instance")]
                 responses = {key: user_reply(asked[key]) for key in order[:count]}
+                forms = [key for key in order if asked[key]["method"] == "elicitation/create"]
+                if forms and data.draw(st.sampled_from((False, False, False, True)), label="unfit answer first"):
+                    # A form answer that does not fit is refused precisely, and nothing is recorded.
+                    with anyio.fail_after(PHASE_TIMEOUT), pytest.raises(MCPError) as refused:
+                        await update_task(client.session, created.task_id, {forms[0]: UNFIT})
+                    assert refused.value.error.code == INVALID_PARAMS
+                    still = await get_task(client.session, created.task_id)
+                    assert still["status"] == "input_required" and set(still["inputRequests"]) == set(asked)
                 with anyio.fail_after(PHASE_TIMEOUT):
                     await update_task(client.session, created.task_id, responses)
                 task = await next_phase(client, created.task_id)
