@@ -244,8 +244,8 @@ def step_function(runs: Counter[str], label: str, sync: bool, slow: bool) -> Cal
 
     async def run_async(*args: Any) -> str:
         runs[label] += 1
-        if slow:
-            await asyncio.sleep(0.002)
+        if slow:  # tasks a step starts are the step's own, not branches of the flow
+            await asyncio.gather(asyncio.sleep(0.002), asyncio.sleep(0))
         return f"s<{label}|{len(args)}>"
 
     return run_async
