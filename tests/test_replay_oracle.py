@@ -1,10 +1,16 @@
 """The replay oracle: random flow programs, replayed round by round, behave as if run once.
 
-Hypothesis generates programs (see `tests/oracle_programs.py`): sequences, loops, branches on
-answers, concurrent sub-programs (`ctx.gather`, `asyncio.gather`, `TaskGroup`, `create_task`),
-`try/finally` with asks and steps in the `finally`, and tiny sleeps. Each runs once straight
+Hypothesis generates programs (see `tests/oracle_programs.py`): sequences, loops (also with a
+data-dependent `break`), branches on answers, concurrent sub-programs (`ctx.gather`,
+`asyncio.gather`, `TaskGroup`, `create_task`), tasks joined by a queue, a background task
+awaited after the parent's own work, `try/finally` with asks and steps in the `finally`,
+`asyncio.timeout` and `asyncio.shield`, `async for` over async generators, `ctx.patched`, and
+tiny sleeps; asks are forms (some declined or cancelled, caught by the flow), sampling and
+roots, with derived or explicit keys; steps are sync (in a thread) or async, some slow, with
+equal or distinct arguments and names that recur across branches. Each runs once straight
 through (the reference: no mrtr) and once as a flow driven by the official `mcp` Client, where
-every round answers a random non-empty subset of the asks in a random order and goes either to
+every round answers a random non-empty subset of the asks in a random order (sometimes with a
+form answer that does not fit, which must be asked again) and goes either to
 server A or to a *fresh* server built from the same program and key (another process, or a
 replay after a restart). The flow must return the reference's value, run every step's
 function exactly once across all servers, need at most one round per ask plus one, and never
@@ -39,7 +45,9 @@ import mrtr
 from tests.flowkit import Driver, connect, manual_client, new_server, text_of
 from tests.oracle_programs import (
     Ask,
+    Background,
     Gather,
+    Guarded,
     If,
     Loop,
     Node,
@@ -180,7 +188,8 @@ async def test_random_programs_replay_as_if_run_straight_through(program: Node, 
     event(f"steps run: {min(steps, 10)}{'+' if steps >= 10 else ''}")
 
 
-# A fixed program touching every construct, for the HTTP smoke test and as a readable example.
+# A fixed program touching every construct, for the HTTP smoke test and as a readable example
+# (no construct of an open finding: `patched` is not inside concurrent branches, no early break).
 EVERYTHING = Seq(
     (
         Step("fetch", "same", sync=False),
@@ -200,6 +209,13 @@ EVERYTHING = Seq(
             orelse=Gather("create_task_reversed", (Ask(shared=True), Step("save", "none", sync=True))),
         ),
         Loop(2, rename=True, body=Gather("asyncio.gather", (Step("fetch", "label", sync=False), Ask(shared=False)))),
+        Patched(then=Ask(shared=False, kind="sample"), orelse=Step("load", "none", sync=False)),
+        Pipe(Seq((Step("load", "label", sync=False, slow=True), Ask(shared=False, kind="roots"))), Ask(shared=False)),
+        Background(Seq((Sleep(0.001), Step("save", "label", sync=True))), Ask(shared=False, explicit_key=True)),
+        Guarded("timeout", Gather("create_task", (Ask(shared=False), Step("fetch", "label", sync=False)))),
+        Guarded("shield", Seq((Step("fetch", "label", sync=False), Ask(shared=False)))),
+        Stream(2, stop_after=3, body=Seq((Ask(shared=False), Step("save", "label", sync=False)))),
+        Loop(3, rename=True, until=True, body=Step("load", "label", sync=False)),
     )
 )
 
@@ -228,7 +244,7 @@ async def test_a_program_with_every_construct_replays_across_alternating_servers
             yield clients[other]
 
         rounds, steps = await drive(EVERYTHING, _alternate, open_client)
-    assert (rounds, steps) == (10, 9), "the fixed program takes its known path"
+    assert (rounds, steps) == (20, 17), "the fixed program takes its known path"
     assert len(servers) == 2, "both instances served rounds"
 
 
