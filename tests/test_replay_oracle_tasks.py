@@ -3,10 +3,11 @@
 The same generated programs (`tests/oracle_programs.py`) run as durable tasks on two server
 instances sharing one SQLite file store (a fleet on one host). The client answers each
 `input_required` phase through `tasks/update` with a random non-empty subset of the asks in a
-random order, each update sent to a randomly chosen instance (the one whose update completes
-the set claims the task and replays it). The task must complete with the straight-through
-reference's value, every step's function must run exactly once, and every request and every
-status change is bounded in time.
+random order (sometimes first with an unfit form answer, which must be refused with -32602 and
+change nothing), each update sent to instance A, instance B or a fresh instance that joins for
+that update (the instance whose update completes the set claims the task and replays it).
+The task must complete with the straight-through reference's value, every step's function
+must run exactly once, and every request and every status change is bounded in time.
 
 Budget: `ORACLE_TASK_EXAMPLES` examples (default 80) on smaller programs (12 leaves): ~8 s on
 an idle 2-core machine, under 30 s on a busy one, when the engine passes.
@@ -105,19 +106,13 @@ async def test_random_programs_as_durable_tasks_complete_as_if_run_straight_thro
                 asked: dict[str, Any] = task["inputRequests"]
                 order = data.draw(st.permutations(sorted(asked)), label="answer order")
                 count = data.draw(st.integers(1, len(order)), label="answered in this update")
-                client = {"A": a, "B": b}[data.draw(st.sampled_from("AB"), label="instance")]
-                responses = {key: user_reply(asked[key]) for key in order[:count]}
-                forms = [key for key in order if asked[key]["method"] == "elicitation/create"]
-                if forms and data.draw(st.sampled_from((False, False, False, True)), label="unfit answer first"):
-                    # A form answer that does not fit is refused precisely, and nothing is recorded.
-                    with anyio.fail_after(PHASE_TIMEOUT), pytest.raises(MCPError) as refused:
-                        await update_task(client.session, created.task_id, {forms[0]: UNFIT})
-                    assert refused.value.error.code == INVALID_PARAMS
-                    still = await get_task(client.session, created.task_id)
-                    assert still["status"] == "input_required" and set(still["inputRequests"]) == set(asked)
-                with anyio.fail_after(PHASE_TIMEOUT):
-                    await update_task(client.session, created.task_id, responses)
-                task = await next_phase(client, created.task_id)
+                which = data.draw(st.sampled_from(("A", "B", "fresh")), label="instance")
+                async with contextlib.AsyncExitStack() as stack:
+                    if which == "fresh":  # a new process joins, takes this update and replays the task
+                        client = await stack.enter_async_context(instance(program, runs, path))
+                    else:
+                        client = a if which == "A" else b
+                    task = await answer_phase(client, created.task_id, asked, order, count, data)
                 if count == len(order):
                     phases += 1
             event(f"phases: {min(phases, 5)}{'+' if phases >= 5 else ''}")
@@ -126,3 +121,21 @@ async def test_random_programs_as_durable_tasks_complete_as_if_run_straight_thro
     assert not result.get("isError"), result
     assert result["content"][0]["text"] == reference.value, "the task's value differs from the straight-through run"
     assert runs == reference.runs, "every step's function runs exactly once across the fleet"
+
+
+async def answer_phase(
+    client: Client, task_id: str, asked: dict[str, Any], order: list[str], count: int, data: st.DataObject
+) -> dict[str, Any]:
+    """Send this update (maybe after an unfit one) through `client`; returns the task's next phase."""
+    responses = {key: user_reply(asked[key]) for key in order[:count]}
+    forms = [key for key in order if asked[key]["method"] == "elicitation/create"]
+    if forms and data.draw(st.sampled_from((False, False, False, True)), label="unfit answer first"):
+        # A form answer that does not fit is refused precisely, and nothing is recorded.
+        with anyio.fail_after(PHASE_TIMEOUT), pytest.raises(MCPError) as refused:
+            await update_task(client.session, task_id, {forms[0]: UNFIT})
+        assert refused.value.error.code == INVALID_PARAMS
+        still = await get_task(client.session, task_id)
+        assert still["status"] == "input_required" and set(still["inputRequests"]) == set(asked)
+    with anyio.fail_after(PHASE_TIMEOUT):
+        await update_task(client.session, task_id, responses)
+    return await next_phase(client, task_id)
