@@ -32,11 +32,13 @@ class FlowRun(Protocol):
 class Branch:
     """One task of one flow run: its path and the counters that name what it does."""
 
-    __slots__ = ("ask_counts", "children", "path", "replay", "step_counts", "task")
+    __slots__ = ("ask_counts", "children", "detached", "path", "replay", "step_counts", "task")
 
-    def __init__(self, replay: FlowRun, path: str) -> None:
+    def __init__(self, replay: FlowRun, path: str, *, detached: bool = False) -> None:
         self.replay = replay
         self.path = path
+        self.detached = detached
+        """Not numbered (made while unwinding, or by a loop callback): the flow's, but no identity."""
         self.task: asyncio.Task[Any] | None = None
         """The task running this branch: only its own code numbers new branches."""
         self.children = 0
@@ -81,17 +83,14 @@ def _factory(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **
     parent = current_branch.get()
     if parent is None:
         return _create(loop, coro, kwargs)
-    if parent.replay.suspended or asyncio.current_task() is not parent.task:
+    if parent.detached or parent.replay.suspended or asyncio.current_task() is not parent.task:
         # Made by unwinding code, or by a callback that merely carries the flow's context
         # (asyncio finalising an abandoned async generator): not numbered — when it runs
-        # is up to the loop — but still the flow's, cancelled and awaited with its round.
-        context = kwargs.pop("context", None)
-        context = context.copy() if context is not None else contextvars.copy_context()
-        context.run(current_branch.set, None)
-        task = _create(loop, coro, kwargs | {"context": context})
-        parent.replay.adopt(task)
-        return task
-    child = parent.child()
+        # is up to the loop — but still the flow's, cancelled and awaited with its round,
+        # and so is everything it starts.
+        child = Branch(parent.replay, parent.path, detached=True)
+    else:
+        child = parent.child()
     context = kwargs.pop("context", None)
     context = context.copy() if context is not None else contextvars.copy_context()
     context.run(current_branch.set, child)

@@ -79,8 +79,11 @@ def _elicit_schemas(fn: Callable[..., Any], ctx_param: str) -> Iterator[tuple[in
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError):
-        return  # no source (a REPL, a built function): checked at call time instead
+    except (OSError, TypeError, SyntaxError, SystemError, RecursionError):
+        # No source (a lambda in a REPL, generated code) or CPython's parser refusing at depth
+        # (3.11's "AST constructor recursion depth mismatch"): the check is best-effort; the
+        # schema is still checked when the ask first runs.
+        return
     first = fn.__code__.co_firstlineno
     names = _visible_names(fn)
     for node in ast.walk(tree):

@@ -132,7 +132,7 @@ class Replay:
         if self.suspended:
             raise FlowSuspended(self.flow)
         branch = current_branch.get()
-        if branch is None or branch.replay is not self:
+        if branch is None or branch.replay is not self or branch.detached:
             raise FlowDefinitionError(
                 f"flow {self.flow!r}: ctx was used outside the flow's own tasks (inside a step's function, a "
                 "thread, or a task started elsewhere); call ctx only from the flow body and the tasks it starts"
