@@ -165,23 +165,16 @@ async def execute(
         journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap, base_size=base_size
     )
     driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run, shed=shed)
-    with tracing.round_span(spec, replay, request):
-        context = contextvars.copy_context()  # inside the span: the flow's steps and logs see it
-        context.run(branches.current_branch.set, replay.root)
-        with branches.outside_branch():
-            flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
-        replay.root_task = replay.root.task = flow
-        replay.adopt(flow)
+    if tracing.enabled():
+        with tracing.round_span(spec, replay, request):
+            await _run(spec, replay, driver, request, arguments, loop)
+    else:  # the common case, kept free of context-manager machinery: every round runs it
+        token = tracing.bind_flow(journal.flow_id)
         try:
-            await flow
-        except BaseException:
-            # The flow ended badly or settled (we read which below) — unless *we* are being
-            # cancelled, in which case awaiting it has cancelled it too: tear down, re-raise.
-            current = asyncio.current_task()
-            if current is not None and current.cancelling():
-                await replay.close()
-                raise
-        await replay.close()
+            await _run(spec, replay, driver, request, arguments, loop)
+        finally:
+            tracing.unbind_flow(token)
+    flow = replay.root_task
     outcome = Outcome(replay, would_run=driver.would_run)
     if replay.settled:
         outcome.parked = True
@@ -207,6 +200,32 @@ def _ending(outcome: Outcome) -> str:
     if outcome.error is not None:
         return f"raised {type(outcome.error).__name__}: {outcome.error}"
     return "returned"
+
+
+async def _run(
+    spec: FlowSpec,
+    replay: Replay,
+    driver: JournalDriver,
+    request: Context[Any, Any] | None,
+    arguments: Mapping[str, Any],
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Start the flow as the root task of its branches, await it, tear down all it started."""
+    context = contextvars.copy_context()  # taken here: the flow's steps and logs see the span and flow id
+    context.run(branches.current_branch.set, replay.root)
+    flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
+    replay.root_task = replay.root.task = flow
+    replay.adopt(flow)
+    try:
+        await flow
+    except BaseException:
+        # The flow ended badly or settled (read later) — unless *we* are being cancelled,
+        # in which case awaiting it has cancelled it too: tear down, re-raise.
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            await replay.close()
+            raise
+    await replay.close()
 
 
 async def _run_round(
@@ -352,14 +371,14 @@ def wire_asks(replay: Replay) -> dict[str, Any]:
     return asks
 
 
-def journal_budget(spec: FlowSpec, request: Context[Any, Any]) -> int:
+def journal_budget(spec: FlowSpec, request: Context[Any, Any], wire: Any = None) -> int:
     """Bytes the encoded journal may take so that the sealed state stays under the cap.
 
     An eighth of the cap stays free for what the round adds after the flow ran (the
     pending asks, the round counter), so the final check never fails after steps ran.
     """
     cap = spec.limits.max_state_bytes
-    wire = request.request_context
+    wire = wire if wire is not None else request.request_context
     key = (spec.name, spec.audience, wire.method, cap)
     budget = _budgets.get(key)
     if budget is None:  # the envelope is the same for every round of a flow, but for its target

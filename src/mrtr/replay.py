@@ -223,8 +223,14 @@ class Replay:
         self._parked_tasks.add(task)
         self._activity += 1
         if self._watcher is None:
-            with outside_branch():  # the watcher is mrtr's, not one of the flow's tasks
-                self._watcher = asyncio.get_running_loop().create_task(self._watch())
+            if not self._running_steps and all(t is task or t.done() for t in self.tasks):
+                # The only task of the flow still alive is this one, and it waits for the
+                # client: nothing else can move, so the round is over now (the common case
+                # of a flow without concurrent branches needs no watcher at all).
+                self._suspend()
+            else:
+                with outside_branch():  # the watcher is mrtr's, not one of the flow's tasks
+                    self._watcher = asyncio.get_running_loop().create_task(self._watch())
         try:
             return await asyncio.shield(self._park_forever)
         finally:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -80,10 +80,30 @@ class LogContextFilter(logging.Filter):
 # -- spans ----------------------------------------------------------------------------------
 
 
-def _tracing_on() -> bool:
-    """Whether an OpenTelemetry SDK is configured (spans cost a round ~20 µs even as no-ops)."""
-    # Until an application sets a provider, the API hands out a proxy whose spans are no-ops.
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+def enabled() -> bool:
+    """Whether an OpenTelemetry SDK is configured (spans cost a round ~20 µs even as no-ops).
+
+    Until an application sets a provider, the API hands out a proxy whose spans are no-ops.
+    `get_tracer_provider()` reads the environment on every call, so the global it fills is
+    read directly where the API has it.
+    """
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:  # an API without that global: ask it (slower)
+        provider = trace.get_tracer_provider()
+        return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    return provider is not None and not isinstance(provider, trace.NoOpTracerProvider)
+
+
+_UNKNOWN = object()
+
+
+def bind_flow(flow_id: str) -> Token[str | None]:
+    """Put `flow_id` on every log record of the current context (see `LogContextFilter`)."""
+    return _flow_id.set(flow_id)
+
+
+def unbind_flow(token: Token[str | None]) -> None:
+    _flow_id.reset(token)
 
 
 @contextmanager
@@ -94,13 +114,6 @@ def round_span(spec: FlowSpec, replay: Any, request: Context[Any, Any] | None = 
     inside, so steps and logs in the flow see this span and the flow id.
     """
     journal = replay.journal
-    if not _tracing_on():  # no OpenTelemetry SDK configured: only the log context, no span
-        token = _flow_id.set(journal.flow_id)
-        try:
-            yield trace.INVALID_SPAN
-        finally:
-            _flow_id.reset(token)
-        return
     before = set(journal.steps)
     attributes: dict[str, Any] = {
         "mrtr.flow": spec.name,
