@@ -68,21 +68,32 @@ def outside_branch() -> Iterator[None]:
         current_branch.reset(token)
 
 
-_factories: dict[asyncio.AbstractEventLoop, Any] = {}
-
-
 def install(loop: asyncio.AbstractEventLoop) -> None:
     """Make `loop` name the tasks flows create (idempotent; keeps a factory already set)."""
-    if loop.get_task_factory() is _factory:
-        return
-    _factories[loop] = loop.get_task_factory()
-    loop.set_task_factory(_factory)  # type: ignore[arg-type]
+    if not getattr(loop.get_task_factory(), "mrtr_branches", False):
+        loop.set_task_factory(_factory_over(loop.get_task_factory()))  # type: ignore[arg-type]
 
 
-def _factory(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any) -> asyncio.Future[Any]:
-    parent = current_branch.get()
-    if parent is None:
-        return _create(loop, coro, kwargs)
+def _factory_over(previous: Any) -> Any:
+    create = previous or _plain
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any) -> Any:
+        parent = current_branch.get()
+        if parent is None:  # not a flow's: the loop's every other task pays one context read
+            return create(loop, coro, **kwargs)
+        return _flow_task(create, loop, coro, parent, kwargs)
+
+    factory.mrtr_branches = True  # type: ignore[attr-defined]
+    return factory
+
+
+def _plain(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any) -> Any:
+    return asyncio.Task(coro, loop=loop, **kwargs)
+
+
+def _flow_task(
+    create: Any, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], parent: Branch, kwargs: dict[str, Any]
+) -> Any:
     if parent.detached or parent.replay.suspended or asyncio.current_task() is not parent.task:
         # Made by unwinding code, or by a callback that merely carries the flow's context
         # (asyncio finalising an abandoned async generator): not numbered — when it runs
@@ -94,15 +105,7 @@ def _factory(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **
     context = kwargs.pop("context", None)
     context = context.copy() if context is not None else contextvars.copy_context()
     context.run(current_branch.set, child)
-    kwargs["context"] = context
-    task = _create(loop, coro, kwargs)
+    task = create(loop, coro, context=context, **kwargs)
     child.task = task
     parent.replay.adopt(task)
     return task
-
-
-def _create(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], kwargs: dict[str, Any]) -> Any:
-    previous = _factories.get(loop)
-    if previous is not None:
-        return previous(loop, coro, **kwargs)
-    return asyncio.Task(coro, loop=loop, **kwargs)

@@ -109,7 +109,7 @@ async def run_flow(
     if not modern:
         return await call_flow(spec, FlowContext(LiveDriver(request, spec.name), request), arguments)
     try:
-        return await _run_round(spec, services, request, wire.params or {}, capabilities, arguments, probe)
+        return await _run_round(spec, services, request, wire, capabilities, arguments, probe)
     except FlowError as exc:
         raise as_protocol_error(spec, exc) from exc
 
@@ -232,18 +232,19 @@ async def _run_round(
     spec: FlowSpec,
     services: Services,
     request: Context[Any, Any],
-    params: Mapping[str, Any],
+    wire: Any,
     capabilities: ClientCapabilities | None,
     arguments: Mapping[str, Any],
     probe: bool,
 ) -> Any:
     # `params` already passed the SDK's validation (malformed inputResponses are -32602
     # before we run) and the boundary's unsealing (requestState is our plaintext).
+    params: Mapping[str, Any] = wire.params or {}
     state = params.get("requestState")
     journal = _load_journal(spec, state)
     answers = params.get("inputResponses") or {}
     # The round runs under the instance's replay guard and load shedding (mrtr.shedding.run_round).
-    body = _round_body(spec, services, request, capabilities, arguments, probe, journal, answers, state)
+    body = _round_body(spec, services, request, wire, capabilities, arguments, probe, journal, answers, state)
     return await run_round(spec, services, request, params, journal, answers, body)
 
 
@@ -251,6 +252,7 @@ async def _round_body(
     spec: FlowSpec,
     services: Services,
     request: Context[Any, Any],
+    wire: Any,
     capabilities: ClientCapabilities | None,
     arguments: Mapping[str, Any],
     probe: bool,
@@ -266,7 +268,7 @@ async def _round_body(
         arguments,
         request=request,
         probe=probe,
-        budget=journal_budget(spec, request),
+        budget=journal_budget(spec, request, wire),
         state_cap=spec.limits.max_state_bytes,
         base_size=journal_codec.embedded_length(state) if state else None,
         shed=services.shedder.point(journal) if services.shedder is not None else None,
