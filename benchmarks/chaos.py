@@ -68,7 +68,7 @@ class Options:
     concurrency: int = 16
     clients: int = 4
     kill_interval: tuple[float, float] = (2.0, 4.0)
-    min_kills: int = 3
+    min_kills: int = 10
     duration_cap: float = 600.0
     modes: tuple[str, ...] = MODES
     task_seconds: float = 0.3
@@ -100,6 +100,7 @@ class ModeReport:
     tasks_stuck: int
     stuck_statuses: dict[str, int]
     shed_rounds: int
+    input_rounds: int
     kills: int
     kills_skipped: int
     restart_failures: list[str]
@@ -211,6 +212,7 @@ async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng
             statuses = await settle_tasks(redis, namespace, options.settle)
             records = [json.loads(r) for r in await redis.lrange(f"{namespace}:fxlog", 0, -1)]
             shed = int(await redis.get(f"{namespace}:shed") or 0)
+            input_rounds = int(await redis.get(f"{namespace}:input_rounds") or 0)
         stuck: dict[str, int] = {}
         for status in statuses.values():
             if status not in ("completed", "failed", "cancelled"):
@@ -224,6 +226,7 @@ async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng
             tasks_stuck=sum(stuck.values()),
             stuck_statuses=stuck,
             shed_rounds=shed,
+            input_rounds=input_rounds,
             kills=len(killer.kills),
             kills_skipped=killer.skipped,
             restart_failures=killer.restart_failures,
@@ -268,8 +271,8 @@ def render(report: ModeReport, options: Options) -> str:
         f"  duplicate step runs, same key: {dup.same_key} ({dup.same_key_after_kill} coincided with a kill)",
         f"  steps rerun under a new key (first round resent): {dup.new_key}"
         f" ({dup.new_key_after_kill} coincided with a kill)",
-        f"  rounds shed {report.shed_rounds}; kills {report.kills} (skipped {report.kills_skipped});"
-        f" client breakages {load.client_breaks}",
+        f"  rounds shed {report.shed_rounds} (rounds with questions {report.input_rounds})",
+        f"  kills {report.kills} (skipped {report.kills_skipped}); client breakages {load.client_breaks}",
         f"  {report.flows_per_second:.1f} flows/s over {load.seconds:.1f} s",
     ]
     if load.lost_reasons:
@@ -290,7 +293,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, bool]:
     parser.add_argument("--concurrency", type=int, default=16, help="flows in flight, over all clients")
     parser.add_argument("--clients", type=int, default=4, help="clients (workers), each shared by its flows")
     parser.add_argument("--kill-every", default="2,4", help="seconds between kills: MIN,MAX (uniform)")
-    parser.add_argument("--min-kills", type=int, default=3, help="keep flows coming until this many kills")
+    parser.add_argument("--min-kills", type=int, default=10, help="keep flows coming until this many kills")
     parser.add_argument("--duration-cap", type=float, default=600.0, help="seconds of traffic per mode, at most")
     parser.add_argument("--modes", default=",".join(MODES), help=f"client modes, from {','.join(MODES)}")
     parser.add_argument("--task-seconds", type=float, default=0.3, help="how long a task's slow step sleeps")

@@ -13,8 +13,8 @@ result; a wrong answer or a mixed-up journal shows up as a wrong value):
   `slow` s), one question `z`, a last step; returns `base * 3 + z`.
 
 Also: `GET /healthz` for the balancer's health checks, and an outermost middleware that
-counts rounds answered with state only (`input_required` without `inputRequests`: load
-shed) in Redis, so shedding is counted the same whatever the client.
+counts `input_required` answers, and those with state only (no `inputRequests`: load
+shed), in Redis, so shedding is counted the same whatever the client.
 
 Environment: MRTR_STATE_KEY (hex), MRTR_INSTANCE (label), CHAOS_REDIS (URL), CHAOS_NAMESPACE
 (key prefix of the store and the counters), CHAOS_PORT (port used when `--port 0` is given,
@@ -63,6 +63,7 @@ def effects_key(idempotency_key: str) -> str:
 
 LOG_KEY = f"{NAMESPACE}:fxlog"
 SHED_KEY = f"{NAMESPACE}:shed"
+INPUT_KEY = f"{NAMESPACE}:input_rounds"
 
 
 class Number(BaseModel):
@@ -125,11 +126,12 @@ def build_server(key: bytes, redis_url: str, lease: float) -> tuple[MCPServer, m
     return server, flows
 
 
-class ShedCounter:
-    """ASGI middleware: counts responses that are `input_required` with state only (a shed round).
+class RoundCounter:
+    """ASGI middleware: counts `input_required` responses, and those with state only (shed rounds).
 
     Reads the body as it streams past (MRTR responses are small, one JSON object), so it
-    sees exactly what any client would, whether or not that client can retry.
+    sees exactly what any client would, whether or not that client can retry. The total
+    is a check that the counting works: a flow of three rounds gives two.
     """
 
     def __init__(self, app: ASGIApp, redis_url: str) -> None:
@@ -148,14 +150,15 @@ class ShedCounter:
             await send(message)
 
         await self.app(scope, receive, watch)
-        if is_shed(bytes(body)):
-            await self.redis.incr(SHED_KEY)
+        kind = input_required_kind(bytes(body))
+        if kind is not None:
+            await self.redis.incr(SHED_KEY if kind == "shed" else INPUT_KEY)
 
 
-def is_shed(body: bytes) -> bool:
-    """An `input_required` result without `inputRequests`: the server asks only for a resend."""
+def input_required_kind(body: bytes) -> str | None:
+    """`"shed"` for `input_required` without `inputRequests`, `"input"` with them, else None."""
     if b"input_required" not in body:
-        return False
+        return None
     for line in body.splitlines():  # a JSON body, or SSE `data:` lines
         text = line.removeprefix(b"data:").strip()
         if not text.startswith(b"{"):
@@ -165,8 +168,8 @@ def is_shed(body: bytes) -> bool:
         except ValueError:
             continue
         if isinstance(result, dict) and result.get("resultType") == "input_required":
-            return not result.get("inputRequests")
-    return False
+            return "input" if result.get("inputRequests") else "shed"
+    return None
 
 
 def exit_with_parent() -> None:
@@ -190,7 +193,7 @@ def main() -> None:
     redis_url = os.environ.get("CHAOS_REDIS", "redis://127.0.0.1:6379/0")
     lease = float(os.environ.get("MRTR_TASK_LEASE", "1.0"))
     _, flows = build_server(bytes.fromhex(os.environ["MRTR_STATE_KEY"]), redis_url, lease)
-    app = ShedCounter(flows.streamable_http_app(), redis_url)
+    app = RoundCounter(flows.streamable_http_app(), redis_url)
     asyncio.run(serve_http(app, port, READY_PREFIX, ready_suffix=f"instance={INSTANCE}"))
 
 
