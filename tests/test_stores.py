@@ -451,3 +451,61 @@ async def test_open_store_picks_the_backend_from_the_url() -> None:
     assert isinstance(open_store("postgresql://postgres@127.0.0.1:5432/postgres", namespace="svc_tasks"), PostgresStore)
     with pytest.raises(ValueError, match="unknown task store URL"):
         open_store("mysql://nope")
+
+
+# -- the replay guard's ledger (mrtr.guard.RoundLedger), on every store -------------------------
+
+
+async def test_round_ledger_claim_fork_finish(store: Any) -> None:
+    far = time.time() + 600
+    assert await store.claim_round("f:1:s", "A", "w1", 10.0, far) == ("claimed", None)
+    assert await store.claim_round("f:1:s", "A", "w2", 10.0, far) == ("busy", None)
+    assert await store.claim_round("f:1:s", "B", "w2", 10.0, far) == ("forked", None)
+    assert not await store.finish_round("f:1:s", "w2", '{"k":"v"}')  # not the owner
+    assert await store.renew_round("f:1:s", "w1", 10.0)
+    assert await store.finish_round("f:1:s", "w1", '{"k":"v","v":1}')
+    assert not await store.finish_round("f:1:s", "w1", '{"k":"v","v":2}')  # recorded once
+    assert await store.claim_round("f:1:s", "A", "w2", 10.0, far) == ("done", '{"k":"v","v":1}')
+    assert await store.claim_round("f:1:s", "B", "w2", 10.0, far) == ("forked", None)
+    assert not await store.renew_round("f:1:s", "w1", 10.0)  # finished rounds have no lease
+    assert await store.claim_round("f:2:s", "B", "w2", 10.0, far) == ("claimed", None)  # another round
+
+
+async def test_round_ledger_lapsed_lease_is_taken_over_only_by_the_same_answers(store: Any) -> None:
+    far = time.time() + 600
+    assert (await store.claim_round("r", "A", "dead", 0.2, far))[0] == "claimed"
+    await asyncio.sleep(0.5)
+    assert await store.claim_round("r", "B", "w2", 10.0, far) == ("forked", None)
+    assert await store.claim_round("r", "A", "w2", 10.0, far) == ("claimed", None)
+    assert not await store.finish_round("r", "dead", "late")  # the dead owner lost it
+    assert await store.finish_round("r", "w2", "ok")
+    assert await store.claim_round("r", "A", "w3", 10.0, far) == ("done", "ok")
+
+
+async def test_round_ledger_entries_expire(store: Any) -> None:
+    assert (await store.claim_round("e", "A", "w1", 10.0, time.time() + 0.3))[0] == "claimed"
+    await asyncio.sleep(0.6)
+    assert await store.claim_round("e", "B", "w2", 10.0, time.time() + 60) == ("claimed", None)
+    await store.claim_round("gone", "A", "w1", 10.0, time.time() + 0.2)
+    await asyncio.sleep(0.4)
+    await store.purge_rounds()
+    assert await store.claim_round("gone", "B", "w1", 10.0, time.time() + 60) == ("claimed", None)
+
+
+async def test_round_ledger_concurrent_claims_exactly_one_wins(make_store: Factory) -> None:
+    stores: list[Any] = [await make_store()]
+    if make_store.backend != "sqlite-memory":  # type: ignore[attr-defined]
+        stores.append(await make_store())
+    far = time.time() + 600
+    for i in range(5):
+        claims = [stores[n % len(stores)].claim_round(f"c{i}", "A", f"w{n}", 10.0, far) for n in range(6)]
+        verdicts = [v for v, _ in await asyncio.gather(*claims)]
+        assert verdicts.count("claimed") == 1 and verdicts.count("busy") == 5, verdicts
+        forks = [stores[n % len(stores)].claim_round(f"d{i}", f"answers-{n}", "w", 10.0, far) for n in range(6)]
+        verdicts = [v for v, _ in await asyncio.gather(*forks)]
+        assert verdicts.count("claimed") == 1 and verdicts.count("forked") == 5, verdicts
+
+
+async def test_store_clock_is_close_to_this_hosts(store: Any) -> None:
+    # Same host here, so the store's clock (Redis TIME, PostgreSQL clock_timestamp()) agrees closely.
+    assert abs(await store.clock() - time.time()) < 1.0

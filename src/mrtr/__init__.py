@@ -21,6 +21,8 @@ from mrtr.errors import (
     TooManyRounds,
 )
 from mrtr.flows import Flows
+from mrtr.guard import ReplayGuard, open_guard
+from mrtr.shedding import LoadShedder
 from mrtr.stores import TaskRecord, TaskStore, open_store
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
     "FlowExpired",
     "Flows",
     "InputRefused",
+    "LoadShedder",
+    "ReplayGuard",
     "PostgresStore",
     "RedisStore",
     "SQLiteStore",
@@ -43,6 +47,7 @@ __all__ = [
     "StepInfo",
     "TooManyRounds",
     "current_step",
+    "open_guard",
     "open_store",
 ]
 

@@ -6,25 +6,53 @@ does the same with the client rules of MCP 2026-07-28 spelled out and observable
 request, a missing `resultType` taken as complete, nothing leaking into other calls — and
 reports each round to an `on_round` hook (for progress displays, logs and tests). Its
 answer handlers also serve legacy servers, which ask through server→client requests.
+
+It is built for fleets: over HTTP each request is one self-contained POST on mrtr's own
+transport (`mrtr.client_transport`: the SDK's streamable HTTP client cancels every call on a
+client when one connection breaks), failures stay with their call and come as
+`TransportError` (HTTP status attached) rather than `MCPError`, and a round that got no
+answer or was shed is resent unchanged, with bounded, jittered backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+import secrets
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+import anyio
+import httpx2
 import mcp_types as t
 from mcp import Client
-from mcp.client.session import ClientRequestContext
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from mcp.client.session import ClientRequestContext, ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
+from mrtr.client_transport import (
+    DEFAULT_TIMEOUT,
+    GatewayError,
+    LegacySessionRejected,
+    LoadShed,
+    RetryPolicy,
+    RoundTripDispatcher,
+    TransportError,
+    TransportTimeout,
+    resending,
+)
 from mrtr.task_client import CreatedTask, TasksClient, TaskSnapshot, as_wire, cancel_task, follow_task
 
 ElicitHandler = Callable[[t.ElicitRequestParams], Awaitable[t.ElicitResult]]
 SampleHandler = Callable[[t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
 RootsHandler = Callable[[], Awaitable[Sequence[t.Root] | t.ListRootsResult]]
+
+IDEMPOTENCY_KEY_META = "mrtr/idempotencyKey"
+"""`_meta` key of a task-augmented `tools/call`: random per logical call, the same on every resend."""
 
 _RESULT_MODELS: dict[str, type[t.Result]] = {
     "tools/call": t.CallToolResult,
@@ -32,8 +60,8 @@ _RESULT_MODELS: dict[str, type[t.Result]] = {
     "resources/read": t.ReadResourceResult,
 }
 
-# A server that sheds load answers with state only; back off a little before retrying.
-_STATE_ONLY_DELAYS = (0.0, 0.05, 0.1, 0.25)
+# Answers to `server/discover` that settle "this server speaks no 2026-07-28": anything else is no verdict.
+_LEGACY_VERDICTS = frozenset({t.METHOD_NOT_FOUND, t.INVALID_REQUEST, t.UNSUPPORTED_PROTOCOL_VERSION})
 
 
 class RoundLimitExceeded(RuntimeError):
@@ -58,7 +86,14 @@ class Round:
 
 @dataclass
 class FlowClient:
-    """An `mcp.Client` plus explicit, observable MRTR round driving.
+    """An MCP client that drives multi round-trip calls to the end, and survives instance death.
+
+    Over HTTP (a URL string) it speaks 2026-07-28 through mrtr's own per-request transport
+    (`mrtr.client_transport`): a failure hits only the call it happened to, and a round that got
+    no answer (connection refused or reset, HTTP 502/503/504, `timeout`) or was shed (state only,
+    no questions) is resent as is — same `requestState`, same answers — with `retry`'s backoff.
+    JSON-RPC errors the server sent are never resent. stdio and in-process servers go through
+    the SDK's `mcp.Client`.
 
     Example:
         async with FlowClient(url, elicit=ask_user, sample=call_llm) as flows:
@@ -70,58 +105,150 @@ class FlowClient:
     sample: SampleHandler | None = None
     roots: RootsHandler | None = None
     mode: str = "auto"
-    max_rounds: int = 10
+    """How to pick the protocol. "auto" (default): over HTTP, probe `server/discover` (transient
+    failures resent with `retry`'s backoff) and use 2026-07-28; fall back to the legacy handshake
+    only when the server answers that it does not speak it (method not found, invalid request,
+    version refused) — never after a transport failure. "legacy": the 2025-11-25 handshake (its
+    HTTP session must stay on one instance: sticky or stateful deployments only). "2026-07-28":
+    pinned, no probe."""
+    max_rounds: int = 25
+    """Rounds with questions one call may take (the server's own default limit is 25)."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds each request may take, connect to last byte (30). On a legacy session it bounds a
+    whole call, time spent in the answer handlers included."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Resends per round after transport failures, and consecutive state-only resends."""
+    headers: Mapping[str, str] | None = None
+    """HTTP headers added to every request (e.g. `Authorization`)."""
     on_round: Callable[[Round], Awaitable[None] | None] | None = None
     tasks: bool = False
     """Declare the tasks extension: a server may then answer with a durable task, followed here."""
     on_task: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None
     """Called with each new status of a task this client follows (for progress displays)."""
     client_options: dict[str, Any] = field(default_factory=dict)
+    """Extra options for `mcp.Client` (stdio, in-process, legacy HTTP) or `ClientSession` (2026-07-28 HTTP)."""
     _client: Client | None = field(init=False, default=None)
+    _session: ClientSession | None = field(init=False, default=None)
+    _stack: AsyncExitStack | None = field(init=False, default=None)
+    _legacy_http: _SessionWatch | None = field(init=False, default=None)
 
     async def __aenter__(self) -> FlowClient:
-        options = dict(self.client_options)
-        if self.tasks:
-            options["extensions"] = [*options.get("extensions", ()), TasksClient(self._answer, on_status=self.on_task)]
-        self._client = Client(
-            self.server,
-            mode=self.mode,
-            elicitation_callback=self._on_elicit if self.elicit else None,
-            sampling_callback=self._on_sample if self.sample else None,
-            list_roots_callback=self._on_roots if self.roots else None,
-            **options,
-        )
-        await self._client.__aenter__()
+        async with AsyncExitStack() as stack:
+            if isinstance(self.server, str) and self.mode != "legacy":
+                modern = await self._open_modern(stack)
+                if not modern:  # a definite "no" from the server: start over on the legacy handshake
+                    await stack.aclose()
+                    await self._open_sdk(stack, "legacy")
+            else:
+                await self._open_sdk(stack, self.mode)
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        if self._client is not None:
-            await self._client.__aexit__(*exc)
+        stack, self._stack, self._session, self._client = self._stack, None, None, None
+        if stack is not None:
+            await stack.__aexit__(*exc)
+
+    @property
+    def session(self) -> ClientSession:
+        """The SDK session underneath (for requests FlowClient has no method for)."""
+        if self._session is None:
+            raise RuntimeError("use `async with FlowClient(...)` first")
+        return self._session
 
     @property
     def client(self) -> Client:
+        """The SDK `Client`, on stdio, in-process and legacy HTTP connections (2026-07-28 HTTP has none)."""
         if self._client is None:
-            raise RuntimeError("use `async with FlowClient(...)` first")
+            raise RuntimeError("no mcp.Client on this connection (2026-07-28 over HTTP); use `.session`")
         return self._client
 
+    @property
+    def protocol_version(self) -> str | None:
+        return self.session.protocol_version
+
+    def _extensions(self) -> list[TasksClient]:
+        return [TasksClient(self._answer, on_status=self.on_task)] if self.tasks else []
+
+    def _callbacks(self) -> dict[str, Any]:
+        return {
+            "elicitation_callback": self._on_elicit if self.elicit else None,
+            "sampling_callback": self._on_sample if self.sample else None,
+            "list_roots_callback": self._on_roots if self.roots else None,
+        }
+
+    async def _open_sdk(self, stack: AsyncExitStack, mode: str) -> None:
+        options = dict(self.client_options)
+        options["extensions"] = [*options.get("extensions", ()), *self._extensions()]
+        options.setdefault("read_timeout_seconds", self.timeout)
+        server = self.server
+        if isinstance(server, str):  # legacy HTTP: watch for instances that do not know our session
+            self._legacy_http = watch = _SessionWatch()
+            http = httpx2.AsyncClient(
+                headers=dict(self.headers or {}),
+                timeout=httpx2.Timeout(self.timeout, read=max(self.timeout, 300.0)),
+                event_hooks={"response": [watch.on_response]},
+            )
+            await stack.enter_async_context(http)
+            server = streamable_http_client(server, http_client=http)
+        self._client = await stack.enter_async_context(Client(server, mode=mode, **self._callbacks(), **options))
+        self._session = self._client.session
+
+    async def _open_modern(self, stack: AsyncExitStack) -> bool:
+        """Open a 2026-07-28 session over mrtr's transport; False if the server definitely is legacy."""
+        dispatcher = await stack.enter_async_context(
+            RoundTripDispatcher(self.server, timeout=self.timeout, headers=self.headers)
+        )
+        options = dict(self.client_options)
+        extensions = [*options.pop("extensions", ()), *self._extensions()]
+        options.pop("read_timeout_seconds", None)
+        session = ClientSession(
+            dispatcher=dispatcher,
+            read_timeout_seconds=self.timeout,
+            extensions={e.identifier: e.settings() for e in extensions} or None,
+            result_claims={e.identifier: tuple(e.claims()) for e in extensions if e.claims()} or None,
+            **self._callbacks(),
+            **options,
+        )
+        await stack.enter_async_context(session)
+        if self.mode == "auto":
+            discovered = await _discover(session, self.retry)
+            if discovered is None:
+                return False
+        else:
+            discovered = t.DiscoverResult(
+                supported_versions=[self.mode],
+                capabilities=t.ServerCapabilities(),
+                result_type="complete",
+                ttl_ms=0,
+                cache_scope="public",
+            )
+        session.adopt(discovered)
+        self._session = session
+        return True
+
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> t.CallToolResult:
-        params = {"name": name, "arguments": arguments}
-        result = await self._drive("tools/call", name, lambda r, s: self._send("tools/call", params, r, s))
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if self.tasks:
+            # One key per logical call, the same on every resend: a server that already created
+            # the task for it returns that task instead of a second one.
+            params["_meta"] = {IDEMPOTENCY_KEY_META: secrets.token_urlsafe(16)}
+        result = await self._drive("tools/call", name, params)
         if isinstance(result, CreatedTask):  # MRTR rounds are over; the rest is a durable task
-            return await follow_task(self.client.session, result.task_id, self._answer, on_status=self.on_task)
+            return await follow_task(
+                self.session, result.task_id, self._answer, on_status=self.on_task, retry=self.retry
+            )
         return result
 
     async def cancel_task(self, task_id: str) -> None:
         """Ask the server to cancel a task (cooperative; poll to see it end)."""
-        await cancel_task(self.client.session, task_id)
+        await resending(self.retry, lambda: cancel_task(self.session, task_id))
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> t.GetPromptResult:
-        params = {"name": name, "arguments": arguments}
-        return await self._drive("prompts/get", name, lambda r, s: self._send("prompts/get", params, r, s))
+        return await self._drive("prompts/get", name, {"name": name, "arguments": arguments})
 
     async def read_resource(self, uri: str) -> t.ReadResourceResult:
-        params = {"uri": uri}
-        return await self._drive("resources/read", uri, lambda r, s: self._send("resources/read", params, r, s))
+        return await self._drive("resources/read", uri, {"uri": uri})
 
     async def _send(
         self, method: str, params: dict[str, Any], responses: dict[str, Any] | None, state: str | None
@@ -133,14 +260,15 @@ class FlowClient:
         as complete). Uses the session's own envelope stamp and dispatcher, so `_meta`,
         routing headers and transport behave exactly as for the SDK's own calls.
         """
+        session = self.session
+        if session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return await self._send_legacy(method, params)
         wire = {k: v for k, v in params.items() if v is not None}
+        wire["_meta"] = dict(wire.get("_meta") or {})  # the stamp adds to it: never share it between sends
         if responses:
             wire["inputResponses"] = {k: as_wire(v) for k, v in responses.items()}
         if state is not None:
             wire["requestState"] = state  # echoed exactly, and only when the server sent one
-        session = self.client.session
-        if self.client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            return await self._send_legacy(method, params)
         data: dict[str, Any] = {"method": method, "params": wire}
         options: dict[str, Any] = {}
         session._stamp(data, options)  # type: ignore[arg-type]
@@ -149,36 +277,49 @@ class FlowClient:
 
     async def _send_legacy(self, method: str, params: dict[str, Any]) -> Any:
         # Legacy servers ask through server->client requests (answered by our callbacks).
-        session = self.client.session
+        session = self.session
+        meta = params.get("_meta")
         if method == "tools/call":
-            return await session.call_tool(params["name"], params.get("arguments"))
-        if method == "prompts/get":
-            return await session.get_prompt(params["name"], params.get("arguments"))
-        return await session.read_resource(params["uri"])
+            call = partial(session.call_tool, params["name"], params.get("arguments"), meta=meta)
+        elif method == "prompts/get":
+            call = partial(session.get_prompt, params["name"], params.get("arguments"))
+        else:
+            call = partial(session.read_resource, params["uri"])
+        if self._legacy_http is None:
+            return await call()
+        return await self._legacy_http.guard(call)
 
-    async def _drive(self, method: str, target: str, send: Callable[..., Awaitable[Any]]) -> Any:
-        result = await send(None, None)
-        state_only = 0
-        for number in range(1, self.max_rounds + 1):
+    async def _drive(self, method: str, target: str, params: dict[str, Any]) -> Any:
+        """Send, answer, resend until complete; transport failures and shed rounds resend the same round."""
+        state: str | None = None
+        answered: dict[str, Any] = {}
+        asked_rounds = shed = reported = 0
+        while True:
+            result = await resending(self.retry, partial(self._send, method, params, answered or None, state))
             if not isinstance(result, t.InputRequiredResult):
                 return result
             asked = dict(result.input_requests or {})
             if asked:
-                state_only = 0
+                asked_rounds += 1
+                if asked_rounds > self.max_rounds:
+                    raise RoundLimitExceeded(
+                        f"{method} {target!r} still needed input after {self.max_rounds} rounds "
+                        "(raise FlowClient(max_rounds=...) if the flow legitimately asks more)"
+                    )
+                shed = 0
                 answered = await self._answer_all(asked)
-            else:
-                await asyncio.sleep(_STATE_ONLY_DELAYS[min(state_only, len(_STATE_ONLY_DELAYS) - 1)])
-                state_only += 1
+            else:  # load shedding: progress only; resend at once, then back off
+                if shed >= self.retry.attempts:
+                    raise LoadShed(f"{method} {target!r}: the server shed this call {shed + 1} times", method=method)
+                await anyio.sleep(0 if shed == 0 else self.retry.delay(shed - 1))
+                shed += 1
                 answered = {}
+            reported += 1
             if self.on_round is not None:
-                hook = self.on_round(Round(number, method, target, asked, answered, result.request_state is not None))
+                hook = self.on_round(Round(reported, method, target, asked, answered, result.request_state is not None))
                 if hook is not None:
                     await hook
-            # The state goes back exactly as received, and only if there was one.
-            result = await send(answered or None, result.request_state)
-        if isinstance(result, t.InputRequiredResult):
-            raise RoundLimitExceeded(f"{method} {target!r} still needed input after {self.max_rounds} rounds")
-        return result
+            state = result.request_state  # back exactly as received, and only if there was one
 
     async def _answer_all(self, asked: dict[str, t.InputRequest]) -> dict[str, Any]:
         keys = list(asked)
@@ -216,6 +357,84 @@ class FlowClient:
         return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
 
 
+async def _discover(session: ClientSession, retry: RetryPolicy) -> t.DiscoverResult | None:
+    """`server/discover`, transient failures resent; None only on the server's definite "not modern".
+
+    Mirrors the SDK's `mode='auto'` policy (one re-probe at a mutual version named by -32022),
+    except that only the answers in `_LEGACY_VERDICTS` mean legacy: a transport failure that
+    outlasts `retry` raises `TransportError`, and any other JSON-RPC error is raised as is.
+    """
+    version = LATEST_MODERN_VERSION
+    for attempt in range(2):
+        try:
+            raw = await resending(retry, partial(session.send_discover, version))
+        except MCPError as error:
+            if error.code not in _LEGACY_VERDICTS:
+                raise
+            if error.code == t.UNSUPPORTED_PROTOCOL_VERSION:
+                supported = _supported_versions(error.error.data)
+                mutual = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
+                if mutual and attempt == 0:
+                    version = mutual[-1]
+                    continue
+                if supported and not any(v in HANDSHAKE_PROTOCOL_VERSIONS for v in supported):
+                    raise  # modern-only with no version in common: a real incompatibility
+            return None
+        try:
+            result = t.DiscoverResult.model_validate(raw, by_name=False)
+        except ValidationError:
+            return None  # answers discover, but not with a 2026-07-28 result
+        return result if any(v in result.supported_versions for v in MODERN_PROTOCOL_VERSIONS) else None
+    return None
+
+
+def _supported_versions(data: Any) -> list[str]:
+    try:
+        return list(t.UnsupportedProtocolVersionErrorData.model_validate(data).supported or ())
+    except ValidationError:
+        return []
+
+
+class _SessionWatch:
+    """Notices a legacy HTTP session refused by an instance that does not hold it, and fails calls at once.
+
+    Behind a balancer without stickiness a legacy call can otherwise hang: the server asks the
+    user through a server->client request, the answer lands on another instance (404), and
+    the original request waits for an answer that never comes.
+    """
+
+    def __init__(self) -> None:
+        self.rejected = anyio.Event()
+        self.detail = ""
+
+    async def on_response(self, response: httpx2.Response) -> None:
+        if response.status_code == 404 and "mcp-session-id" in response.request.headers:
+            self.detail = f"HTTP 404 on {response.request.method}"
+            self.rejected.set()
+
+    async def guard(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        if self.rejected.is_set():
+            raise LegacySessionRejected(self.detail)
+        outcome: list[Any] = []
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def cancel_on_rejection() -> None:
+                    await self.rejected.wait()
+                    group.cancel_scope.cancel()
+
+                group.start_soon(cancel_on_rejection)
+                outcome.append(await call())
+                group.cancel_scope.cancel()
+        except MCPError as error:
+            if self.rejected.is_set():
+                raise LegacySessionRejected(self.detail) from error
+            raise
+        if not outcome:  # cancelled by the watcher
+            raise LegacySessionRejected(self.detail)
+        return outcome[0]
+
+
 def _parse_result(method: str, raw: dict[str, Any]) -> Any:
     """Read a result by the client rules: absent `resultType` is complete, unknown ones invalid."""
     kind = raw.setdefault("resultType", "complete")
@@ -228,4 +447,16 @@ def _parse_result(method: str, raw: dict[str, Any]) -> Any:
     return _RESULT_MODELS[method].model_validate(raw, by_name=False)
 
 
-__all__ = ["FlowClient", "InputAbandoned", "Round", "RoundLimitExceeded"]
+__all__ = [
+    "IDEMPOTENCY_KEY_META",
+    "FlowClient",
+    "GatewayError",
+    "InputAbandoned",
+    "LegacySessionRejected",
+    "LoadShed",
+    "RetryPolicy",
+    "Round",
+    "RoundLimitExceeded",
+    "TransportError",
+    "TransportTimeout",
+]

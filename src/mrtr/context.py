@@ -195,6 +195,13 @@ class FlowContext:
         """
         await self._driver.continue_as_task()
 
+    async def checkpoint(self) -> None:  # issue 11: explicit shed point (mrtr.shedding)
+        """Offer a shed point: an overloaded instance may end the round here and hand the
+        journal to the client, whose retry carries on (maybe elsewhere). No-op otherwise."""
+        shed_point = getattr(self._driver, "shed_point", None)
+        if shed_point is not None:
+            shed_point()
+
     async def gather(self, *aws: Awaitable[Any]) -> list[Any]:
         """Await several asks/steps at once; every unanswered ask goes out in one round."""
         return list(await asyncio.gather(*aws))

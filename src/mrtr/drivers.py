@@ -26,6 +26,7 @@ from mcp_types import (
 from mrtr.asks import Ask, BadAnswer, Capability, required_capability, supports
 from mrtr.context import StepInfo, arg_digest, call_step, to_journal
 from mrtr.replay import Replay, numbered
+from mrtr.shedding import ShedPoint  # issue 11
 
 _LEGACY_REASK_LIMIT = 3
 
@@ -61,7 +62,9 @@ class JournalDriver:
         *,
         probe: bool = False,
         checkpoint: Callable[[], Awaitable[None]] | None = None,
+        shed: ShedPoint | None = None,  # issue 11: load shedding (mrtr.shedding)
     ) -> None:
+        self._shed = shed  # issue 11
         self._replay = replay
         self._probe = probe
         self._checkpoint = checkpoint
@@ -89,6 +92,7 @@ class JournalDriver:
         found, value = replay.recorded_step(key, digest)
         if found:
             return value
+        self.shed_point()  # issue 11: an overloaded instance ends the round before a new step
         replay.step_started()
         try:
             result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
@@ -104,6 +108,10 @@ class JournalDriver:
     async def continue_as_task(self) -> None:
         if self._probe:
             raise BecomeTask
+
+    def shed_point(self) -> None:  # issue 11: raises mrtr.shedding.ShedRound when overloaded
+        if self._shed is not None:
+            self._shed.check(self._replay)
 
 
 class LiveDriver:

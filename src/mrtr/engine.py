@@ -27,8 +27,11 @@ from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver
 from mrtr.errors import FlowError, FlowExpired, StateTooLarge, TooManyRounds
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.replay import Replay
+from mrtr.shedding import run_round  # issue 11
 
 if TYPE_CHECKING:
+    from mrtr.guard import ReplayGuard  # issue 11
+    from mrtr.shedding import LoadShedder, ShedPoint  # issue 11
     from mrtr.worker import TaskRuntime
 
 _STATELESS_VERSION = "2026-07-28"
@@ -67,6 +70,8 @@ class FlowSpec:
     mrtr_first: bool = False
     """Task calls ask inline (MRTR rounds) until the first step or `continue_as_task()`."""
     runtime: TaskRuntime | None = None
+    replay_guard: ReplayGuard | None = None  # issue 11: single-use rounds (mrtr.guard)
+    shedding: LoadShedder | None = None  # issue 11: load shedding (mrtr.shedding)
 
     @property
     def request_param(self) -> str:
@@ -153,10 +158,11 @@ async def execute(
     request: Context[Any, Any] | None = None,
     probe: bool = False,
     checkpoint: Callable[[], Awaitable[None]] | None = None,
+    shed: ShedPoint | None = None,  # issue 11: shed points of an ephemeral round (mrtr.shedding)
 ) -> Outcome:
     """Run the flow once from the top against `journal`, until it ends or settles on asks."""
     replay = Replay(journal, answers, capabilities)
-    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint)
+    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, shed=shed)  # issue 11: shed=
     flow = asyncio.get_running_loop().create_task(call_flow(spec, FlowContext(driver, request), arguments))
     replay.flow_task = flow
     try:
@@ -194,7 +200,22 @@ async def _run_round(
     # before we run) and the boundary's unsealing (requestState is our plaintext).
     journal = _load_journal(spec, params.get("requestState"))
     answers = params.get("inputResponses") or {}
-    outcome = await execute(spec, journal, answers, capabilities, arguments, request=request, probe=probe)
+    # issue 11: the round runs under the instance's replay guard and load shedding (mrtr.shedding.run_round).
+    body = _round_body(spec, request, capabilities, arguments, probe, journal, answers)
+    return await run_round(spec, request, params, journal, answers, body)
+
+
+async def _round_body(  # issue 11: the rest of _run_round, split off so run_round can wrap it
+    spec: FlowSpec,
+    request: Context[Any, Any],
+    capabilities: ClientCapabilities | None,
+    arguments: Mapping[str, Any],
+    probe: bool,
+    journal: Journal,
+    answers: Mapping[str, Any],
+) -> Any:
+    shed = spec.shedding.point(journal) if spec.shedding is not None else None  # issue 11
+    outcome = await execute(spec, journal, answers, capabilities, arguments, request=request, probe=probe, shed=shed)
     if outcome.parked:
         return _input_required(spec, request, outcome.replay)
     if outcome.became_task:

@@ -27,6 +27,8 @@ from starlette.applications import Starlette
 from mrtr.context import FlowContext
 from mrtr.engine import FlowSpec, Limits, TaskSupport, run_flow
 from mrtr.errors import InputRefused
+from mrtr.guard import ReplayGuard, as_guard
+from mrtr.shedding import LoadShedder
 from mrtr.static_resources import StaticResourceFlows
 from mrtr.stores import TaskStore
 from mrtr.tasks import TasksExtension
@@ -54,6 +56,13 @@ class Flows:
         seed_dialect: Also serve SEP-2322's original persistent workflow (`tasks/result`,
             `tasks/input_response`) for early clients; off by default because the tasks
             extension requires `tasks/result` to be unknown.
+        replay_guard: Make every round's `requestState` single-use fleet-wide: a store URL
+            (`redis://...`, `postgresql://...`, `sqlite:///PATH`, as `mrtr.open_store`) or a
+            `mrtr.ReplayGuard` (see `mrtr.guard`). Off by default.
+        max_inflight_rounds: Shed load (see `mrtr.shedding`) while more MRTR rounds than
+            this run on this instance.
+        max_loop_lag: Shed load while the event loop runs timers this many seconds late.
+        shed_when: Shed load while this callable returns True.
     """
 
     def __init__(
@@ -69,8 +78,14 @@ class Flows:
         task_poll_interval: float = 0.5,
         task_scan_interval: float = 1.0,
         seed_dialect: bool = False,
+        replay_guard: str | ReplayGuard | None = None,
+        max_inflight_rounds: int | None = None,
+        max_loop_lag: float | None = None,
+        shed_when: Callable[[], bool] | None = None,
     ) -> None:
         self.server = server
+        self.replay_guard = as_guard(replay_guard, server)
+        self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when)
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         self._static = StaticResourceFlows(server)
         self._store = store
@@ -257,6 +272,8 @@ class Flows:
             audience=self.server.name,
             task=task,
             runtime=runtime,
+            replay_guard=self.replay_guard,
+            shedding=self.shedder,
         )
 
 

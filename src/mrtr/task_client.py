@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 import mcp_types as t
@@ -19,6 +20,8 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, TypeAdapter
+
+from mrtr.client_transport import NO_RETRY, RetryPolicy, resending
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -100,8 +103,13 @@ async def follow_task(
     *,
     poll_interval: float = 0.5,
     on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
+    retry: RetryPolicy = NO_RETRY,
 ) -> t.CallToolResult:
     """Poll a task to its end, answering its input requests; returns the tool's result.
+
+    Each `tasks/get` and `tasks/update` is bounded by the session's timeout and resent per
+    `retry` after a `TransportError` (both are safe to repeat: an answer to a key that is no
+    longer pending is ignored). The task itself may run as long as the server lets it.
 
     Raises:
         MCPError: The task `failed` (its JSON-RPC error).
@@ -110,7 +118,7 @@ async def follow_task(
     answered: set[str] = set()
     last: tuple[str, str | None] | None = None
     while True:
-        task = await get_task(session, task_id)
+        task = await resending(retry, partial(get_task, session, task_id))
         status = task.get("status", "working")
         requests = task.get("inputRequests") or {}
         if on_status is not None and (status, task.get("statusMessage")) != last:
@@ -131,7 +139,7 @@ async def follow_task(
             parsed = {k: _INPUT_REQUEST.validate_python(v) for k, v in fresh.items()}
             values = await asyncio.gather(*(answer(r) for r in parsed.values()))
             wire = {k: as_wire(v) for k, v in zip(parsed, values, strict=True)}
-            await update_task(session, task_id, wire)
+            await resending(retry, partial(update_task, session, task_id, wire))
             answered |= set(fresh)
             continue
         interval = task.get("pollIntervalMs")
@@ -144,6 +152,10 @@ class TasksClient(ClientExtension):
     Args:
         answer: Turns one input request (elicitation, sampling, roots) into its result.
         on_status: Called with each new status (for progress displays).
+        on_created: Called with the `CreatedTask` before following it.
+        retry: Resends of `tasks/get` / `tasks/update` after a `mrtr.client_transport.TransportError`
+            (raised when the session runs on mrtr's transport, e.g. inside `FlowClient`); default
+            `RetryPolicy()`. Over the SDK's own HTTP transport failures come as `MCPError`, never resent.
     """
 
     identifier = TASKS_EXTENSION
@@ -154,8 +166,10 @@ class TasksClient(ClientExtension):
         *,
         on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
         on_created: Callable[[CreatedTask], Awaitable[None] | None] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._answer = answer
+        self._retry = retry or RetryPolicy()
         self._on_status = on_status
         self._on_created = on_created
 
@@ -169,7 +183,12 @@ class TasksClient(ClientExtension):
                 await hook
         interval = (created.poll_interval_ms or 500) / 1000
         return await follow_task(
-            ctx.session, created.task_id, self._answer, poll_interval=interval, on_status=self._on_status
+            ctx.session,
+            created.task_id,
+            self._answer,
+            poll_interval=interval,
+            on_status=self._on_status,
+            retry=self._retry,
         )
 
 

@@ -123,6 +123,22 @@ class TaskStore(Protocol):
         ...
 
 
+def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str, str | None]:
+    """What a lost `claim_round` means, from the stored round's (digest, outcome).
+
+    `row` is None only when the round vanished between the claim and this read (it
+    expired): the caller simply claims again.
+    """
+    if row is None:
+        return "retry", None
+    stored_digest, outcome = row
+    if stored_digest != digest:
+        return "forked", None
+    if outcome is not None:
+        return "done", outcome
+    return "busy", None
+
+
 def open_store(url: str, *, namespace: str | None = None) -> TaskStore:
     """A store from a URL, for configuration by environment (e.g. `MRTR_STORE`).
 
@@ -162,4 +178,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["TERMINAL", "TaskExists", "TaskRecord", "TaskStatus", "TaskStore", "open_store"]
+__all__ = ["TERMINAL", "TaskExists", "TaskRecord", "TaskStatus", "TaskStore", "open_store", "round_verdict"]

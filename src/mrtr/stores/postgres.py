@@ -20,7 +20,7 @@ from typing import Any
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from mrtr.stores import TaskExists, TaskRecord
+from mrtr.stores import TaskExists, TaskRecord, round_verdict
 
 # Room for the "_claimable"/"_expiry" index suffixes inside Postgres's 63-byte names.
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
@@ -53,6 +53,8 @@ class PostgresStore:
             "t": sql.Identifier(table),
             "claim_idx": sql.Identifier(f"{table}_claimable"),
             "expiry_idx": sql.Identifier(f"{table}_expiry"),
+            "r": sql.Identifier(f"{table}_rounds"),
+            "rounds_idx": sql.Identifier(f"{table}_rounds_exp"),
         }
         q = lambda text: sql.SQL(text).format(**fmt)  # noqa: E731
         self._schema = [
@@ -64,6 +66,13 @@ class PostgresStore:
             # Partial indexes: claim scans read only `working` rows, purges only rows with a TTL.
             q("CREATE INDEX IF NOT EXISTS {claim_idx} ON {t} (lease_until) WHERE status = 'working'"),
             q("CREATE INDEX IF NOT EXISTS {expiry_idx} ON {t} (expires_at) WHERE expires_at IS NOT NULL"),
+            # The replay guard's ledger (mrtr.guard): one row per claimed round.
+            q(
+                "CREATE TABLE IF NOT EXISTS {r} (round_id TEXT PRIMARY KEY, digest TEXT NOT NULL,"
+                " owner TEXT NOT NULL, lease_until DOUBLE PRECISION NOT NULL, outcome TEXT,"
+                " expires_at DOUBLE PRECISION NOT NULL)"
+            ),
+            q("CREATE INDEX IF NOT EXISTS {rounds_idx} ON {r} (expires_at)"),
         ]
         # An expired row is as good as absent (`load` hides it, Redis drops it by itself), so
         # `create` may take its id over; only a live row makes the id "taken".
@@ -85,6 +94,24 @@ class PostgresStore:
             "SELECT task_id FROM {t} WHERE status = 'working' AND lease_until < %s"
             " AND (expires_at IS NULL OR expires_at > %s) ORDER BY lease_until LIMIT %s"
         )
+        # Leases on the database's clock: `now()` is the statement's transaction time.
+        self._claim_round_sql = q(
+            "INSERT INTO {r} AS old (round_id, digest, owner, lease_until, outcome, expires_at)"
+            " VALUES (%(id)s, %(d)s, %(o)s, extract(epoch FROM now()) + %(lease)s, NULL, %(exp)s)"
+            " ON CONFLICT (round_id) DO UPDATE SET digest = EXCLUDED.digest, owner = EXCLUDED.owner,"
+            " lease_until = EXCLUDED.lease_until, outcome = NULL, expires_at = EXCLUDED.expires_at"
+            " WHERE old.expires_at <= extract(epoch FROM now()) OR (old.digest = EXCLUDED.digest"
+            " AND old.outcome IS NULL AND old.lease_until < extract(epoch FROM now()))"
+            " RETURNING 1"
+        )
+        self._read_round_sql = q("SELECT digest, outcome FROM {r} WHERE round_id = %s")
+        self._renew_round_sql = q(
+            "UPDATE {r} SET lease_until = extract(epoch FROM now()) + %s"
+            " WHERE round_id = %s AND owner = %s AND outcome IS NULL"
+        )
+        self._finish_round_sql = q("UPDATE {r} SET outcome = %s WHERE round_id = %s AND owner = %s AND outcome IS NULL")
+        self._clock_sql = q("SELECT extract(epoch FROM clock_timestamp())::float8")
+        self._purge_rounds_sql = q("DELETE FROM {r} WHERE expires_at <= extract(epoch FROM now())")
         self._purge_sql = q("DELETE FROM {t} WHERE expires_at IS NOT NULL AND expires_at <= %s")
 
     async def open(self) -> PostgresStore:
@@ -117,7 +144,9 @@ class PostgresStore:
             for statement in self._schema:
                 await conn.execute(statement)
 
-    async def _execute(self, query: sql.Composed, params: tuple[Any, ...]) -> tuple[int, list[tuple[Any, ...]]]:
+    async def _execute(
+        self, query: sql.Composed, params: tuple[Any, ...] | dict[str, Any]
+    ) -> tuple[int, list[tuple[Any, ...]]]:
         pool = await self._get_pool()
         async with pool.connection() as conn:
             cur = await conn.execute(query, params)
@@ -174,6 +203,35 @@ class PostgresStore:
 
     async def purge_expired(self, now: float) -> int:
         count, _ = await self._execute(self._purge_sql, (now,))
+        return count
+
+    # -- the replay guard's ledger (see mrtr.guard.RoundLedger); the database's clock -------
+
+    async def clock(self) -> float:
+        """Epoch seconds on the PostgreSQL server's clock, shared by every instance."""
+        _, rows = await self._execute(self._clock_sql, ())
+        return float(rows[0][0])
+
+    async def claim_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        params = {"id": round_id, "d": digest, "o": owner, "lease": float(lease), "exp": float(expires_at)}
+        _, rows = await self._execute(self._claim_round_sql, params)
+        if rows:
+            return "claimed", None
+        _, rows = await self._execute(self._read_round_sql, (round_id,))
+        return round_verdict(rows[0] if rows else None, digest)
+
+    async def renew_round(self, round_id: str, owner: str, lease: float) -> bool:
+        count, _ = await self._execute(self._renew_round_sql, (float(lease), round_id, owner))
+        return count == 1
+
+    async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
+        count, _ = await self._execute(self._finish_round_sql, (outcome, round_id, owner))
+        return count == 1
+
+    async def purge_rounds(self) -> int:
+        count, _ = await self._execute(self._purge_rounds_sql, ())
         return count
 
     async def close(self) -> None:

@@ -102,6 +102,40 @@ return #ids
 
 _PURGE_BATCH = 500
 
+# The replay guard's ledger (mrtr.guard): one hash per round (d digest, o owner, l lease
+# until, r outcome), expired by Redis itself. Leases are on the Redis server's clock (TIME),
+# so no instance's wall clock matters. KEYS[1] the round. ARGV: digest, owner, lease, expire ms.
+_CLAIM_ROUND = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local e = redis.call('HMGET', KEYS[1], 'd', 'l', 'r')
+if not e[1] then
+  redis.call('HSET', KEYS[1], 'd', ARGV[1], 'o', ARGV[2], 'l', string.format('%.6f', now + tonumber(ARGV[3])))
+  redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+  return {'claimed'}
+end
+if e[1] ~= ARGV[1] then return {'forked'} end
+if e[3] then return {'done', e[3]} end
+if tonumber(e[2]) < now then
+  redis.call('HSET', KEYS[1], 'o', ARGV[2], 'l', string.format('%.6f', now + tonumber(ARGV[3])))
+  return {'claimed'}
+end
+return {'busy'}
+"""
+
+# KEYS[1] the round. ARGV: owner, lease (renew) or outcome (finish), mode.
+_TOUCH_ROUND = """
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'r') == 1 then return 0 end
+if ARGV[3] == 'renew' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  redis.call('HSET', KEYS[1], 'l', string.format('%.6f', now + tonumber(ARGV[2])))
+else
+  redis.call('HSET', KEYS[1], 'r', ARGV[2])
+end
+return 1
+"""
+
 
 class RedisStore:
     """A `TaskStore` in Redis; several stores (processes) may share one prefix."""
@@ -116,6 +150,8 @@ class RedisStore:
         self._save = self._redis.register_script(_SAVE)
         self._claimable = self._redis.register_script(_CLAIMABLE)
         self._purge = self._redis.register_script(_PURGE)
+        self._claim_round = self._redis.register_script(_CLAIM_ROUND)
+        self._touch_round = self._redis.register_script(_TOUCH_ROUND)
 
     def _keys(self, task_id: str) -> list[str]:
         return [self._record_prefix + task_id, self._claim_key, self._expiry_key]
@@ -172,6 +208,31 @@ class RedisStore:
             total += n
             if n < _PURGE_BATCH:
                 return total
+
+    # -- the replay guard's ledger (see mrtr.guard.RoundLedger); Redis's clock ---------------
+
+    async def clock(self) -> float:
+        """Epoch seconds on the Redis server's clock (`TIME`), shared by every instance."""
+        seconds, micros = await self._redis.time()
+        return seconds + micros / 1_000_000
+
+    async def claim_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        args = [digest, owner, repr(float(lease)), str(math.ceil(expires_at * 1000))]
+        reply = await self._claim_round(keys=[f"{self.prefix}round:{round_id}"], args=args)
+        return str(reply[0]), (str(reply[1]) if len(reply) > 1 else None)
+
+    async def renew_round(self, round_id: str, owner: str, lease: float) -> bool:
+        keys = [f"{self.prefix}round:{round_id}"]
+        return bool(await self._touch_round(keys=keys, args=[owner, repr(float(lease)), "renew"]))
+
+    async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
+        keys = [f"{self.prefix}round:{round_id}"]
+        return bool(await self._touch_round(keys=keys, args=[owner, outcome, "finish"]))
+
+    async def purge_rounds(self) -> int:
+        return 0  # Redis expires each round's key itself
 
     async def close(self) -> None:
         await self._redis.aclose()

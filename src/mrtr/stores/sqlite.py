@@ -16,7 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from mrtr.stores import TaskExists, TaskRecord
+from mrtr.stores import TaskExists, TaskRecord, round_verdict
 
 T = TypeVar("T")
 
@@ -33,6 +33,16 @@ _SCHEMA = (
     # rows with a TTL, so neither index pays for the (many) finished or immortal rows.
     "CREATE INDEX IF NOT EXISTS mrtr_tasks_claimable ON mrtr_tasks (lease_until) WHERE status = 'working'",
     "CREATE INDEX IF NOT EXISTS mrtr_tasks_expiry ON mrtr_tasks (expires_at) WHERE expires_at IS NOT NULL",
+    # The replay guard's ledger (mrtr.guard): one row per claimed round, gone after `expires_at`.
+    """CREATE TABLE IF NOT EXISTS mrtr_rounds (
+        round_id TEXT PRIMARY KEY,
+        digest TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        lease_until REAL NOT NULL,
+        outcome TEXT,
+        expires_at REAL NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS mrtr_rounds_expiry ON mrtr_rounds (expires_at)",
 )
 
 # An expired row is as good as absent (`load` hides it and Redis drops it by itself), so
@@ -44,6 +54,19 @@ ON CONFLICT (task_id) DO UPDATE SET
     version = excluded.version, status = excluded.status, lease_until = excluded.lease_until,
     expires_at = excluded.expires_at, data = excluded.data
 WHERE mrtr_tasks.expires_at IS NOT NULL AND mrtr_tasks.expires_at <= ?
+"""
+
+# Claim a round: insert it, or take over an expired row, or one whose lease lapsed with the
+# same answers and no outcome. ?1 id, ?2 digest, ?3 owner, ?4 now, ?5 lease, ?6 expires_at.
+_CLAIM_ROUND = """
+INSERT INTO mrtr_rounds (round_id, digest, owner, lease_until, outcome, expires_at)
+VALUES (?1, ?2, ?3, ?4 + ?5, NULL, ?6)
+ON CONFLICT (round_id) DO UPDATE SET
+    digest = excluded.digest, owner = excluded.owner, lease_until = excluded.lease_until,
+    outcome = NULL, expires_at = excluded.expires_at
+WHERE mrtr_rounds.expires_at <= ?4
+   OR (mrtr_rounds.digest = ?2 AND mrtr_rounds.outcome IS NULL AND mrtr_rounds.lease_until < ?4)
+RETURNING 1
 """
 
 _SAVE = """
@@ -146,6 +169,48 @@ class SQLiteStore:
             return conn.execute(
                 "DELETE FROM mrtr_tasks WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
             ).rowcount
+
+        return await self._run(op)
+
+    # -- the replay guard's ledger (see mrtr.guard.RoundLedger); this host's clock ------------
+
+    async def clock(self) -> float:
+        """Epoch seconds on the store's clock: the one host that shares this file."""
+        return time.time()
+
+    async def claim_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        def op(conn: sqlite3.Connection) -> tuple[str, str | None]:
+            now = time.time()
+            if conn.execute(_CLAIM_ROUND, (round_id, digest, owner, now, lease, expires_at)).fetchone():
+                return "claimed", None
+            row = conn.execute("SELECT digest, outcome FROM mrtr_rounds WHERE round_id = ?", (round_id,)).fetchone()
+            return round_verdict(row, digest)
+
+        return await self._run(op)
+
+    async def renew_round(self, round_id: str, owner: str, lease: float) -> bool:
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE mrtr_rounds SET lease_until = ? WHERE round_id = ? AND owner = ? AND outcome IS NULL",
+                (time.time() + lease, round_id, owner),
+            ).rowcount
+
+        return await self._run(op) == 1
+
+    async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE mrtr_rounds SET outcome = ? WHERE round_id = ? AND owner = ? AND outcome IS NULL",
+                (outcome, round_id, owner),
+            ).rowcount
+
+        return await self._run(op) == 1
+
+    async def purge_rounds(self) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute("DELETE FROM mrtr_rounds WHERE expires_at <= ?", (time.time(),)).rowcount
 
         return await self._run(op)
 

@@ -1,0 +1,204 @@
+"""Load shedding: an overloaded instance hands a flow's progress back to the client.
+
+An MRTR round can end with an `InputRequiredResult` that carries `requestState` and no
+`inputRequests` (SEP-2322, seeds 001/004): the client retries at once, and any instance
+carries on from the journal. mrtr uses that to shed load:
+
+- The signal: rounds in flight on this instance (`max_inflight_rounds`), the event loop's
+  lag (`max_loop_lag`, seconds a 50 ms timer fires late, sampled while rounds arrive), and/or
+  your own `shed_when()` callable. In-flight rounds is the default recommendation: it is
+  exact, costs two integer operations per round and reacts within the round; loop lag
+  catches CPU-bound overload that a round count misses but lags behind it by a sample.
+- The shed points: before a flow runs a new (unjournaled) step, and `await
+  ctx.checkpoint()`. An overloaded instance ends the round there with a state-only result;
+  the journal holds every finished step and every answer, so nothing is redone.
+- Progress first: a round is shed only after it made progress (a new step finished or a new
+  answer journaled) and while no other step of it is running, so each shed moves the flow
+  forward (no livelock, even with a replay guard) and no running step's result is lost.
+- Shed rounds do not count toward `max_rounds` (the journal's round counter is unchanged).
+- Legacy clients (<= 2025-11-25) and durable tasks are never shed: the former cannot
+  resend a round, the latter already survive their worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from mcp_types import InputRequiredResult
+
+from mrtr import journal as journal_codec
+from mrtr.errors import StateTooLarge
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import Context
+
+    from mrtr.engine import FlowSpec
+    from mrtr.journal import Journal
+    from mrtr.replay import Replay
+
+_LAG_INTERVAL = 0.05
+_LAG_IDLE = 5.0  # the lag sampler stops this long after the last round, and restarts with the next
+
+
+class ShedRound(BaseException):
+    """Raised at a shed point of an overloaded instance; the engine answers with the journal.
+
+    A BaseException so that a flow's `except Exception` cannot swallow it.
+    """
+
+
+class LoadShedder:
+    """The load signal and shedding policy of one server instance (shared by its flows).
+
+    Args:
+        max_inflight_rounds: Shed while more MRTR rounds than this run on this instance.
+        max_loop_lag: Shed while the event loop runs timers more than this many seconds late.
+        shed_when: Shed while this returns True (your own signal: queue depth, memory...).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_inflight_rounds: int | None = None,
+        max_loop_lag: float | None = None,
+        shed_when: Callable[[], bool] | None = None,
+    ) -> None:
+        if max_inflight_rounds is not None and max_inflight_rounds < 1:
+            raise ValueError("max_inflight_rounds must be at least 1")
+        if max_loop_lag is not None and not max_loop_lag > 0:
+            raise ValueError("max_loop_lag must be a positive number of seconds")
+        self.max_inflight_rounds = max_inflight_rounds
+        self.max_loop_lag = max_loop_lag
+        self.shed_when = shed_when
+        self.inflight = 0
+        self.shed = 0
+        """Rounds this instance has shed so far."""
+        self.lag = 0.0
+        """The event loop's latest measured lag, seconds (sampled only with `max_loop_lag`)."""
+        self._last_round = 0.0
+        self._sampler: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_options(
+        cls,
+        max_inflight_rounds: int | None,
+        max_loop_lag: float | None,
+        shed_when: Callable[[], bool] | None,
+    ) -> LoadShedder | None:
+        if max_inflight_rounds is None and max_loop_lag is None and shed_when is None:
+            return None
+        return cls(max_inflight_rounds=max_inflight_rounds, max_loop_lag=max_loop_lag, shed_when=shed_when)
+
+    def overloaded(self) -> bool:
+        if self.max_inflight_rounds is not None and self.inflight > self.max_inflight_rounds:
+            return True
+        if self.max_loop_lag is not None and self.lag > self.max_loop_lag:
+            return True
+        return self.shed_when is not None and bool(self.shed_when())
+
+    @contextlib.contextmanager
+    def round(self) -> Iterator[None]:
+        """Count one MRTR round as in flight on this instance."""
+        self.inflight += 1
+        if self.max_loop_lag is not None:
+            self._last_round = time.monotonic()
+            if self._sampler is None or self._sampler.done():
+                self._sampler = asyncio.get_running_loop().create_task(self._sample_lag())
+        try:
+            yield
+        finally:
+            self.inflight -= 1
+
+    def point(self, journal: Journal) -> ShedPoint:
+        """A shed point for one round, remembering how far the journal was when it began."""
+        return ShedPoint(self, journal)
+
+    async def _sample_lag(self) -> None:
+        while time.monotonic() - self._last_round < _LAG_IDLE:
+            start = time.monotonic()
+            await asyncio.sleep(_LAG_INTERVAL)
+            self.lag = max(0.0, time.monotonic() - start - _LAG_INTERVAL)
+        self.lag = 0.0
+
+
+class ShedPoint:
+    """Decides, at a step boundary of one round, whether to end the round now."""
+
+    def __init__(self, shedder: LoadShedder, journal: Journal) -> None:
+        self._shedder = shedder
+        self._start = _progress(journal)
+
+    def check(self, replay: Replay) -> None:
+        """Raise `ShedRound` if the instance is overloaded and shedding here loses nothing."""
+        if not self._shedder.overloaded() or _progress(replay.journal) <= self._start:
+            return
+        if getattr(replay, "_running_steps", 0):  # another branch's step is running: its result would be lost
+            return
+        raise ShedRound
+
+
+def _progress(journal: Journal) -> int:
+    return len(journal.steps) + len(journal.answers)
+
+
+async def run_round(
+    spec: FlowSpec,
+    request: Context[Any, Any],
+    params: Mapping[str, Any],
+    journal: Journal,
+    answers: Mapping[str, Any],
+    body: Coroutine[Any, Any, Any],
+) -> Any:
+    """One MRTR round under the instance's fleet policies: load shedding, then the replay guard."""
+    shedder, guard = spec.shedding, spec.replay_guard
+    if shedder is None and guard is None:
+        return await body
+    state = params.get("requestState")
+    inner = body if shedder is None else _answer_shed(spec, request, journal, shedder, body)
+    try:
+        with shedder.round() if shedder is not None else contextlib.nullcontext():
+            if guard is not None and state:
+                return await guard.guarded(spec, journal, state, answers, inner)
+            return await inner
+    finally:
+        body.close()  # no-op once awaited; silences a body the guard never ran
+
+
+async def _answer_shed(
+    spec: FlowSpec,
+    request: Context[Any, Any],
+    journal: Journal,
+    shedder: LoadShedder,
+    body: Coroutine[Any, Any, Any],
+) -> Any:
+    try:
+        return await body
+    except ShedRound:
+        shedder.shed += 1
+        return shed_result(spec, request, journal)
+
+
+def shed_result(spec: FlowSpec, request: Context[Any, Any], journal: Journal) -> InputRequiredResult:
+    """The state-only `InputRequiredResult` a shed round ends with: the journal, no asks.
+
+    `rounds` is not incremented (a shed is not a round of client input), and `pending`
+    keeps the questions the client was last asked, so their answers stay acceptable.
+    """
+    from mrtr.engine import sealed_size
+
+    state = journal_codec.encode(journal)
+    if 3 * len(state) + 512 >= spec.limits.max_state_bytes:
+        sealed = sealed_size(state, request, spec.audience)
+        if sealed > spec.limits.max_state_bytes:
+            raise StateTooLarge(
+                f"flow {spec.name!r} would carry a {sealed:,}-byte requestState, over its "
+                f"{spec.limits.max_state_bytes:,}-byte cap; keep step results small (journal an id, not a payload)"
+            )
+    return InputRequiredResult(request_state=state)
+
+
+__all__ = ["LoadShedder", "ShedPoint", "ShedRound", "run_round", "shed_result"]
