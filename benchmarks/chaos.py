@@ -75,6 +75,8 @@ class Options:
     step_seconds: float = 0.02
     lease: float = 1.0
     settle: float = 20.0
+    guard: bool = True
+    max_inflight: int = 6
     seed: int | None = None
     keep_logs: bool = False
 
@@ -198,6 +200,8 @@ async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng
         "CHAOS_NAMESPACE": namespace,
         "CHAOS_STEP_SECONDS": str(options.step_seconds),
         "MRTR_TASK_LEASE": str(options.lease),
+        "CHAOS_GUARD": "1" if options.guard else "0",
+        "CHAOS_MAX_INFLIGHT": str(options.max_inflight),
     }
     redis = aioredis.Redis.from_url(REDIS_URL)
     fleet = Fleet(workdir / mode, env)
@@ -261,7 +265,8 @@ async def run(options: Options) -> list[ModeReport]:
 def render(report: ModeReport, options: Options) -> str:
     load, dup = report.load, report.duplicates
     lines = [
-        f"== mode {report.mode}: {options.clients} clients, {options.concurrency} flows in flight",
+        f"== mode {report.mode}: {options.clients} clients, {options.concurrency} flows in flight,"
+        f" replay guard {'on' if options.guard else 'off'}, shedding past {options.max_inflight or '-'} rounds",
         f"  flows       completed {load.flows_ok} / lost {load.flows_lost} / wrong {load.flows_wrong}"
         f"  (of {load.flows_started} started)",
         f"  task flows  completed {load.tasks_ok} / lost {load.tasks_lost} / wrong {load.tasks_wrong}"
@@ -297,6 +302,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, bool]:
     parser.add_argument("--duration-cap", type=float, default=600.0, help="seconds of traffic per mode, at most")
     parser.add_argument("--modes", default=",".join(MODES), help=f"client modes, from {','.join(MODES)}")
     parser.add_argument("--task-seconds", type=float, default=0.3, help="how long a task's slow step sleeps")
+    parser.add_argument("--no-guard", action="store_true", help="serve without the replay guard")
+    parser.add_argument("--max-inflight", type=int, default=6, help="shed past this many rounds per instance (0: off)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' and HAProxy's logs")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON too")
@@ -315,6 +322,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, bool]:
         duration_cap=args.duration_cap,
         modes=modes,
         task_seconds=args.task_seconds,
+        guard=not args.no_guard,
+        max_inflight=args.max_inflight,
         seed=args.seed,
         keep_logs=args.keep_logs,
     )

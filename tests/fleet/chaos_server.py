@@ -19,7 +19,9 @@ shed), in Redis, so shedding is counted the same whatever the client.
 Environment: MRTR_STATE_KEY (hex), MRTR_INSTANCE (label), CHAOS_REDIS (URL), CHAOS_NAMESPACE
 (key prefix of the store and the counters), CHAOS_PORT (port used when `--port 0` is given,
 so a restarted instance comes back where the balancer expects it), CHAOS_STEP_SECONDS,
-MRTR_TASK_LEASE. Prints `chaos-server ready: URL` once it listens.
+MRTR_TASK_LEASE (also the replay guard's lease), CHAOS_GUARD (1: replay guard on, the
+default), CHAOS_MAX_INFLIGHT (shed past this many rounds in flight; 0: no shedding).
+Prints `chaos-server ready: URL` once it listens.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
     sys.path.insert(0, str(ROOT))
 
 import mrtr  # noqa: E402
+from mrtr.guard import open_guard  # noqa: E402
 from tests.serving import serve_http  # noqa: E402
 
 SERVER_NAME = "chaos"
@@ -90,14 +93,22 @@ class SideEffects:
         return value
 
 
-def build_server(key: bytes, redis_url: str, lease: float) -> tuple[MCPServer, mrtr.Flows]:
+def build_server(
+    key: bytes, redis_url: str, lease: float, *, guard: bool = True, max_inflight: int | None = None
+) -> tuple[MCPServer, mrtr.Flows]:
+    """The fleet's server: tasks in Redis; a replay guard there too (its lease as short as the
+    tasks', so a round whose instance died is taken over quickly); shedding past
+    `max_inflight` rounds in flight."""
     server = MCPServer(SERVER_NAME, request_state_security=RequestStateSecurity(keys=[key]))
+    replay_guard = open_guard(redis_url, namespace=f"{NAMESPACE}:guard", lease=lease) if guard else None
     flows = mrtr.Flows(
         server,
         store=mrtr.open_store(redis_url, namespace=NAMESPACE),
         task_lease=lease,
         task_scan_interval=min(0.25, lease / 4),
         task_poll_interval=0.1,
+        replay_guard=replay_guard,
+        max_inflight_rounds=max_inflight,
     )
     effects = SideEffects(redis_url)
 
@@ -192,7 +203,10 @@ def main() -> None:
     port = args.port or int(os.environ.get("CHAOS_PORT", "0"))
     redis_url = os.environ.get("CHAOS_REDIS", "redis://127.0.0.1:6379/0")
     lease = float(os.environ.get("MRTR_TASK_LEASE", "1.0"))
-    _, flows = build_server(bytes.fromhex(os.environ["MRTR_STATE_KEY"]), redis_url, lease)
+    guard = os.environ.get("CHAOS_GUARD", "1") == "1"
+    max_inflight = int(os.environ.get("CHAOS_MAX_INFLIGHT", "0")) or None
+    key = bytes.fromhex(os.environ["MRTR_STATE_KEY"])
+    _, flows = build_server(key, redis_url, lease, guard=guard, max_inflight=max_inflight)
     app = RoundCounter(flows.streamable_http_app(), redis_url)
     asyncio.run(serve_http(app, port, READY_PREFIX, ready_suffix=f"instance={INSTANCE}"))
 
