@@ -42,6 +42,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,8 +246,9 @@ async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng
         await redis.aclose()
 
 
-async def run(options: Options) -> list[ModeReport]:
-    """The whole benchmark: one fresh fleet per client mode; returns the reports."""
+async def run(options: Options, on_report: Callable[[ModeReport], None] | None = None) -> list[ModeReport]:
+    """The whole benchmark: one fresh fleet per client mode; returns the reports (and hands
+    each to `on_report` as soon as its mode is done)."""
     haproxy = await asyncio.to_thread(find_haproxy)
     rng = random.Random(options.seed)
     reports = []
@@ -254,6 +256,8 @@ async def run(options: Options) -> list[ModeReport]:
     try:
         for mode in options.modes:
             reports.append(await run_mode(mode, options, haproxy, tmp, rng))
+            if on_report is not None:
+                on_report(reports[-1])
     finally:
         if options.keep_logs:
             print(f"logs kept in {tmp}")
@@ -337,12 +341,15 @@ def _interrupt(signum: int, frame: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     options, as_json = parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C does
-    reports = asyncio.run(run(options))
-    for report in reports:
+
+    def show(report: ModeReport) -> None:
         print(render(report, options), flush=True)
         if as_json:
-            print(json.dumps(asdict(report), default=str))
-    return 0
+            print(json.dumps(asdict(report), default=str), flush=True)
+
+    print(f"chaos: {options}", flush=True)
+    reports = asyncio.run(run(options, show))
+    return 0 if all(r.meets_target() for r in reports if r.mode == "mrtr") else 1
 
 
 if __name__ == "__main__":

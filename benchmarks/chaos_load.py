@@ -14,7 +14,6 @@ import contextlib
 import contextvars
 import re
 import time
-from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,8 +79,8 @@ class LoadResult:
     tasks_lost: int = 0
     tasks_wrong: int = 0
     client_breaks: int = 0
-    break_reasons: Counter[str] = field(default_factory=Counter)
-    lost_reasons: Counter[str] = field(default_factory=Counter)
+    break_reasons: dict[str, int] = field(default_factory=dict)
+    lost_reasons: dict[str, int] = field(default_factory=dict)
     wrong_examples: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -95,6 +94,10 @@ class LoadResult:
 
 
 _CURRENT_JOB: contextvars.ContextVar[Job | None] = contextvars.ContextVar("chaos_job", default=None)
+
+
+def tally(counts: dict[str, int], reason: str) -> None:
+    counts[reason] = counts.get(reason, 0) + 1
 
 
 def describe(exc: BaseException) -> str:
@@ -154,7 +157,7 @@ class Load:
                 return
             except Exception as exc:  # the shared client broke: count it, open a new one
                 self.result.client_breaks += 1
-                self.result.break_reasons[describe(exc)] += 1
+                tally(self.result.break_reasons, describe(exc))
                 await anyio.sleep(REOPEN_PAUSE)
 
     async def _lane(self, client: Any, killer: Killer, min_kills: int) -> None:
@@ -176,7 +179,7 @@ class Load:
                 r.flows_lost += 1
             else:
                 r.tasks_lost += 1
-            r.lost_reasons[describe(exc) if isinstance(exc, Exception) else "cancelled (client broke)"] += 1
+            tally(r.lost_reasons, describe(exc) if isinstance(exc, Exception) else "cancelled (client broke)")
             if not isinstance(exc, Exception):
                 raise
             return
