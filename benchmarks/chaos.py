@@ -288,6 +288,12 @@ def render(report: ModeReport, options: Options) -> str:
         lines.append(f"  lost because: {dict(load.lost_reasons)}")
     if load.break_reasons:
         lines.append(f"  clients broke because: {dict(load.break_reasons)}")
+    for dup in report.duplicates.unexplained[:5]:
+        earlier, later = dup["earlier"], dup["later"]
+        lines.append(
+            f"  no kill explains: {dup['kind']} {earlier['flow']}/{earlier['step']}: ran on {earlier['instance']}"
+            f" then on {later['instance']} {later['start'] - earlier['end']:+.2f} s after"
+        )
     if report.restart_failures:
         lines.append(f"  restart failures: {report.restart_failures}")
     verdict = "MET" if report.meets_target() else "missed"
