@@ -70,18 +70,20 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
         return f"{label} done on {ran_on}"
 
     @server.tool()
-    async def shed_once(label: str, ctx: Context) -> CallToolResult | InputRequiredResult:
-        """Answers its first request the way an overloaded instance does: progress only, no question."""
-        if ctx.request_state is None:
-            return InputRequiredResult(request_state=f"progress:{label}")
-        return CallToolResult(content=[TextContent(type="text", text=f"{label} resumed from {ctx.request_state}")])
+    async def shed(label: str, times: int, ctx: Context) -> CallToolResult | InputRequiredResult:
+        """Answers its first `times` requests the way an overloaded instance does: progress only, no question."""
+        done = int((ctx.request_state or "shed:0").rpartition(":")[2])
+        if done < times:
+            return InputRequiredResult(request_state=f"shed:{done + 1}")
+        return CallToolResult(content=[TextContent(type="text", text=f"{label} resumed after {done} sheds")])
 
     if store_url:
 
         @flows.tool(task="optional")
         async def remember(text: str, ctx: mrtr.FlowContext) -> str:
             """A task-capable tool: one step, no questions."""
-            return await ctx.step("note", work, text, 0.0) and f"noted {text}"
+            await ctx.step("note", work, text, 0.0)
+            return f"noted {text}"
 
     return server, flows
 

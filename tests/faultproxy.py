@@ -7,7 +7,8 @@ client's connection mid-answer. On top, a test can queue faults per JSON-RPC met
 - "502": answer 502 without asking any upstream (a gateway error);
 - "reset": start a 200 event stream and cut the connection before any event (a dropped answer);
 - "lose": forward the request, let the upstream answer, then send the client a 502 instead
-  (the request took effect but its answer was lost).
+  (the request took effect but its answer was lost);
+- "method_not_found": answer with a JSON-RPC -32601 error, as a server that lacks the method does.
 
 Built on Starlette + uvicorn (server side) and httpx (upstream side); 127.0.0.1 only. Every
 request is logged with its JSON-RPC method, params, upstream and what happened to it.
@@ -28,10 +29,10 @@ import httpx2
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-FaultKind = Literal["502", "reset", "lose"]
+FaultKind = Literal["502", "reset", "lose", "method_not_found"]
 _HOP_BY_HOP = frozenset({"host", "content-length", "transfer-encoding", "connection", "keep-alive"})
 
 
@@ -82,6 +83,11 @@ class FaultProxy:
         if fault == "502":
             self.log.append(Exchange(request.method, method, params, None, "injected 502"))
             return PlainTextResponse("injected bad gateway", status_code=502)
+        if fault == "method_not_found":
+            self.log.append(Exchange(request.method, method, params, None, "injected -32601"))
+            request_id = json.loads(body).get("id")
+            error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}}
+            return JSONResponse(error)
         if fault == "reset":
             self.log.append(Exchange(request.method, method, params, None, "injected reset"))
             return StreamingResponse(_cut(), media_type="text/event-stream")

@@ -64,5 +64,9 @@ async def test_round_limit() -> None:
     async with FlowClient(
         server, elicit=answer_elicit, sample=answer_sample, roots=answer_roots, max_rounds=2
     ) as flows:
-        with pytest.raises(RoundLimitExceeded):
+        with pytest.raises(RoundLimitExceeded, match=r"max_rounds"):
             await flows.call_tool("deploy", {"service": "api"})
+
+
+def test_the_default_round_limit_is_at_least_the_servers() -> None:
+    assert FlowClient("http://127.0.0.1:1/mcp").max_rounds >= 25  # mrtr.Flows' own default

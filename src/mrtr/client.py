@@ -30,10 +30,9 @@ import mcp_types as t
 from mcp import Client
 from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mrtr.client_connect import SessionWatch, discover
 from mrtr.client_transport import (
     DEFAULT_TIMEOUT,
     GatewayError,
@@ -59,9 +58,6 @@ _RESULT_MODELS: dict[str, type[t.Result]] = {
     "prompts/get": t.GetPromptResult,
     "resources/read": t.ReadResourceResult,
 }
-
-# Answers to `server/discover` that settle "this server speaks no 2026-07-28": anything else is no verdict.
-_LEGACY_VERDICTS = frozenset({t.METHOD_NOT_FOUND, t.INVALID_REQUEST, t.UNSUPPORTED_PROTOCOL_VERSION})
 
 
 class RoundLimitExceeded(RuntimeError):
@@ -130,10 +126,19 @@ class FlowClient:
     _client: Client | None = field(init=False, default=None)
     _session: ClientSession | None = field(init=False, default=None)
     _stack: AsyncExitStack | None = field(init=False, default=None)
-    _legacy_http: _SessionWatch | None = field(init=False, default=None)
+    _legacy_http: SessionWatch | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("auto", "legacy") and self.mode not in MODERN_PROTOCOL_VERSIONS:
+            raise ValueError(
+                f"mode must be 'auto', 'legacy' or one of {list(MODERN_PROTOCOL_VERSIONS)}; got {self.mode!r}"
+            )
+        if self.max_rounds < 1 or self.timeout <= 0:
+            raise ValueError("max_rounds must be >= 1 and timeout > 0")
 
     async def __aenter__(self) -> FlowClient:
-        async with AsyncExitStack() as stack:
+        stack = AsyncExitStack()
+        try:
             if isinstance(self.server, str) and self.mode != "legacy":
                 modern = await self._open_modern(stack)
                 if not modern:  # a definite "no" from the server: start over on the legacy handshake
@@ -141,13 +146,18 @@ class FlowClient:
                     await self._open_sdk(stack, "legacy")
             else:
                 await self._open_sdk(stack, self.mode)
-            self._stack = stack.pop_all()
+        except BaseException:
+            # Closed without the error: the caller gets it as is, not wrapped in an ExceptionGroup.
+            await stack.aclose()
+            raise
+        self._stack = stack
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
+        """Close everything; an error raised in the `async with` body propagates unwrapped."""
         stack, self._stack, self._session, self._client = self._stack, None, None, None
         if stack is not None:
-            await stack.__aexit__(*exc)
+            await stack.aclose()
 
     @property
     def session(self) -> ClientSession:
@@ -183,7 +193,7 @@ class FlowClient:
         options.setdefault("read_timeout_seconds", self.timeout)
         server = self.server
         if isinstance(server, str):  # legacy HTTP: watch for instances that do not know our session
-            self._legacy_http = watch = _SessionWatch()
+            self._legacy_http = watch = SessionWatch()
             http = httpx2.AsyncClient(
                 headers=dict(self.headers or {}),
                 timeout=httpx2.Timeout(self.timeout, read=max(self.timeout, 300.0)),
@@ -201,7 +211,9 @@ class FlowClient:
         )
         options = dict(self.client_options)
         extensions = [*options.pop("extensions", ()), *self._extensions()]
-        options.pop("read_timeout_seconds", None)
+        prior_discover = options.pop("prior_discover", None)
+        for client_only in ("read_timeout_seconds", "cache", "raise_exceptions", "input_required_max_rounds"):
+            options.pop(client_only, None)  # mcp.Client options with no meaning on this connection
         session = ClientSession(
             dispatcher=dispatcher,
             read_timeout_seconds=self.timeout,
@@ -212,11 +224,11 @@ class FlowClient:
         )
         await stack.enter_async_context(session)
         if self.mode == "auto":
-            discovered = await _discover(session, self.retry)
+            discovered = await discover(session, self.retry)
             if discovered is None:
                 return False
         else:
-            discovered = t.DiscoverResult(
+            discovered = prior_discover or t.DiscoverResult(
                 supported_versions=[self.mode],
                 capabilities=t.ServerCapabilities(),
                 result_type="complete",
@@ -355,84 +367,6 @@ class FlowClient:
         assert self.roots is not None
         listed = await self.roots()
         return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
-
-
-async def _discover(session: ClientSession, retry: RetryPolicy) -> t.DiscoverResult | None:
-    """`server/discover`, transient failures resent; None only on the server's definite "not modern".
-
-    Mirrors the SDK's `mode='auto'` policy (one re-probe at a mutual version named by -32022),
-    except that only the answers in `_LEGACY_VERDICTS` mean legacy: a transport failure that
-    outlasts `retry` raises `TransportError`, and any other JSON-RPC error is raised as is.
-    """
-    version = LATEST_MODERN_VERSION
-    for attempt in range(2):
-        try:
-            raw = await resending(retry, partial(session.send_discover, version))
-        except MCPError as error:
-            if error.code not in _LEGACY_VERDICTS:
-                raise
-            if error.code == t.UNSUPPORTED_PROTOCOL_VERSION:
-                supported = _supported_versions(error.error.data)
-                mutual = [v for v in MODERN_PROTOCOL_VERSIONS if v in supported]
-                if mutual and attempt == 0:
-                    version = mutual[-1]
-                    continue
-                if supported and not any(v in HANDSHAKE_PROTOCOL_VERSIONS for v in supported):
-                    raise  # modern-only with no version in common: a real incompatibility
-            return None
-        try:
-            result = t.DiscoverResult.model_validate(raw, by_name=False)
-        except ValidationError:
-            return None  # answers discover, but not with a 2026-07-28 result
-        return result if any(v in result.supported_versions for v in MODERN_PROTOCOL_VERSIONS) else None
-    return None
-
-
-def _supported_versions(data: Any) -> list[str]:
-    try:
-        return list(t.UnsupportedProtocolVersionErrorData.model_validate(data).supported or ())
-    except ValidationError:
-        return []
-
-
-class _SessionWatch:
-    """Notices a legacy HTTP session refused by an instance that does not hold it, and fails calls at once.
-
-    Behind a balancer without stickiness a legacy call can otherwise hang: the server asks the
-    user through a server->client request, the answer lands on another instance (404), and
-    the original request waits for an answer that never comes.
-    """
-
-    def __init__(self) -> None:
-        self.rejected = anyio.Event()
-        self.detail = ""
-
-    async def on_response(self, response: httpx2.Response) -> None:
-        if response.status_code == 404 and "mcp-session-id" in response.request.headers:
-            self.detail = f"HTTP 404 on {response.request.method}"
-            self.rejected.set()
-
-    async def guard(self, call: Callable[[], Awaitable[Any]]) -> Any:
-        if self.rejected.is_set():
-            raise LegacySessionRejected(self.detail)
-        outcome: list[Any] = []
-        try:
-            async with anyio.create_task_group() as group:
-
-                async def cancel_on_rejection() -> None:
-                    await self.rejected.wait()
-                    group.cancel_scope.cancel()
-
-                group.start_soon(cancel_on_rejection)
-                outcome.append(await call())
-                group.cancel_scope.cancel()
-        except MCPError as error:
-            if self.rejected.is_set():
-                raise LegacySessionRejected(self.detail) from error
-            raise
-        if not outcome:  # cancelled by the watcher
-            raise LegacySessionRejected(self.detail)
-        return outcome[0]
 
 
 def _parse_result(method: str, raw: dict[str, Any]) -> Any:

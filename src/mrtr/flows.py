@@ -32,7 +32,7 @@ from mrtr.shedding import LoadShedder
 from mrtr.static_resources import StaticResourceFlows
 from mrtr.stores import TaskStore
 from mrtr.tasks import TasksExtension
-from mrtr.worker import TaskRuntime
+from mrtr.worker import TaskRuntime, task_principal
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -94,6 +94,7 @@ class Flows:
             "ttl": task_ttl,
             "poll_interval": task_poll_interval,
             "scan_interval": task_scan_interval,
+            "bind_principal": task_principal(server),
         }
         self._runtime: TaskRuntime | None = None
         self._seed_dialect = seed_dialect

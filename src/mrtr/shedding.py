@@ -121,7 +121,8 @@ class LoadShedder:
         while time.monotonic() - self._last_round < _LAG_IDLE:
             start = time.monotonic()
             await asyncio.sleep(_LAG_INTERVAL)
-            self.lag = max(0.0, time.monotonic() - start - _LAG_INTERVAL)
+            # Halve the remembered lag per sample (~50 ms): one stall sheds for a few samples, not one.
+            self.lag = max(time.monotonic() - start - _LAG_INTERVAL, self.lag / 2, 0.0)
         self.lag = 0.0
 
 

@@ -4,11 +4,20 @@ Wire layer only: it checks the per-request opt-in and the `Mcp-Name` routing hea
 validates answers, and applies state transitions to the store with compare-and-set;
 running flows is the `TaskRuntime`'s job. Any instance sharing the store answers any
 `tasks/get`, `tasks/update` or `tasks/cancel`.
+
+Tasks belong to their creator: a task created by an authenticated request records (a digest
+of) the principal the SDK binds `requestState` to, and every `tasks/*` request (and the seed
+dialect's) from any other principal, or unauthenticated, gets exactly the error an unknown
+task id gets, so the answer reveals nothing. Tasks created without authentication are
+open to anyone who holds their id, as before.
+
+A task-augmented `tools/call` may carry `params._meta["mrtr/idempotencyKey"]` (1-200
+printable characters, e.g. a UUID): a repeat with the same key, tool and principal returns
+the task the first call created (see `TaskRuntime.start`).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import jsonschema
@@ -30,9 +39,11 @@ from pydantic import BaseModel, Field, ValidationError
 
 from mrtr.engine import TASKS_EXTENSION, TaskCreated, declares_tasks
 from mrtr.stores import TaskRecord
-from mrtr.worker import TaskRuntime, task_fields
+from mrtr.worker import Creator, TaskRuntime, creator, same_owner, task_fields
 
 _CAS_RETRIES = 20
+IDEMPOTENCY_KEY = "mrtr/idempotencyKey"
+_MAX_KEY_LENGTH = 200
 
 
 class TaskRequestParams(RequestParams):
@@ -65,10 +76,14 @@ class TasksExtension(Extension):
     async def intercept_tool_call(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
+        who = Creator(owner=self.runtime.owner_of(ctx), idempotency_key=_idempotency_key(ctx))
+        token = creator.set(who)
         try:
             return await call_next(ctx)
         except TaskCreated as created:
             return created.result
+        finally:
+            creator.reset(token)
 
     # -- handlers ------------------------------------------------------------------------
 
@@ -114,7 +129,7 @@ class TasksExtension(Extension):
                 responses=record.responses | accepted,
                 input_requests=remaining,
                 status="input_required" if remaining else "working",
-                updated_at=time.time(),
+                updated_at=self.runtime.now(),
             )
             if await self.runtime.store.save(changed):
                 if not remaining:
@@ -128,7 +143,7 @@ class TasksExtension(Extension):
         for _ in range(_CAS_RETRIES):
             if record.terminal or record.cancel_requested:
                 return {"resultType": "complete"}  # idempotent, also on finished tasks
-            now = time.time()
+            now = self.runtime.now()
             running_somewhere = record.status == "working" and record.lease_until >= now
             changed = record.copy(cancel_requested=True, updated_at=now)
             if not running_somewhere:
@@ -161,13 +176,33 @@ class TasksExtension(Extension):
         if name is not None and decode_header_value(name) != task_id:
             raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
         self.runtime.ensure_scanning()
-        return await self.reload(task_id)
+        record = await self.reload(task_id)
+        if not same_owner(record.owner, self.runtime.owner_of(ctx)):
+            raise _unknown(task_id)  # exactly what an unknown id gets: no existence oracle
+        return record
 
     async def reload(self, task_id: str) -> TaskRecord:
-        record = await self.runtime.store.load(task_id, time.time())
+        record = await self.runtime.store.load(task_id, self.runtime.now())
         if record is None:
-            raise MCPError(code=INVALID_PARAMS, message=f"Unknown or expired task: {task_id}")
+            raise _unknown(task_id)
         return record
+
+
+def _unknown(task_id: str) -> MCPError:
+    return MCPError(code=INVALID_PARAMS, message=f"Unknown or expired task: {task_id}")
+
+
+def _idempotency_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    meta = (ctx.params or {}).get("_meta") or {}
+    key = meta.get(IDEMPOTENCY_KEY) if isinstance(meta, dict) else None
+    if key is None:
+        return None
+    if not (isinstance(key, str) and 0 < len(key) <= _MAX_KEY_LENGTH and key.isprintable()):
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"_meta[{IDEMPOTENCY_KEY!r}] must be a string of 1-{_MAX_KEY_LENGTH} printable characters",
+        )
+    return key
 
 
 def _checked_answer(key: str, request: dict[str, Any], answer: Any) -> Any:

@@ -13,28 +13,85 @@ again, under the same idempotency key.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import hmac
 import logging
 import os
 import secrets
 import socket
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.request_state import authenticated_principal
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, CallToolResult, ClientCapabilities, TextContent
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ClientCapabilities, TextContent
 
 from mrtr import journal as journal_codec
 from mrtr.engine import FlowSpec, Outcome, as_protocol_error, execute
 from mrtr.errors import FlowError, InputRefused
 from mrtr.journal import Journal, JournalFormatError
-from mrtr.stores import TaskRecord, TaskStore
+from mrtr.stores import TaskExists, TaskRecord, TaskStore
 
 logger = logging.getLogger(__name__)
 
 ConvertResult = Callable[[Any], CallToolResult]
+
+
+PrincipalBinder = Callable[[ServerRequestContext[Any, Any]], str | None]
+_CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
+
+
+@dataclass(frozen=True, slots=True)
+class Creator:
+    """Who is creating a task in this request, and under which idempotency key (if any).
+
+    Set by the tasks extension around a `tools/call` (it sees the request; the flow engine
+    that calls `TaskRuntime.start` does not), read by `start`.
+    """
+
+    owner: str | None = None
+    idempotency_key: str | None = None
+
+
+creator: ContextVar[Creator | None] = ContextVar("mrtr_task_creator", default=None)
+
+
+def task_principal(server: Any) -> PrincipalBinder:
+    """The principal binding of the server's `RequestStateSecurity` (the SDK default if none is set).
+
+    Tasks then belong to exactly the principal the SDK binds `requestState` to.
+    """
+    from mcp.server.request_state import RequestStateBoundary
+
+    for middleware in getattr(getattr(server, "_lowlevel_server", None), "middleware", ()):  # mcp 2.3
+        if isinstance(middleware, RequestStateBoundary) and middleware._security.bind_principal is not None:
+            return middleware._security.bind_principal
+    return authenticated_principal
+
+
+def owner_tag(principal: str | None) -> str | None:
+    """What a task stores about its creator: a digest of the SDK's principal, never the identity."""
+    if principal is None:
+        return None
+    return hashlib.sha256(b"mrtr/task-owner\0" + principal.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def same_owner(stored: str | None, caller: str | None) -> bool:
+    """Tasks created without authentication stay open to everyone (as before ownership existed)."""
+    return stored is None or (caller is not None and hmac.compare_digest(stored, caller))
+
+
+def keyed_task_id(owner: str | None, flow: str, key: str) -> str:
+    """The task id a (creator, tool, idempotency key) always maps to: 144 bits, like a random one."""
+    raw = "\0".join(("mrtr/task-id", owner or "", flow, key)).encode("utf-8", "surrogatepass")
+    return base64.urlsafe_b64encode(hashlib.sha256(raw).digest()[:18]).decode()
 
 
 class LeaseLost(Exception):
@@ -69,6 +126,14 @@ class TaskRuntime:
         ttl: Seconds a task stays readable after creation (`None`: forever).
         poll_interval: Seconds clients are told to wait between `tasks/get` polls.
         scan_interval: Seconds between this instance's looks for orphaned work.
+        bind_principal: Who sent a request (the SDK's `RequestStateSecurity.bind_principal`,
+            by default the authenticated client/issuer/subject); tasks belong to it.
+
+    Leases are compared on the store's clock (Redis `TIME`, PostgreSQL `clock_timestamp()`,
+    the SQLite host's clock): `now()` is this host's clock plus an offset re-measured
+    against the store every few scans, so a worker whose wall clock is off by minutes
+    still honours other workers' leases (error: half a store round trip plus the drift
+    between two measurements).
     """
 
     def __init__(
@@ -79,8 +144,14 @@ class TaskRuntime:
         ttl: float | None = 3600.0,
         poll_interval: float = 0.5,
         scan_interval: float = 1.0,
+        bind_principal: PrincipalBinder | None = None,
     ) -> None:
         self.store = store
+        self.bind_principal = bind_principal or authenticated_principal
+        self.local_clock: Callable[[], float] = time.time
+        """This host's wall clock (replaceable in tests to simulate a skewed host)."""
+        self.clock_offset = 0.0
+        self._clock_synced = False
         self.lease = lease
         self.ttl_ms = None if ttl is None else int(ttl * 1000)
         self.poll_interval_ms = max(1, int(poll_interval * 1000))
@@ -93,6 +164,28 @@ class TaskRuntime:
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
 
+    # -- time and principals ---------------------------------------------------------------
+
+    def now(self) -> float:
+        """Epoch seconds on the store's clock, as last measured (see the class docstring)."""
+        return self.local_clock() + self.clock_offset
+
+    async def sync_clock(self) -> None:
+        """Measure this host's offset from the store's clock (stores without `clock()`: none)."""
+        read = getattr(self.store, "clock", None)
+        if read is None:
+            self._clock_synced = True
+            return
+        before = self.local_clock()
+        store_time = await read()
+        after = self.local_clock()
+        self.clock_offset = store_time - (before + after) / 2
+        self._clock_synced = True
+
+    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The owner tag of the request's principal (None when unauthenticated)."""
+        return owner_tag(self.bind_principal(ctx))
+
     # -- creation ------------------------------------------------------------------------
 
     async def start(
@@ -102,11 +195,21 @@ class TaskRuntime:
         capabilities: ClientCapabilities | None,
         journal: Journal,
     ) -> dict[str, Any]:
-        """Durably create a task for this call and start running it here; returns `CreateTaskResult`."""
-        now = time.time()
+        """Durably create a task for this call and start running it here; returns `CreateTaskResult`.
+
+        With an idempotency key (`params._meta["mrtr/idempotencyKey"]`), the task id is
+        derived from (creator, tool, key), so a resend after a lost response finds the task
+        the first attempt created (the store's atomic `create` decides, fleet-wide) and gets
+        its `CreateTaskResult` instead of a second task.
+        """
+        if not self._clock_synced:
+            await self.sync_clock()
+        now = self.now()
+        who = creator.get() or Creator()
+        key = who.idempotency_key
         journal.pending = {}
         record = TaskRecord(
-            task_id=secrets.token_urlsafe(18),
+            task_id=secrets.token_urlsafe(18) if key is None else keyed_task_id(who.owner, spec.name, key),
             flow=spec.name,
             arguments=dict(arguments),
             capabilities=capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {},
@@ -118,8 +221,25 @@ class TaskRuntime:
             journal=journal_codec.encode(journal),
             lease_owner=self.worker_id,
             lease_until=now + self.lease,
+            owner=who.owner,
         )
-        await self.store.create(record)  # durable before the client hears of it
+        for _ in range(3):  # a keyed task that expires between `create` and `load`: create again
+            try:
+                await self.store.create(record)  # durable before the client hears of it
+                break
+            except TaskExists:
+                if key is None:
+                    raise
+                existing = await self.store.load(record.task_id, self.now())
+                if existing is None:
+                    continue
+                if existing.arguments != record.arguments:
+                    raise MCPError(
+                        code=INVALID_PARAMS,
+                        message="mrtr/idempotencyKey was already used for a call with other arguments",
+                        data={"reason": "idempotency_key_reused"},
+                    ) from None
+                return {"resultType": "task", **task_fields(existing)}
         self._launch(record)
         self.ensure_scanning()
         return {"resultType": "task", **task_fields(record)}
@@ -135,10 +255,12 @@ class TaskRuntime:
         scans = 0
         while True:
             try:
+                if scans % _CLOCK_SYNC_EVERY == 0:
+                    await self.sync_clock()
                 await self.scan_once()
                 scans += 1
                 if scans % 60 == 0:
-                    await self.store.purge_expired(time.time())
+                    await self.store.purge_expired(self.now())
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -148,13 +270,13 @@ class TaskRuntime:
     async def scan_once(self) -> int:
         """Claim and launch every task whose lease has run out; returns how many."""
         launched = 0
-        for task_id in await self.store.claimable(time.time(), limit=32):
+        for task_id in await self.store.claimable(self.now(), limit=32):
             if task_id not in self._running and await self.try_claim(task_id):
                 launched += 1
         return launched
 
     async def try_claim(self, task_id: str) -> bool:
-        now = time.time()
+        now = self.now()
         record = await self.store.load(task_id, now)
         if record is None or not record.claimable or record.lease_until >= now or task_id in self._running:
             return False
@@ -272,13 +394,13 @@ class TaskRuntime:
                     run.cancel()
 
     async def _cancel_requested(self, held: _Held) -> bool:
-        fresh = await self.store.load(held.record.task_id, time.time())
+        fresh = await self.store.load(held.record.task_id, self.now())
         return fresh is not None and fresh.cancel_requested
 
     async def _write(self, held: _Held, *, release: bool = False, **changes: Any) -> None:
         """Save our fields over the freshest record while we still own the lease."""
         for _ in range(20):
-            now = time.time()
+            now = self.now()
             lease = {"lease_owner": None, "lease_until": 0.0} if release else {"lease_until": now + self.lease}
             candidate = held.record.copy(**changes, **lease, updated_at=now)
             if await self.store.save(candidate):
@@ -307,4 +429,14 @@ def _wire(result: CallToolResult) -> dict[str, Any]:
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-__all__ = ["LeaseLost", "TaskRuntime", "iso", "task_fields"]
+__all__ = [
+    "Creator",
+    "LeaseLost",
+    "TaskRuntime",
+    "creator",
+    "iso",
+    "keyed_task_id",
+    "owner_tag",
+    "task_fields",
+    "task_principal",
+]

@@ -3,6 +3,9 @@
 Reads MRTR_STATE_KEY (hex), MRTR_INSTANCE (label), MRTR_STORE (sqlite:///path, redis://...,
 postgresql://...), MRTR_STORE_NAMESPACE (Redis prefix / Postgres table) and MRTR_AUDIT (a
 file every step appends a JSON line to, so tests can count real side effects).
+Optional (issue 11): MRTR_TOKENS (`name=token,...`: bearer auth, one principal per token),
+MRTR_GUARD (a replay-guard store URL, namespaced like the store), MRTR_GUARD_LEASE, and
+MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight).
 Prints `task-server ready: URL` once it listens.
 """
 
@@ -14,7 +17,10 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel
@@ -58,17 +64,90 @@ async def publish(item: str) -> str:
     return f"published {item}"
 
 
+class StaticTokens:
+    """The smallest real `TokenVerifier`: a fixed token -> client table (one principal each)."""
+
+    def __init__(self, spec: str) -> None:
+        self.clients = {token: name for name, token in (pair.split("=", 1) for pair in spec.split(","))}
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        client = self.clients.get(token)
+        return None if client is None else AccessToken(token=token, client_id=client, scopes=[], subject=client)
+
+
+class Target(BaseModel):
+    env: str
+
+
 def build_server() -> tuple[MCPServer, mrtr.Flows]:
+    namespace = os.environ.get("MRTR_STORE_NAMESPACE", "mrtr_fleet")
+    auth: dict[str, Any] = {}
+    if tokens := os.environ.get("MRTR_TOKENS"):
+        auth = {
+            "auth": AuthSettings(
+                issuer_url="http://127.0.0.1/issuer",
+                resource_server_url="http://127.0.0.1/mcp",
+                validate_token_resource=False,
+            ),
+            "token_verifier": StaticTokens(tokens),
+        }
     server = MCPServer(
-        "task-fleet", request_state_security=RequestStateSecurity(keys=[bytes.fromhex(os.environ["MRTR_STATE_KEY"])])
+        "task-fleet",
+        request_state_security=RequestStateSecurity(keys=[bytes.fromhex(os.environ["MRTR_STATE_KEY"])]),
+        **auth,
     )
+    guard_url = os.environ.get("MRTR_GUARD")
+    guard = None
+    if guard_url:
+        guard = mrtr.open_guard(
+            guard_url, namespace=namespace, lease=float(os.environ.get("MRTR_GUARD_LEASE", "10")), max_wait=20
+        )
+    max_inflight = os.environ.get("MRTR_MAX_INFLIGHT")
     flows = mrtr.Flows(
         server,
-        store=open_store(os.environ["MRTR_STORE"], namespace=os.environ.get("MRTR_STORE_NAMESPACE", "mrtr_fleet")),
+        store=open_store(os.environ["MRTR_STORE"], namespace=namespace),
         task_lease=float(os.environ.get("MRTR_LEASE", "1.0")),
         task_scan_interval=0.2,
         task_poll_interval=0.1,
+        replay_guard=guard,
+        max_inflight_rounds=int(max_inflight) if max_inflight else None,
     )
+
+    def counted(name: str) -> Any:
+        async def run(seconds: float = 0.0) -> str:
+            audit(name, "start")
+            await asyncio.sleep(seconds)
+            audit(name, "end")
+            return f"{name} done"
+
+        return run
+
+    @flows.tool()
+    async def deploy(slow: float, ctx: mrtr.FlowContext) -> str:
+        """Ephemeral: ask where, apply (a counted side effect, `slow` seconds), confirm."""
+        target = await ctx.elicit("Deploy where?", Target, key="where")
+        applied = await ctx.step("apply", counted(f"apply@{target.env}"), slow)
+        ok = await ctx.elicit(f"Keep {applied}?", Confirm, key="keep")
+        return f"{applied} at {target.env}, publish={ok.publish}"
+
+    @flows.tool()
+    async def work(slow: float, ctx: mrtr.FlowContext) -> str:
+        """Ephemeral, no input: two counted steps with a shed point between them."""
+        first = await ctx.step("a", counted("a"))
+        await ctx.checkpoint()
+        second = await ctx.step("b", counted("b"), slow)
+        return f"{first}, {second}"
+
+    @flows.tool()
+    async def hog(seconds: float, ctx: mrtr.FlowContext) -> str:
+        """Ephemeral: one slow step, to keep a round in flight."""
+        return await ctx.step("hog", counted("hog"), seconds)
+
+    @flows.tool()
+    async def load() -> dict[str, int]:
+        """This instance's shedding counters."""
+        shedder = flows.shedder
+        return {"shed": shedder.shed if shedder else 0, "inflight": shedder.inflight if shedder else 0}
 
     @flows.tool(task="required")
     async def pipeline(job: str, slow: float, ctx: mrtr.FlowContext) -> str:

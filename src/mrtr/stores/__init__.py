@@ -54,6 +54,8 @@ class TaskRecord:
     """Epoch seconds; the worker holding the lease must renew it before then."""
     version: int = 0
     """Bumped by every successful `save`; `save` succeeds only from the stored version."""
+    owner: str | None = None
+    """Digest of the principal that created the task (`mrtr.worker.owner_tag`); None if unauthenticated."""
 
     @property
     def terminal(self) -> bool:
