@@ -340,13 +340,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, bool]:
     return options, args.json
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     options, as_json = parse_args(argv)
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` cleans up like Ctrl-C does
 
     def show(report: ModeReport) -> None:
         print(render(report, options), flush=True)
@@ -354,7 +349,18 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(asdict(report), default=str), flush=True)
 
     print(f"chaos: {options}", flush=True)
-    reports = asyncio.run(run(options, show))
+
+    async def cancellable() -> list[ModeReport]:
+        main_task = asyncio.current_task()
+        assert main_task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main_task.cancel)  # `kill` = Ctrl-C
+        return await run(options, show)
+
+    try:
+        reports = asyncio.run(cancellable())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("chaos: interrupted; servers, HAProxy and the Redis namespace are cleaned up", file=sys.stderr)
+        return 130
     return 0 if all(r.meets_target() for r in reports if r.mode == "mrtr") else 1
 
 
