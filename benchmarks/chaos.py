@@ -47,6 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import redis.asyncio as aioredis
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -208,7 +209,7 @@ async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng
     fleet = Fleet(workdir / mode, env)
     fleet.workdir.mkdir()
     try:
-        await asyncio.to_thread(fleet.start)
+        await anyio.to_thread.run_sync(fleet.start)  # not abandoned on cancel: close() sees every process
         with balancer(haproxy, fleet, fleet.workdir) as url:
             killer = Killer(fleet, options.kill_interval, rng)
             load = Load(mode, url, options.flows, options.tasks, options.concurrency, options.clients)
@@ -238,7 +239,7 @@ async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng
             flows_per_second=result.flows_ok / result.seconds if result.seconds else 0.0,
         )
     finally:
-        await asyncio.to_thread(fleet.close)
+        await anyio.to_thread.run_sync(fleet.close)
         with contextlib.suppress(Exception):
             keys = [k async for k in redis.scan_iter(match=f"{namespace}:*", count=1000)]
             for start in range(0, len(keys), 500):
