@@ -77,6 +77,12 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
             return InputRequiredResult(request_state=f"shed:{done + 1}")
         return CallToolResult(content=[TextContent(type="text", text=f"{label} resumed after {done} sheds")])
 
+    @server.tool()
+    async def chatty(text: str, ctx: Context) -> str:
+        """Logs before answering: the log message travels on the same response stream, first."""
+        await ctx.info(f"about to echo {text}")
+        return text
+
     if store_url:
 
         @flows.tool(task="optional")

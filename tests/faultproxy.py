@@ -20,9 +20,10 @@ import asyncio
 import itertools
 import json
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 import httpx2
@@ -41,6 +42,8 @@ class Fault:
     method: str
     kind: FaultKind
     remaining: int = 1
+    where: Callable[[dict[str, Any]], bool] | None = None
+    """Only requests whose params pass this test get the fault."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Exchange:
     params: dict[str, Any]
     upstream: str | None
     outcome: str
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -59,52 +63,69 @@ class FaultProxy:
     upstreams: list[str]
     url: str = ""
     faults: list[Fault] = field(default_factory=list)
+    pinned: dict[str | None, int] = field(default_factory=dict)
+    """JSON-RPC method (None: no body, e.g. the legacy GET stream; "(response)": a client's answer)
+    -> index of the upstream that always gets it; other requests go round robin."""
     log: list[Exchange] = field(default_factory=list)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
     _http: httpx2.AsyncClient = field(default_factory=lambda: httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)))
 
-    def inject(self, method: str, kind: FaultKind, times: int = 1) -> None:
-        self.faults.append(Fault(method, kind, times))
+    def inject(
+        self, method: str, kind: FaultKind, times: int = 1, where: Callable[[dict[str, Any]], bool] | None = None
+    ) -> None:
+        self.faults.append(Fault(method, kind, times, where))
 
     def calls(self, method: str) -> list[Exchange]:
         return [e for e in self.log if e.method == method]
 
-    def _take_fault(self, method: str | None) -> FaultKind | None:
+    def _take_fault(self, method: str | None, params: dict[str, Any]) -> FaultKind | None:
         for fault in self.faults:
-            if fault.method == method and fault.remaining > 0:
+            if fault.method == method and fault.remaining > 0 and (fault.where is None or fault.where(params)):
                 fault.remaining -= 1
                 return fault.kind
         return None
 
+    def _record(
+        self, request: Request, method: str | None, params: dict[str, Any], upstream: str | None, outcome: str
+    ) -> int:
+        self.log.append(Exchange(request.method, method, params, upstream, outcome, dict(request.headers)))
+        return len(self.log) - 1
+
+    def _settle(self, index: int, outcome: str) -> None:
+        self.log[index] = replace(self.log[index], outcome=outcome)
+
     async def handle(self, request: Request) -> Response:
         body = await request.body()
         method, params = _jsonrpc_summary(body)
-        fault = self._take_fault(method)
+        fault = self._take_fault(method, params)
+        log = partial(self._record, request, method, params)
         if fault == "502":
-            self.log.append(Exchange(request.method, method, params, None, "injected 502"))
+            log(None, "injected 502")
             return PlainTextResponse("injected bad gateway", status_code=502)
         if fault == "method_not_found":
-            self.log.append(Exchange(request.method, method, params, None, "injected -32601"))
+            log(None, "injected -32601")
             request_id = json.loads(body).get("id")
             error = {"jsonrpc": "2.0", "id": request_id, "error": {"code": -32601, "message": "Method not found"}}
             return JSONResponse(error)
         if fault == "reset":
-            self.log.append(Exchange(request.method, method, params, None, "injected reset"))
+            log(None, "injected reset")
             return StreamingResponse(_cut(), media_type="text/event-stream")
-        upstream = self.upstreams[next(self._turn) % len(self.upstreams)]
+        turn = self.pinned[method] if method in self.pinned else next(self._turn)
+        upstream = self.upstreams[turn % len(self.upstreams)]
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         outbound = self._http.build_request(request.method, upstream, content=body, headers=headers)
+        entry = log(upstream, "awaiting the upstream")  # logged now: the client may give up before the answer
         try:
             answer = await self._http.send(outbound, stream=True)
         except httpx2.TransportError as error:
-            self.log.append(Exchange(request.method, method, params, upstream, f"502 ({type(error).__name__})"))
+            self._settle(entry, f"502 ({type(error).__name__})")
             return PlainTextResponse("upstream unreachable", status_code=502)
         if fault == "lose":
             await answer.aread()
             await answer.aclose()
-            self.log.append(Exchange(request.method, method, params, upstream, "answer lost (502)"))
+            self._settle(entry, "answer lost (502)")
             return PlainTextResponse("answer lost", status_code=502)
-        self.log.append(Exchange(request.method, method, params, upstream, f"forwarded {answer.status_code}"))
+        self._settle(entry, f"forwarded {answer.status_code}")
         reply_headers = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_BY_HOP}
         return StreamingResponse(_relay(answer), status_code=answer.status_code, headers=reply_headers)
 

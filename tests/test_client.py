@@ -8,7 +8,7 @@ import mcp_types as t
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from mrtr.client import FlowClient, Round, RoundLimitExceeded
+from mrtr.client import FlowClient, RetryPolicy, Round, RoundLimitExceeded
 from tests.flowkit import accept, sampled
 from tests.test_flows import deploy_server
 
@@ -70,3 +70,11 @@ async def test_round_limit() -> None:
 
 def test_the_default_round_limit_is_at_least_the_servers() -> None:
     assert FlowClient("http://127.0.0.1:1/mcp").max_rounds >= 25  # mrtr.Flows' own default
+
+
+def test_backoff_is_jittered_doubling_and_capped() -> None:
+    policy = RetryPolicy(attempts=8, initial_delay=0.1, max_delay=2.0)
+    for resend, ceiling in enumerate([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0]):
+        delays = {policy.delay(resend) for _ in range(50)}
+        assert all(ceiling / 2 <= d <= ceiling for d in delays)
+        assert len(delays) > 1  # jittered: clients that failed together do not come back together

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import mcp_types as t
 import pytest
+from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mrtr.client import (
@@ -32,6 +33,7 @@ from mrtr.client import (
     TransportError,
     TransportTimeout,
 )
+from mrtr.task_client import TasksClient
 from tests.faultproxy import FaultProxy, running_proxy
 from tests.servers import ServerProcess, ServerSpec, new_key, spawn_servers
 
@@ -125,6 +127,40 @@ async def test_a_kill_under_a_shared_client_fails_only_the_killed_call_which_res
     assert len(victim_calls) >= 2 and all("requestState" not in e.params for e in victim_calls)
 
 
+async def test_a_round_resent_after_a_failure_carries_the_same_state_and_answers(
+    fleet: dict[str, ServerProcess],
+) -> None:
+    def answering(params: dict[str, Any]) -> bool:
+        return "inputResponses" in params
+
+    auth = {"Authorization": "Bearer t0k"}
+    async with through_proxy(fleet, elicit=answer_word, retry=FAST, headers=auth) as (proxy, flows):
+        proxy.inject("tools/call", "reset", where=answering)
+        proxy.inject("tools/call", "502", where=answering)
+        result = await flows.call_tool("three_rounds", {"name": "r"})
+    assert result.content[0].text == "r:ok:ok"
+    calls = proxy.calls("tools/call")
+    assert [c.outcome.split()[0] for c in calls] == ["forwarded", "injected", "injected", "forwarded", "forwarded"]
+    failed, again_after_reset, delivered = calls[1], calls[2], calls[3]
+    for resend in (again_after_reset, delivered):
+        assert resend.params["requestState"] == failed.params["requestState"]
+        assert resend.params["inputResponses"] == failed.params["inputResponses"]
+    assert {c.headers.get("authorization") for c in proxy.log} == {"Bearer t0k"}
+
+
+async def test_notifications_on_a_response_stream_reach_the_session(fleet: dict[str, ServerProcess]) -> None:
+    logged: list[t.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: t.LoggingMessageNotificationParams) -> None:
+        logged.append(params)
+
+    options = {"log_level": "info", "logging_callback": on_log}
+    async with FlowClient(fleet["A"].url, client_options=options) as flows:
+        result = await flows.call_tool("chatty", {"text": "hi"})
+    assert result.content[0].text == "hi"
+    assert [entry.data for entry in logged] == ["about to echo hi"]
+
+
 async def test_a_502_on_discovery_does_not_downgrade(fleet: dict[str, ServerProcess]) -> None:
     async with running_proxy([s.url for s in fleet.values()]) as proxy:
         proxy.inject("server/discover", "502", times=2)
@@ -181,10 +217,29 @@ async def test_a_legacy_session_rejected_by_another_instance_fails_clearly_withi
                 with pytest.raises(LegacySessionRejected, match="sticky or stateful deployment"):
                     await flows.call_tool("three_rounds", {"name": "n"})
     assert proxy.calls("initialize")
-    # Straight to one instance (what stickiness gives), the same legacy client works.
+    # Straight to one instance (what stickiness gives), the same legacy client works, and the
+    # server's own errors come through as they are.
     async with FlowClient(fleet["A"].url, elicit=answer_word, mode="legacy", timeout=timeout) as flows:
         result = await flows.call_tool("three_rounds", {"name": "n"})
+        with pytest.raises(MCPError) as caught:
+            await flows.read_resource("nothing://here")
     assert result.content[0].text == "n:ok:ok"
+    assert not isinstance(caught.value, TransportError)
+
+
+async def test_a_legacy_answer_refused_elsewhere_fails_the_call_instead_of_hanging(
+    fleet: dict[str, ServerProcess],
+) -> None:
+    async with running_proxy([s.url for s in fleet.values()]) as proxy:
+        # Everything sticks to A except the client's answers to A's questions, which land on B: A
+        # would wait for an answer forever (the hang users saw), B refuses the unknown session.
+        proxy.pinned = {None: 0, "initialize": 0, "notifications/initialized": 0, "tools/call": 0, "(response)": 1}
+        timeout = 10.0
+        with anyio.fail_after(timeout):
+            async with FlowClient(proxy.url, elicit=answer_word, mode="legacy", timeout=timeout) as flows:
+                with pytest.raises(LegacySessionRejected, match="sticky or stateful deployment"):
+                    await flows.call_tool("three_rounds", {"name": "n"})
+    assert [e.outcome for e in proxy.calls("(response)")] == ["forwarded 404"]
 
 
 class RecordingPolicy(RetryPolicy):
@@ -237,6 +292,22 @@ async def test_a_task_call_resent_after_a_lost_answer_carries_the_same_idempoten
     assert proxy.calls("tasks/get")  # followed to the end through the same transport
 
 
+async def test_the_sdk_client_with_tasks_client_polls_through_gateway_errors(
+    fleet: dict[str, ServerProcess],
+) -> None:
+    async with running_proxy([s.url for s in fleet.values()]) as proxy:
+        proxy.inject("tasks/get", "502", times=2)
+        async with Client(proxy.url, extensions=[TasksClient(_no_input, retry=FAST)]) as client:
+            result = await client.call_tool("remember", {"text": "sdk"})
+    assert result.content[0].text == "noted sdk"
+    outcomes = [c.outcome for c in proxy.calls("tasks/get")]
+    assert outcomes[:2] == ["injected 502"] * 2 and outcomes[-1] == "forwarded 200"
+
+
+async def _no_input(request: t.InputRequest) -> Any:
+    raise AssertionError("`remember` asks nothing")
+
+
 async def test_a_json_rpc_error_from_the_server_is_never_resent(fleet: dict[str, ServerProcess]) -> None:
     async with running_proxy([s.url for s in fleet.values()]) as proxy, FlowClient(proxy.url, retry=FAST) as flows:
         with pytest.raises(MCPError) as caught:  # no elicitation handler: the server refuses to ask
@@ -275,10 +346,14 @@ async def test_a_failure_stays_with_its_call_and_the_client_stays_usable(fleet: 
     assert later.content[0].text == "later:ok:ok"
 
 
-async def test_every_request_is_bounded_by_the_timeout(fleet: dict[str, ServerProcess]) -> None:
-    async with FlowClient(fleet["A"].url, timeout=0.5, retry=RetryPolicy(attempts=0)) as flows:
+async def test_every_request_is_bounded_by_the_timeout_and_a_timeout_is_not_resent(
+    fleet: dict[str, ServerProcess],
+) -> None:
+    async with through_proxy(fleet, timeout=0.5, retry=FAST) as (proxy, flows):
         with pytest.raises(TransportTimeout) as caught, anyio.fail_after(10):
             await flows.call_tool("slow", {"label": "t", "seconds": 3.0})
         assert caught.value.status is None and caught.value.method == "tools/call"
+        assert not caught.value.retryable
+        assert len(proxy.calls("tools/call")) == 1  # the server may still be working: no second run beside it
         quick = await flows.call_tool("slow", {"label": "u", "seconds": 0})
     assert quick.content[0].text.startswith("u done on")

@@ -144,3 +144,18 @@ async def test_a_resend_while_the_round_is_still_running_gives_up_after_max_wait
         refusals = [o for o in outcomes if isinstance(o, MCPError)]
         assert len(refusals) == 1 and refusals[0].data["reason"] == "request_state_in_flight"
     assert runs == Counter({"prod": 1})
+
+
+async def test_an_unreachable_guard_store_fails_closed_with_a_precise_error() -> None:
+    runs: Counter[str] = Counter()
+    from mrtr.stores.redis import RedisStore
+
+    guard = ReplayGuard(RedisStore("redis://127.0.0.1:1/0", socket_connect_timeout=1))  # nothing listens there
+    async with manual_client(deploy_server(runs, guard)) as client:
+        _, state = await _round_two(client)  # a first round carries no state: not guarded
+        with pytest.raises(MCPError) as refused:
+            await _send(client, state, {"where": accept(env="prod")})
+        assert refused.value.code == -32603
+        assert refused.value.data == {"reason": "replay_guard_unavailable", "flow": "deploy"}
+    assert runs == Counter(), "no round runs unguarded"
+    await guard.close()

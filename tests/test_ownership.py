@@ -54,6 +54,7 @@ def fleet(tmp_path: Path) -> Any:
         "MRTR_STORE": f"sqlite:///{tmp_path / 'tasks.db'}",
         "MRTR_AUDIT": str(tmp_path / "audit.jsonl"),
         "MRTR_TOKENS": ",".join(f"{name}={token}" for name, token in TOKENS.items()),
+        "MRTR_SEED": "1",
     }
     specs = [
         ServerSpec(label, env | {"MRTR_INSTANCE": label}, script=SERVER, ready_prefix="task-server ready:")
@@ -61,6 +62,12 @@ def fleet(tmp_path: Path) -> Any:
     ]
     with spawn_servers(specs, tmp_path) as servers:
         yield servers["A"].url, servers["B"].url
+
+
+async def seed_result(session: Any, task_id: str) -> Any:
+    from mrtr.task_client import _ANY, _TaskParams, _TaskRequest
+
+    return await session.send_request(_TaskRequest(method="tasks/result", params=_TaskParams(task_id=task_id)), _ANY)
 
 
 async def _refusal(call: Any) -> t.ErrorData:
@@ -96,6 +103,7 @@ async def test_another_principal_cannot_see_answer_or_cancel_a_task(fleet: tuple
             get_task(bob.session, task_id),
             update_task(bob.session, task_id, {key: {"action": "accept", "content": {"publish": True}}}),
             cancel_task(bob.session, task_id),
+            seed_result(bob.session, task_id),  # the seed dialect's tasks/result
         ):
             assert _same_as_unknown(await _refusal(call), unknown, task_id, missing)
         # ... and changed nothing: alice still sees her question, answers it, gets her result

@@ -5,6 +5,7 @@ Read top-down: `flows` (registration) -> `engine` (one request, or one run of a 
 `context` is what a flow awaits, `asks` how questions look on the wire, `errors` what can
 go wrong. Durable tasks: `tasks` (the extension's wire methods) -> `worker` (leases,
 resumption) -> `stores` (SQLite, Redis, PostgreSQL). Clients: `client`, `task_client`.
+Under load and attack: `guard` (single-use rounds), `shedding` (state-only results when overloaded).
 """
 
 from mrtr.asks import Capability

@@ -86,10 +86,10 @@ class FlowClient:
 
     Over HTTP (a URL string) it speaks 2026-07-28 through mrtr's own per-request transport
     (`mrtr.client_transport`): a failure hits only the call it happened to, and a round that got
-    no answer (connection refused or reset, HTTP 502/503/504, `timeout`) or was shed (state only,
-    no questions) is resent as is — same `requestState`, same answers — with `retry`'s backoff.
-    JSON-RPC errors the server sent are never resent. stdio and in-process servers go through
-    the SDK's `mcp.Client`.
+    no answer (connection refused or reset, HTTP 502/503/504) or was shed (state only, no
+    questions) is resent as is — same `requestState`, same answers — with `retry`'s backoff.
+    JSON-RPC errors the server sent, and `timeout`s (the server may still be working), are not.
+    stdio and in-process servers go through the SDK's `mcp.Client`.
 
     Example:
         async with FlowClient(url, elicit=ask_user, sample=call_llm) as flows:
@@ -110,8 +110,9 @@ class FlowClient:
     max_rounds: int = 25
     """Rounds with questions one call may take (the server's own default limit is 25)."""
     timeout: float = DEFAULT_TIMEOUT
-    """Seconds each request may take, connect to last byte (30). On a legacy session it bounds a
-    whole call, time spent in the answer handlers included."""
+    """Seconds each request may take, connect to last byte (30); past it, `TransportTimeout` (not
+    resent). Raise it for flows with long steps. On a legacy session it bounds a whole call, time
+    spent in the answer handlers included."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """Resends per round after transport failures, and consecutive state-only resends."""
     headers: Mapping[str, str] | None = None
@@ -155,7 +156,7 @@ class FlowClient:
 
     async def __aexit__(self, *exc: Any) -> None:
         """Close everything; an error raised in the `async with` body propagates unwrapped."""
-        stack, self._stack, self._session, self._client = self._stack, None, None, None
+        stack, self._stack, self._session, self._client, self._legacy_http = self._stack, None, None, None, None
         if stack is not None:
             await stack.aclose()
 

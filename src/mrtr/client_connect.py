@@ -86,20 +86,23 @@ class SessionWatch:
         if self.rejected.is_set():
             raise LegacySessionRejected(self.detail)
         outcome: list[Any] = []
-        try:
-            async with anyio.create_task_group() as group:
+        failure: list[Exception] = []
+        async with anyio.create_task_group() as group:
 
-                async def cancel_on_rejection() -> None:
-                    await self.rejected.wait()
-                    group.cancel_scope.cancel()
-
-                group.start_soon(cancel_on_rejection)
-                outcome.append(await call())
+            async def cancel_on_rejection() -> None:
+                await self.rejected.wait()
                 group.cancel_scope.cancel()
-        except MCPError as error:
-            if self.rejected.is_set():
-                raise LegacySessionRejected(self.detail) from error
-            raise
+
+            group.start_soon(cancel_on_rejection)
+            try:  # nothing may escape into the task group: it would wrap it in an ExceptionGroup
+                outcome.append(await call())
+            except Exception as error:
+                failure.append(error)
+            group.cancel_scope.cancel()
+        if failure:
+            if self.rejected.is_set() and isinstance(failure[0], MCPError):
+                raise LegacySessionRejected(self.detail) from failure[0]
+            raise failure[0]
         if not outcome:  # cancelled by the watcher
             raise LegacySessionRejected(self.detail)
         return outcome[0]

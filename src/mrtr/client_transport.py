@@ -9,7 +9,8 @@ stamps `_meta` and routing headers, negotiates and validates results; only the b
 a JSON-RPC request built with `mcp_types`, POSTed with httpx, answered by JSON or SSE (parsed by
 httpx's `EventSource`). A failure is raised to the one caller it hit as a `TransportError` (with
 the HTTP status when there was one); a JSON-RPC error the server sent stays an `MCPError`.
-`resending` resends on retryable `TransportError`s only, with bounded, jittered backoff.
+`resending` resends on retryable `TransportError`s only (connection refused or reset, 502/503/504;
+not a timeout), with bounded, jittered backoff.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class TransportError(Exception):
 
     @property
     def retryable(self) -> bool:
-        """True for connection failures, timeouts and 502/503/504: another try may reach a healthy instance."""
+        """True for connection failures and 502/503/504: another try may reach a healthy instance."""
         return self.status is None or self.status in GATEWAY_STATUSES
 
 
@@ -68,7 +69,13 @@ class GatewayError(TransportError):
 
 
 class TransportTimeout(TransportError):
-    """No complete answer within the client's `timeout`."""
+    """No complete answer within the client's `timeout`. Not resent: the server may still be working
+    on it (a slow step), and a resend would start the same work again beside it. A hung instance
+    behind a balancer shows up as the balancer's 504 instead, which is resent."""
+
+    @property
+    def retryable(self) -> bool:
+        return False
 
 
 class LoadShed(TransportError):
@@ -192,7 +199,7 @@ class RoundTripDispatcher:
         message = t.JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=dict(params or {}))
         headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
         headers.update(opts.get("headers") or {})
-        timeout = opts.get("timeout", self.timeout)
+        timeout = min(opts.get("timeout", self.timeout), self.timeout)  # no wait past the client's timeout
         body = message.model_dump(by_alias=True, mode="json", exclude_none=True)
         try:
             with anyio.fail_after(timeout):
@@ -200,6 +207,10 @@ class RoundTripDispatcher:
                     return await self._read_answer(method, response, opts)
         except TimeoutError:
             raise TransportTimeout(f"{method}: no answer within {timeout}s", method=method) from None
+        except (httpx2.ConnectTimeout, httpx2.PoolTimeout) as error:  # never reached the server: resendable
+            raise TransportError(f"{method}: {type(error).__name__}: {error}", method=method) from error
+        except httpx2.TimeoutException as error:
+            raise TransportTimeout(f"{method}: {type(error).__name__}: {error}", method=method) from error
         except httpx2.TransportError as error:
             raise TransportError(f"{method}: {type(error).__name__}: {error}", method=method) from error
         except (httpx2.StreamError, httpx2.SSEError) as error:

@@ -18,6 +18,7 @@ tasks) before any flow code runs:
 - The same answers while the first run is still going wait (up to `max_wait`) for its
   outcome, or take the round over once its lease lapsed (the instance died); still busy
   after `max_wait`: -32602, `reason: "request_state_in_flight"` (retry later).
+- The ledger unreachable: -32603, `reason: "replay_guard_unavailable"` (fail closed).
 - Entries expire with the flow's deadline or the state's TTL, whichever comes first.
 
 A round with no `requestState` (a flow's first) starts a new flow and is not guarded.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import secrets
 import socket
@@ -36,7 +38,7 @@ from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, InputRequiredResult
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, InputRequiredResult
 
 from mrtr.errors import Cancelled, Declined, FlowError, InputRefused
 
@@ -49,6 +51,9 @@ if TYPE_CHECKING:
 FORKED = "request_state_forked"
 CONSUMED = "request_state_consumed"
 IN_FLIGHT = "request_state_in_flight"
+UNAVAILABLE = "replay_guard_unavailable"
+
+logger = logging.getLogger(__name__)
 
 _PURGE_EVERY = 256  # claims between sweeps of expired rounds (SQL ledgers; Redis expires keys itself)
 
@@ -160,7 +165,15 @@ class ReplayGuard:
         give_up = time.monotonic() + self.max_wait
         delay = 0.02
         for _ in range(10_000):  # bounded by `max_wait` in practice
-            verdict, stored = await self.ledger.claim_round(round_id, digest, self.owner, self.lease, expires_at)
+            try:
+                verdict, stored = await self.ledger.claim_round(round_id, digest, self.owner, self.lease, expires_at)
+            except Exception as exc:  # fail closed, precisely: no round runs unguarded
+                logger.exception("replay guard: claiming round %s failed", round_id)
+                raise MCPError(
+                    code=INTERNAL_ERROR,
+                    message="the replay guard's store is unavailable; retry the round",
+                    data={"reason": UNAVAILABLE, "flow": spec.name},
+                ) from exc
             if verdict == "claimed":
                 return None
             if verdict == "forked":
@@ -186,7 +199,11 @@ class ReplayGuard:
         text = json.dumps(outcome, separators=(",", ":"))
         if len(text.encode()) > self.max_outcome_bytes:
             text = '{"k":"consumed"}'
-        await self.ledger.finish_round(round_id, self.owner, text)
+        try:
+            await self.ledger.finish_round(round_id, self.owner, text)
+        except Exception:
+            # The round ran: answer it. A resend takes the round over once the lease lapses.
+            logger.exception("replay guard: recording the outcome of round %s failed", round_id)
 
     async def close(self) -> None:
         await self.ledger.close()
@@ -283,4 +300,14 @@ def _replayed(spec: FlowSpec, outcome: dict[str, Any]) -> Any:
     raise _refused(spec, CONSUMED, "this round's state was already used and its outcome is not kept")
 
 
-__all__ = ["CONSUMED", "FORKED", "IN_FLIGHT", "ReplayGuard", "RoundLedger", "as_guard", "open_guard", "state_ttl"]
+__all__ = [
+    "CONSUMED",
+    "FORKED",
+    "IN_FLIGHT",
+    "UNAVAILABLE",
+    "ReplayGuard",
+    "RoundLedger",
+    "as_guard",
+    "open_guard",
+    "state_ttl",
+]

@@ -132,13 +132,21 @@ class ShedPoint:
     def __init__(self, shedder: LoadShedder, journal: Journal) -> None:
         self._shedder = shedder
         self._start = _progress(journal)
+        self._tripped = False
 
     def check(self, replay: Replay) -> None:
-        """Raise `ShedRound` if the instance is overloaded and shedding here loses nothing."""
+        """Raise `ShedRound` if the instance is overloaded and shedding here loses nothing.
+
+        Once a round sheds, every later shed point of it sheds too: a sibling branch of a
+        `gather` that outlives the shed must not start a step the journal will never see.
+        """
+        if self._tripped:
+            raise ShedRound
         if not self._shedder.overloaded() or _progress(replay.journal) <= self._start:
             return
         if getattr(replay, "_running_steps", 0):  # another branch's step is running: its result would be lost
             return
+        self._tripped = True
         raise ShedRound
 
 

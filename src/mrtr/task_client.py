@@ -21,7 +21,7 @@ from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, TypeAdapter
 
-from mrtr.client_transport import NO_RETRY, RetryPolicy, resending
+from mrtr.client_transport import NO_RETRY, RetryPolicy, TransportError, resending
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -83,6 +83,28 @@ class TaskSnapshot:
     raw: dict[str, Any]
 
 
+_SDK_HTTP_ERROR = "Server returned an error response"
+"""What the SDK's streamable HTTP client makes of an HTTP error without a JSON-RPC body (a 502...)."""
+
+
+async def _polled(send: Callable[[], Awaitable[Any]]) -> Any:
+    """Run one poll or update; failures the SDK's own transport invented become `TransportError`.
+
+    Over `mcp.Client`'s HTTP transport a gateway 502 arrives as `MCPError(-32603, _SDK_HTTP_ERROR)`
+    and a dropped stream as `CONNECTION_CLOSED`: no server sent those, and `tasks/get` and
+    `tasks/update` are safe to repeat, so they are resent like any transport failure.
+    """
+    try:
+        return await send()
+    except MCPError as error:
+        invented = error.code == t.CONNECTION_CLOSED or (
+            error.code == t.INTERNAL_ERROR and error.error.message == _SDK_HTTP_ERROR
+        )
+        if invented:
+            raise TransportError(f"task poll failed in transit: {error.error.message}") from error
+        raise
+
+
 async def get_task(session: ClientSession, task_id: str) -> dict[str, Any]:
     return await session.send_request(_TaskRequest(method="tasks/get", params=_TaskParams(task_id=task_id)), _ANY)
 
@@ -118,7 +140,7 @@ async def follow_task(
     answered: set[str] = set()
     last: tuple[str, str | None] | None = None
     while True:
-        task = await resending(retry, partial(get_task, session, task_id))
+        task = await resending(retry, partial(_polled, partial(get_task, session, task_id)))
         status = task.get("status", "working")
         requests = task.get("inputRequests") or {}
         if on_status is not None and (status, task.get("statusMessage")) != last:
@@ -139,7 +161,7 @@ async def follow_task(
             parsed = {k: _INPUT_REQUEST.validate_python(v) for k, v in fresh.items()}
             values = await asyncio.gather(*(answer(r) for r in parsed.values()))
             wire = {k: as_wire(v) for k, v in zip(parsed, values, strict=True)}
-            await resending(retry, partial(update_task, session, task_id, wire))
+            await resending(retry, partial(_polled, partial(update_task, session, task_id, wire)))
             answered |= set(fresh)
             continue
         interval = task.get("pollIntervalMs")
@@ -153,9 +175,10 @@ class TasksClient(ClientExtension):
         answer: Turns one input request (elicitation, sampling, roots) into its result.
         on_status: Called with each new status (for progress displays).
         on_created: Called with the `CreatedTask` before following it.
-        retry: Resends of `tasks/get` / `tasks/update` after a `mrtr.client_transport.TransportError`
-            (raised when the session runs on mrtr's transport, e.g. inside `FlowClient`); default
-            `RetryPolicy()`. Over the SDK's own HTTP transport failures come as `MCPError`, never resent.
+        retry: Resends of `tasks/get` / `tasks/update` after a transport failure (a
+            `mrtr.client_transport.TransportError`, or the SDK transport's own stand-in errors for
+            an HTTP error status or a dropped stream); default `RetryPolicy()`. A connection reset
+            still ends every call on an `mcp.Client` over HTTP (SDK behaviour): use `FlowClient`.
     """
 
     identifier = TASKS_EXTENSION

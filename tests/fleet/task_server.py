@@ -5,7 +5,7 @@ postgresql://...), MRTR_STORE_NAMESPACE (Redis prefix / Postgres table) and MRTR
 file every step appends a JSON line to, so tests can count real side effects).
 Optional (issue 11): MRTR_TOKENS (`name=token,...`: bearer auth, one principal per token),
 MRTR_GUARD (a replay-guard store URL, namespaced like the store), MRTR_GUARD_LEASE, and
-MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight).
+MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight), MRTR_SEED=1 (seed dialect).
 Prints `task-server ready: URL` once it listens.
 """
 
@@ -111,6 +111,7 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
         task_poll_interval=0.1,
         replay_guard=guard,
         max_inflight_rounds=int(max_inflight) if max_inflight else None,
+        seed_dialect=os.environ.get("MRTR_SEED") == "1",
     )
 
     def counted(name: str) -> Any:
