@@ -25,6 +25,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 
 from mrtr.client import FlowClient
+from mrtr.client_transport import NO_RETRY
 from mrtr.task_client import CreatedTask, TasksClient, TaskSnapshot
 
 MODES = ("sdk", "mrtr")
@@ -213,7 +214,8 @@ class Load:
     @contextlib.asynccontextmanager
     async def _open(self) -> AsyncIterator[Any]:
         if self.mode == "sdk":
-            tasks = TasksClient(self._answer, on_created=self._created)
+            # The baseline: nothing of mrtr's resends, for task polls either.
+            tasks = TasksClient(self._answer, on_created=self._created, retry=NO_RETRY)
             async with Client(self.url, elicitation_callback=self._sdk_elicit, extensions=[tasks]) as client:
                 yield client
         elif self.mode == "mrtr":
