@@ -13,7 +13,6 @@ Needs HAProxy (installed with apt-get when missing and running as root) and Redi
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import os
 from typing import Any
 
@@ -33,15 +32,6 @@ SHORT = Options(
     duration_cap=40.0,
     modes=("mrtr",),
     settle=10.0,
-)
-
-# The parts of "Fleet under fire" the target needs: clients that resend a round after a kill
-# (branch `clients`: mrtr.client_transport) and idempotent task creation (branch `fleet`).
-RETRYING_CLIENTS = importlib.util.find_spec("mrtr.client_transport") is not None
-IDEMPOTENT_TASKS = RETRYING_CLIENTS and hasattr(importlib.import_module("mrtr.tasks"), "IDEMPOTENCY_KEY")
-needs_retries = pytest.mark.xfail(not RETRYING_CLIENTS, reason="needs the retrying clients of branch `clients`")
-needs_idempotent_tasks = pytest.mark.xfail(
-    not IDEMPOTENT_TASKS, reason="needs retrying clients and idempotent task creation (branches `clients`, `fleet`)"
 )
 
 
@@ -76,7 +66,6 @@ def test_the_run_had_its_kills_and_its_load(chaos: ModeReport) -> None:
 
 
 @pytest.mark.slow
-@needs_retries
 def test_no_flow_lost_and_no_wrong_value(chaos: ModeReport) -> None:
     assert chaos.load.lost == 0, chaos.problems()
     assert chaos.load.wrong == 0, chaos.problems()
@@ -84,14 +73,12 @@ def test_no_flow_lost_and_no_wrong_value(chaos: ModeReport) -> None:
 
 
 @pytest.mark.slow
-@needs_idempotent_tasks
 def test_every_task_created_once_and_finished(chaos: ModeReport) -> None:
     assert chaos.tasks_in_store == SHORT.tasks, "a resent task creation made a second task"
     assert chaos.tasks_stuck == 0, chaos.problems()
 
 
 @pytest.mark.slow
-@needs_idempotent_tasks
 def test_side_effects_repeat_only_where_a_kill_hit(chaos: ModeReport) -> None:
     assert not chaos.duplicates.unexplained, chaos.problems()
     assert chaos.meets_target()
