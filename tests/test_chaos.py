@@ -62,6 +62,7 @@ def test_the_run_had_its_kills_and_its_load(chaos: ModeReport) -> None:
     assert chaos.kills >= SHORT.min_kills, f"only {chaos.kills} kills: the run proved nothing"
     assert chaos.load.flows_started >= SHORT.flows and chaos.load.tasks_started == SHORT.tasks
     assert chaos.input_rounds >= 2 * SHORT.flows, "the servers saw fewer question rounds than the flows need"
+    assert chaos.shed_rounds > 0, "no round was shed: the run did not exercise shedding"
     assert not chaos.restart_failures
 
 
