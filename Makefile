@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/rounds.py
+
+# Flows and tasks behind HAProxy while instances are SIGKILLed (needs Redis; installs haproxy as root).
+chaos: $(STAMP)
+	$(PY) benchmarks/chaos.py $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
