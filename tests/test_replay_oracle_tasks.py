@@ -88,9 +88,15 @@ async def next_phase(client: Client, task_id: str) -> dict[str, Any]:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
 )
 @given(program=programs(max_leaves=12), data=st.data())
-async def test_random_programs_as_durable_tasks_complete_as_if_run_straight_through(
+def test_random_programs_as_durable_tasks_complete_as_if_run_straight_through(
     program: Node, data: st.DataObject
 ) -> None:
+    # A fresh event loop per example (not the anyio plugin's): hypothesis stops examples
+    # with exceptions of its own, which must not outlive the example in a shared loop.
+    asyncio.run(_durable_example(program, data))
+
+
+async def _durable_example(program: Node, data: st.DataObject) -> None:
     reference = await reference_run(program)
     runs: Counter[str] = Counter()
     with tempfile.TemporaryDirectory(prefix="mrtr-oracle-") as folder:

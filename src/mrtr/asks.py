@@ -57,7 +57,7 @@ class Ask:
     find it answered), from parts that are cheap to hash on every replay.
     """
 
-    __slots__ = ("_build", "allow_preanswer", "digest", "explicit_key", "kind", "schema")
+    __slots__ = ("_build", "_request", "allow_preanswer", "digest", "explicit_key", "kind", "schema")
 
     def __init__(
         self,
@@ -72,6 +72,7 @@ class Ask:
             raise TypeError("allow_preanswer=True needs an explicit key=: a client can only pre-answer a key it knows")
         self.kind = kind
         self._build = build
+        self._request: InputRequest | None = None
         self.digest = digest
         self.explicit_key = explicit_key
         self.allow_preanswer = allow_preanswer
@@ -79,7 +80,10 @@ class Ask:
 
     @property
     def request(self) -> InputRequest:
-        return self._build()
+        """Built on first use and kept: asks are immutable, and cached ones are shared."""
+        if self._request is None:
+            self._request = self._build()
+        return self._request
 
     @property
     def capability(self) -> Capability:

@@ -57,6 +57,8 @@ class Journal:
     """wire key -> question digest, for every ask the last round sent out."""
     markers: set[str] = field(default_factory=set)
     """`ctx.patched(id)` ids this flow passed (code versioning)."""
+    origins: dict[str, str] = field(default_factory=dict)
+    """explicit ask key -> the concurrent branch that asked it (derived keys carry theirs)."""
     reworded: int = 0
     """Rounds in a row whose answer went unused because the flow asked a different question."""
     extras: dict[str, Any] = field(default_factory=dict)
@@ -81,6 +83,8 @@ class Journal:
             wire["p"] = self.pending
         if self.markers:
             wire["m"] = sorted(self.markers)
+        if self.origins:
+            wire["o"] = self.origins
         if self.reworded:
             wire["w"] = self.reworded
         return wire | self.extras if self.extras else wire
@@ -102,6 +106,7 @@ class Journal:
                 steps={str(k): (str(d), v) for k, (d, v) in wire.get("s", {}).items()},
                 pending={str(k): str(q) for k, q in wire.get("p", {}).items()},
                 markers={str(m) for m in wire.get("m", ())},
+                origins={str(k): str(v) for k, v in wire.get("o", {}).items()},
                 reworded=int(wire.get("w", 0)),
                 extras={k: v for k, v in wire.items() if k not in _KNOWN},
             )

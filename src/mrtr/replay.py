@@ -155,6 +155,8 @@ class Replay:
                     f"question each (in a loop, make the key unique, e.g. key=f'{explicit}_{{i}}')"
                 )
             self._explicit_keys.add(explicit)
+            if branch.path and explicit not in self.journal.origins:
+                self.journal.origins[explicit] = branch.path
             return explicit
         n = branch.ask_counts.get(ask.digest, 0) + 1
         branch.ask_counts[ask.digest] = n
@@ -296,8 +298,8 @@ class Replay:
         """
         journal = self.journal
         entries = [("s:" + k, _step_path(k)) for k in journal.steps]
-        entries += [("a:" + k, _ask_path(k)) for k in journal.answers]
-        entries += [("p:" + k, _ask_path(k)) for k in journal.pending]
+        entries += [("a:" + k, journal.origins.get(k) or _ask_path(k)) for k in journal.answers]
+        entries += [("p:" + k, journal.origins.get(k) or _ask_path(k)) for k in journal.pending]
         here = branch.path
         for entry, path in entries:
             related = not here or path == here or path.startswith(here + ".") or not path or here.startswith(path + ".")
