@@ -21,7 +21,7 @@ from rich.table import Table
 
 from mrtr import journal as journal_codec
 from mrtr.cli.errors import EXIT_OK, UsageError
-from mrtr.cli.taskadmin import ago, iso
+from mrtr.cli.taskadmin import ago, describe_journal, iso
 from mrtr.journal import JournalFormatError
 
 
@@ -71,18 +71,7 @@ def describe(claims: dict[str, Any], now: float) -> dict[str, Any]:
         out["journalError"] = str(exc)
         out["state"] = claims["s"]
         return out
-    out["journal"] = {
-        "flowId": journal.flow_id,
-        "startedAt": iso(journal.started_at),
-        "ageSeconds": round(now - journal.started_at, 3),
-        "rounds": journal.rounds,
-        "answers": {k: {"question": q, "answer": v} for k, (q, v) in journal.answers.items()},
-        "steps": {
-            k: {"idempotencyKey": f"{journal.flow_id}:{k}", "arguments": d, "result": v}
-            for k, (d, v) in journal.steps.items()
-        },
-        "pending": dict(journal.pending),
-    }
+    out["journal"] = describe_journal(journal) | {"ageSeconds": round(now - journal.started_at, 3)}
     return out
 
 

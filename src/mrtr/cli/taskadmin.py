@@ -23,7 +23,7 @@ from rich.table import Table
 from mrtr import journal as journal_codec
 from mrtr.cli.errors import EXIT_OK, CliError, UsageError
 from mrtr.cli.storeview import open_view
-from mrtr.journal import JournalFormatError
+from mrtr.journal import Journal, JournalFormatError
 from mrtr.stores import TERMINAL, TaskRecord
 
 _CAS_RETRIES = 20
@@ -169,6 +169,11 @@ def journal_view(record: TaskRecord) -> dict[str, Any]:
         journal = journal_codec.decode(record.journal)
     except JournalFormatError as exc:
         return {"error": str(exc)}
+    return describe_journal(journal)
+
+
+def describe_journal(journal: Journal) -> dict[str, Any]:
+    """A journal for people (and `--json`): answers, steps with their idempotency keys, pending asks."""
     return {
         "flowId": journal.flow_id,
         "startedAt": iso(journal.started_at),
