@@ -415,3 +415,42 @@ async def test_a_task_of_a_flow_this_instance_does_not_know_is_left_for_one_that
     assert runs == Counter(work=1)
     await old.runtime.close()
     await newer.runtime.close()
+
+
+async def test_one_set_of_mcp_client_callbacks_answers_rounds_tasks_and_declares_capabilities() -> None:
+    """mcp.Client's callbacks serve FlowClient, TasksClient and tasks_client alike (first-hour issue)."""
+    from mrtr.tasks.client import tasks_client
+
+    seen: list[str] = []
+
+    async def elicitation_callback(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        seen.append(params.message)
+        if "Delete" in params.message:
+            return accept(confirm=True)
+        return accept(name="Ada" if "First" in params.message else "Lovelace")
+
+    async def sampling_callback(context: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+        return sampled("curious")
+
+    async def list_roots_callback(context: Any) -> t.ListRootsResult:
+        return t.ListRootsResult(roots=[t.Root(uri="file:///a")])
+
+    callbacks = {
+        "elicitation_callback": elicitation_callback,
+        "sampling_callback": sampling_callback,
+        "list_roots_callback": list_roots_callback,
+    }
+    runs: Counter[str] = Counter()
+    server = task_server(runs)
+    # A plain Client + TasksClient(callbacks) + tasks_client(...): the capabilities come with the callbacks.
+    async with tasks_client(server, **callbacks) as client:
+        result = await client.call_tool("survey", {})
+    assert not result.is_error and result.content[0].text == "Ada Lovelace, curious, 1 roots"
+    async with FlowClient(server, tasks=True, **callbacks) as flows:
+        result = await flows.call_tool("confirm_delete", {"filename": "c.txt"})
+    assert result.content[0].text == "deleted c.txt"
+    assert "Delete c.txt (42 bytes)?" in seen
+    with pytest.raises(ValueError, match="not both"):
+        FlowClient(server, elicit=lambda params: None, elicitation_callback=elicitation_callback)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="answer= or at least one"):
+        TasksClient()

@@ -50,6 +50,10 @@ from mrtr.tasks.client import CreatedTask, TasksClient, TaskSnapshot, as_wire, c
 ElicitHandler = Callable[[t.ElicitRequestParams], Awaitable[t.ElicitResult]]
 SampleHandler = Callable[[t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
 RootsHandler = Callable[[], Awaitable[Sequence[t.Root] | t.ListRootsResult]]
+# The callbacks of `mcp.Client`, accepted as they are.
+McpElicitCallback = Callable[[Any, t.ElicitRequestParams], Awaitable[t.ElicitResult]]
+McpSampleCallback = Callable[[Any, t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
+McpRootsCallback = Callable[[Any], Awaitable[t.ListRootsResult]]
 
 IDEMPOTENCY_KEY_META = "mrtr/idempotencyKey"
 """`_meta` key of a task-augmented `tools/call`: random per logical call, the same on every resend."""
@@ -99,8 +103,17 @@ class FlowClient:
 
     server: Any
     elicit: ElicitHandler | None = None
+    """Answers form and URL elicitations: `async def elicit(params) -> ElicitResult`."""
     sample: SampleHandler | None = None
+    """Answers sampling: `async def sample(params) -> CreateMessageResult`."""
     roots: RootsHandler | None = None
+    """Lists the client's roots: `async def roots() -> list[Root] | ListRootsResult`."""
+    elicitation_callback: McpElicitCallback | None = None
+    """Or answer exactly as `mcp.Client` does — the same callables, `(context, params)` — so one
+    set of handlers serves `mcp.Client`, `FlowClient` and `TasksClient`. `context` is the
+    server's request on legacy sessions, and None when the answer travels in a round."""
+    sampling_callback: McpSampleCallback | None = None
+    list_roots_callback: McpRootsCallback | None = None
     mode: str = "auto"
     """How to pick the protocol. "auto" (default): over HTTP, probe `server/discover` (transient
     failures resent with `retry`'s backoff) and use 2026-07-28; fall back to the legacy handshake
@@ -131,6 +144,16 @@ class FlowClient:
     _legacy_http: SessionWatch | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        for short, callback in (("elicit", "elicitation_callback"), ("sample", "sampling_callback"),
+                                ("roots", "list_roots_callback")):  # fmt: skip
+            if getattr(self, short) is not None and getattr(self, callback) is not None:
+                raise ValueError(f"give {short}= or {callback}=, not both")
+        if self.elicitation_callback is not None:
+            self.elicit = partial(self.elicitation_callback, None)
+        if self.sampling_callback is not None:
+            self.sample = partial(self.sampling_callback, None)
+        if self.list_roots_callback is not None:
+            self.roots = partial(self.list_roots_callback, None)
         if self.mode not in ("auto", "legacy") and self.mode not in MODERN_PROTOCOL_VERSIONS:
             raise ValueError(
                 f"mode must be 'auto', 'legacy' or one of {list(MODERN_PROTOCOL_VERSIONS)}; got {self.mode!r}"
@@ -242,6 +265,14 @@ class FlowClient:
         return True
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> t.CallToolResult:
+        """`tools/call`, driven through every round; a task the server starts is followed to its end.
+
+        Raises:
+            RoundLimitExceeded: More than `max_rounds` rounds of questions.
+            InputAbandoned: A question no handler answers (or a handler gave up).
+            TransportError: The server could not be reached, after `retry`'s resends.
+            MCPError: An error the server sent.
+        """
         params: dict[str, Any] = {"name": name, "arguments": arguments}
         if self.tasks:
             # One key per logical call, the same on every resend: a server that already created
@@ -259,9 +290,11 @@ class FlowClient:
         await resending(self.retry, lambda: cancel_task(self.session, task_id))
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> t.GetPromptResult:
+        """`prompts/get`, driven through every round (questions answered by the handlers)."""
         return await self._drive("prompts/get", name, {"name": name, "arguments": arguments})
 
     async def read_resource(self, uri: str) -> t.ReadResourceResult:
+        """`resources/read`, driven through every round (questions answered by the handlers)."""
         return await self._drive("resources/read", uri, {"uri": uri})
 
     async def _send(
@@ -353,12 +386,16 @@ class FlowClient:
     # Legacy servers ask through server->client requests: the same handlers answer.
 
     async def _on_elicit(self, context: ClientRequestContext, params: t.ElicitRequestParams) -> t.ElicitResult:
+        if self.elicitation_callback is not None:
+            return await self.elicitation_callback(context, params)
         assert self.elicit is not None
         return await self.elicit(params)
 
     async def _on_sample(
         self, context: ClientRequestContext, params: t.CreateMessageRequestParams
     ) -> t.CreateMessageResult:
+        if self.sampling_callback is not None:
+            return await self.sampling_callback(context, params)
         assert self.sample is not None
         return await self.sample(params)
 

@@ -29,6 +29,56 @@ TERMINAL = frozenset({"completed", "failed", "cancelled"})
 Answerer = Callable[[t.InputRequest], Awaitable[Any]]
 
 
+class UnansweredInput(RuntimeError):
+    """A task asked something none of this client's handlers answers."""
+
+
+def answer_with(
+    elicitation_callback: Callable[..., Awaitable[t.ElicitResult]] | None = None,
+    sampling_callback: Callable[..., Awaitable[t.CreateMessageResult]] | None = None,
+    list_roots_callback: Callable[..., Awaitable[t.ListRootsResult]] | None = None,
+) -> Answerer:
+    """One `answer(request)` made of `mcp.Client`'s callbacks (each called with `context=None`)."""
+
+    async def answer(request: t.InputRequest) -> Any:
+        if isinstance(request, t.ElicitRequest) and elicitation_callback is not None:
+            return await elicitation_callback(None, request.params)
+        if isinstance(request, t.CreateMessageRequest) and sampling_callback is not None:
+            return await sampling_callback(None, request.params)
+        if isinstance(request, t.ListRootsRequest) and list_roots_callback is not None:
+            return await list_roots_callback(None)
+        raise UnansweredInput(f"the task asked {request.method}, which this client has no handler for")
+
+    return answer
+
+
+def tasks_client(
+    server: Any,
+    *,
+    elicitation_callback: Callable[..., Awaitable[t.ElicitResult]] | None = None,
+    sampling_callback: Callable[..., Awaitable[t.CreateMessageResult]] | None = None,
+    list_roots_callback: Callable[..., Awaitable[t.ListRootsResult]] | None = None,
+    on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
+    retry: RetryPolicy | None = None,
+    **client_options: Any,
+) -> Any:
+    """An `mcp.Client` that follows tasks, answering with these callbacks everywhere.
+
+    It declares exactly the capabilities the callbacks cover (so a task may ask them), and the
+    same callbacks answer inline rounds, legacy requests and task questions alike.
+    """
+    from mcp import Client
+
+    callbacks = {
+        "elicitation_callback": elicitation_callback,
+        "sampling_callback": sampling_callback,
+        "list_roots_callback": list_roots_callback,
+    }
+    extension = TasksClient(on_status=on_status, retry=retry, **callbacks)
+    extensions = [*client_options.pop("extensions", ()), extension]
+    return Client(server, extensions=extensions, **callbacks, **client_options)
+
+
 class TaskCancelled(RuntimeError):
     """The task ended `cancelled`."""
 
@@ -171,8 +221,16 @@ async def follow_task(
 class TasksClient(ClientExtension):
     """Declares the tasks extension and follows `task` results to completion.
 
+    Task questions are answered by the same handlers as everywhere: `mcp.Client`'s callbacks
+    (`elicitation_callback`, `sampling_callback`, `list_roots_callback`, each called with
+    `context=None`), or one `answer(request)` for all three. An extension cannot declare the
+    client's capabilities, and a server refuses to ask what the client did not declare: give
+    the `mcp.Client` the same callbacks, or build both with `tasks_client(...)`.
+
     Args:
         answer: Turns one input request (elicitation, sampling, roots) into its result.
+        elicitation_callback, sampling_callback, list_roots_callback: `mcp.Client`'s callbacks
+            (instead of `answer`).
         on_status: Called with each new status (for progress displays).
         on_created: Called with the `CreatedTask` before following it.
         retry: Resends of `tasks/get` / `tasks/update` after a transport failure (a
@@ -185,13 +243,21 @@ class TasksClient(ClientExtension):
 
     def __init__(
         self,
-        answer: Answerer,
+        answer: Answerer | None = None,
         *,
+        elicitation_callback: Callable[..., Awaitable[t.ElicitResult]] | None = None,
+        sampling_callback: Callable[..., Awaitable[t.CreateMessageResult]] | None = None,
+        list_roots_callback: Callable[..., Awaitable[t.ListRootsResult]] | None = None,
         on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
         on_created: Callable[[CreatedTask], Awaitable[None] | None] | None = None,
         retry: RetryPolicy | None = None,
     ) -> None:
-        self._answer = answer
+        callbacks = (elicitation_callback, sampling_callback, list_roots_callback)
+        if answer is not None and any(callbacks):
+            raise ValueError("give answer= or the mcp.Client callbacks, not both")
+        if answer is None and not any(callbacks):
+            raise ValueError("TasksClient needs answer= or at least one mcp.Client callback")
+        self._answer = answer or answer_with(*callbacks)
         self._retry = retry or RetryPolicy()
         self._on_status = on_status
         self._on_created = on_created
@@ -216,6 +282,9 @@ class TasksClient(ClientExtension):
 
 
 __all__ = [
+    "UnansweredInput",
+    "answer_with",
+    "tasks_client",
     "CreatedTask",
     "TaskCancelled",
     "TaskSnapshot",
