@@ -118,9 +118,12 @@ class Ask:
             except ValidationError as exc:
                 fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"]) or "the form"
                 raise BadAnswer(f"content does not match the requested schema ({fields})") from None
-            # Journal the fields the form asked for, as validated: junk the client added stays out.
-            lean = validated.model_dump(mode="json", by_alias=True, exclude_unset=True)
-            return {"action": "accept", "content": lean}
+            # Journal the fields the form asked for: junk the client added stays out. Content
+            # with no field beyond the form's (the usual case) is journaled as it came.
+            content = result.content
+            if not content.keys() <= _field_names(self.schema):
+                content = validated.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            return {"action": "accept", "content": content}
         model = CreateMessageResult if self.kind == "sample" else ListRootsResult
         try:
             parsed = model.model_validate(answer)
@@ -204,6 +207,18 @@ def _digest(*parts: bytes) -> str:
 
 
 _ROOTS_DIGEST = _digest(b"roots")
+
+
+_fields: weakref.WeakKeyDictionary[type[BaseModel], frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _field_names(schema: type[BaseModel]) -> frozenset[str]:
+    """Every name a form field may arrive under (its name and its alias)."""
+    names = _fields.get(schema)
+    if names is None:
+        fields = schema.model_fields
+        names = _fields[schema] = frozenset(fields) | {f.alias for f in fields.values() if f.alias}
+    return names
 
 
 def _schema_of(schema: type[BaseModel]) -> tuple[dict[str, Any], bytes]:
