@@ -9,7 +9,6 @@ Prints `fault-server ready: URL` once it listens.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -27,7 +26,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 
 import mrtr  # noqa: E402
 from mrtr.stores import open_store  # noqa: E402
-from tests.serving import serve_http  # noqa: E402
+from tests.serving import serve_main  # noqa: E402
 
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
 READY = "fault-server ready:"
@@ -95,11 +94,7 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, default=0)
-    args = parser.parse_args()
-    _, flows = build_server()
-    asyncio.run(serve_http(flows.streamable_http_app(), args.port, READY))
+    serve_main(lambda: build_server()[1].streamable_http_app(), READY)
 
 
 if __name__ == "__main__":

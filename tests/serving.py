@@ -7,8 +7,10 @@ after uvicorn has started, never before a client could connect.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import socket
+from collections.abc import Callable
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -30,3 +32,11 @@ async def serve_http(app: ASGIApp, port: int, ready_prefix: str, *, ready_suffix
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
     print(f"{ready_prefix} {url}{' ' + ready_suffix if ready_suffix else ''}", flush=True)
     await serving
+
+
+def serve_main(app: Callable[[], ASGIApp], ready_prefix: str) -> None:
+    """`python server.py [--port N]`: build the app, serve it, print the ready line."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    asyncio.run(serve_http(app(), args.port, ready_prefix))

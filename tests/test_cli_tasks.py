@@ -28,7 +28,7 @@ from mrtr.cli.app import app
 from mrtr.journal import Journal
 from mrtr.stores import TaskRecord, TaskStore, open_store
 from tests.servers import ROOT
-from tests.storekit import drop_namespace
+from tests.storekit import drop_namespace, service_problem
 
 REDIS_URL = os.environ.get("MRTR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("MRTR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -47,26 +47,7 @@ class Target:
 
 
 def _service_problem(backend: str) -> str | None:
-    async def probe() -> None:
-        if backend == "redis":
-            import redis.asyncio as aioredis
-
-            client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-            try:
-                await client.ping()
-            finally:
-                await client.aclose()
-        else:
-            import psycopg
-
-            conn = await psycopg.AsyncConnection.connect(POSTGRES_DSN, connect_timeout=2)
-            await conn.close()
-
-    try:
-        asyncio.run(probe())
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
+    return asyncio.run(service_problem(backend))
 
 
 def _cleanup(target: Target, backend: str) -> None:

@@ -24,7 +24,7 @@ import pytest
 
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 from mrtr.stores.sqlite import SQLiteStore
-from tests.storekit import drop_namespace
+from tests.storekit import drop_namespace, service_problem
 
 pytestmark = pytest.mark.anyio
 
@@ -38,23 +38,7 @@ _reachable: dict[str, str | None] = {}  # backend -> None if reachable, else why
 
 
 async def _probe(backend: str) -> str | None:
-    try:
-        if backend == "redis":
-            import redis.asyncio as aioredis
-
-            client = aioredis.Redis.from_url(REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
-            try:
-                await client.ping()
-            finally:
-                await client.aclose()
-        else:
-            import psycopg
-
-            conn = await psycopg.AsyncConnection.connect(POSTGRES_DSN, connect_timeout=2)
-            await conn.close()
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
+    return await service_problem(backend)
 
 
 async def _require(backend: str) -> None:

@@ -11,7 +11,6 @@ Prints `task-server ready: URL` once it listens.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -31,7 +30,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 
 import mrtr  # noqa: E402
 from mrtr.stores import open_store  # noqa: E402
-from tests.serving import serve_http  # noqa: E402
+from tests.serving import serve_main  # noqa: E402
 
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
 
@@ -164,12 +163,8 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, default=0)
-    args = parser.parse_args()
-    _, flows = build_server()
-    app = flows.streamable_http_app(stateless_http=True)  # the task worker starts with the app
-    asyncio.run(serve_http(app, args.port, "task-server ready:"))
+    # The task worker starts with the app.
+    serve_main(lambda: build_server()[1].streamable_http_app(stateless_http=True), "task-server ready:")
 
 
 if __name__ == "__main__":
