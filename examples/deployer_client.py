@@ -309,7 +309,7 @@ async def drive(
         raise RuntimeError(f"flow still asking after {max_rounds} rounds")
 
 
-_INPUT_REQUEST = TypeAdapter[t.InputRequest](t.InputRequest)  # type: ignore[arg-type]  # mypy: a union is no `type`
+_INPUT_REQUEST = TypeAdapter[t.InputRequest](t.InputRequest)
 
 
 async def start_migration(url: str, app: str, seconds: float, *, out: Callable[[str], None] = print) -> str:
