@@ -26,10 +26,9 @@ from mrtr import journal as journal_codec
 from mrtr.asks import Ask, supports
 from mrtr.context import FlowContext
 from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver, missing_capability
-from mrtr.errors import FlowError, FlowExpired, NondeterminismError, StateTooLarge, TooManyRounds
+from mrtr.errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.replay import Replay
-from mrtr.sdk import sealed_size
 from mrtr.shedding import ShedPoint, run_round
 from mrtr.spec import TASKS_EXTENSION, FlowSpec, Limits, Services, TaskSupport
 
@@ -308,16 +307,7 @@ def check_deadline(spec: FlowSpec, journal: Journal) -> None:
 def _input_required(spec: FlowSpec, request: Context[Any, Any], replay: Replay) -> InputRequiredResult:
     journal = replay.journal
     close_round(spec, replay)
-    state = journal_codec.encode(journal)
-    # Sealing at most ~2.7x the state plus a fixed envelope: only near the cap is it worth estimating.
-    if (
-        3 * len(state) + 512 >= spec.limits.max_state_bytes
-        and (sealed := sealed_size(state, request, spec.audience)) > spec.limits.max_state_bytes
-    ):
-        raise StateTooLarge(
-            f"flow {spec.name!r} would carry a {sealed:,}-byte requestState, over its "
-            f"{spec.limits.max_state_bytes:,}-byte cap; keep step results small (journal an id, not a payload)"
-        )
+    state = sdk.state_within_cap(journal, request, spec.audience, spec.limits.max_state_bytes, spec.name)
     return InputRequiredResult(input_requests=wire_asks(replay), request_state=state)
 
 
@@ -343,9 +333,14 @@ def close_round(spec: FlowSpec, replay: Replay) -> None:
     if journal.rounds > spec.limits.max_rounds:
         raise TooManyRounds(f"flow {spec.name!r} needed more than {spec.limits.max_rounds} rounds of client input")
     journal.pending = replay.pending()
-    logger.debug(
-        "flow %s (%s): round %d ends waiting for %s", spec.name, journal.flow_id, journal.rounds, sorted(replay.parked)
-    )
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "flow %s (%s): round %d ends waiting for %s",
+            spec.name,
+            journal.flow_id,
+            journal.rounds,
+            sorted(replay.parked),
+        )
 
 
 def _describe(ask: Ask) -> str:
@@ -358,7 +353,8 @@ def wire_asks(replay: Replay) -> dict[str, Any]:
     """The parked asks as `inputRequests`; a re-asked question says why, so the client can show it.
 
     The reason goes in the form's message (what a person sees; it is not part of the
-    question's identity) and in `_meta["mrtr/reaskReason"]` for programs.
+    question's identity) and in `_meta["mrtr/reaskReason"]` (raw wire clients see it; the
+    official SDK client drops unknown `_meta` keys when it parses an input request).
     """
     asks: dict[str, Any] = {}
     for key, ask in replay.parked.items():

@@ -16,11 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 
+from mrtr import journal as journal_codec
+from mrtr.errors import StateTooLarge
+
 if TYPE_CHECKING:
     import httpx2
     from mcp.client.session import ClientSession
     from mcp.server.extension import Extension
     from mcp.server.mcpserver import Context, MCPServer
+
+    from mrtr.journal import Journal
 
 EXPECTED = "mcp>=2.3,<2.4"
 
@@ -132,6 +137,21 @@ def sealed_size(state: str, request: Context[Any, Any], audience: str, *, target
     payload = len(json.dumps(claims, separators=(",", ":"))) + 8
     fixed, per_byte = _codec_cost(_security_of(request))
     return math.ceil(fixed + per_byte * payload) + 4
+
+
+def state_within_cap(journal: Journal, request: Context[Any, Any], audience: str, cap: int, flow: str) -> str:
+    """The journal as the `requestState` the boundary will seal; `StateTooLarge` past `cap`.
+
+    Sealing costs at most ~2.7x the state plus a fixed envelope, so only near the cap is
+    the size worth estimating.
+    """
+    state = journal_codec.encode(journal)
+    if 3 * len(state) + 512 >= cap and (sealed := sealed_size(state, request, audience)) > cap:
+        raise StateTooLarge(
+            f"flow {flow!r} would carry a {sealed:,}-byte requestState, over its {cap:,}-byte cap; "
+            "keep step results small (journal an id, not a payload)"
+        )
+    return state
 
 
 def _security_of(request: Context[Any, Any]) -> RequestStateSecurity:

@@ -30,10 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_types import InputRequiredResult
 
-from mrtr import journal as journal_codec
 from mrtr import tracing
-from mrtr.errors import StateTooLarge
-from mrtr.sdk import sealed_size
+from mrtr.sdk import state_within_cap
 from mrtr.spec import FlowSpec, LoadSignal, Services
 
 if TYPE_CHECKING:
@@ -201,14 +199,7 @@ def shed_result(spec: FlowSpec, request: Context[Any, Any], journal: Journal) ->
     `rounds` is not incremented (a shed is not a round of client input), and `pending`
     keeps the questions the client was last asked, so their answers stay acceptable.
     """
-    state = journal_codec.encode(journal)
-    if 3 * len(state) + 512 >= spec.limits.max_state_bytes:
-        sealed = sealed_size(state, request, spec.audience)
-        if sealed > spec.limits.max_state_bytes:
-            raise StateTooLarge(
-                f"flow {spec.name!r} would carry a {sealed:,}-byte requestState, over its "
-                f"{spec.limits.max_state_bytes:,}-byte cap; keep step results small (journal an id, not a payload)"
-            )
+    state = state_within_cap(journal, request, spec.audience, spec.limits.max_state_bytes, spec.name)
     return InputRequiredResult(request_state=state)
 
 
