@@ -57,7 +57,7 @@ class Ask:
     find it answered), from parts that are cheap to hash on every replay.
     """
 
-    __slots__ = ("_build", "_request", "allow_preanswer", "digest", "explicit_key", "kind", "schema")
+    __slots__ = ("_build", "_fields", "_request", "allow_preanswer", "digest", "explicit_key", "kind", "schema")
 
     def __init__(
         self,
@@ -77,6 +77,7 @@ class Ask:
         self.explicit_key = explicit_key
         self.allow_preanswer = allow_preanswer
         self.schema = schema
+        self._fields = _field_names(schema) if schema is not None else frozenset()
 
     @property
     def request(self) -> InputRequest:
@@ -103,6 +104,13 @@ class Ask:
         Raises:
             BadAnswer: The answer is of the wrong kind or fails the requested schema.
         """
+        if self.kind == "elicit" and type(answer) is dict and answer.get("action") == "accept":
+            # The usual answer: a form accepted with just the form's fields. The form's own
+            # schema admits only values the wire's ElicitResult admits, so one validation does.
+            content = answer.get("content")
+            if type(content) is dict and content.keys() <= self._fields:
+                self._validate_form(content)
+                return {"action": "accept", "content": content}
         if self.kind in ("elicit", "elicit_url"):
             try:
                 result = ElicitResult.model_validate(answer)
@@ -112,16 +120,11 @@ class Ask:
                 return {"action": result.action}
             if result.content is None:
                 raise BadAnswer("accepted without content")
-            assert self.schema is not None
-            try:
-                validated = self.schema.model_validate(result.content)
-            except ValidationError as exc:
-                fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"]) or "the form"
-                raise BadAnswer(f"content does not match the requested schema ({fields})") from None
+            validated = self._validate_form(result.content)
             # Journal the fields the form asked for: junk the client added stays out. Content
             # with no field beyond the form's (the usual case) is journaled as it came.
             content = result.content
-            if not content.keys() <= _field_names(self.schema):
+            if not content.keys() <= self._fields:
                 content = validated.model_dump(mode="json", by_alias=True, exclude_unset=True)
             return {"action": "accept", "content": content}
         model = CreateMessageResult if self.kind == "sample" else ListRootsResult
@@ -130,6 +133,14 @@ class Ask:
         except ValidationError:
             raise BadAnswer(f"not a {model.__name__}") from None
         return parsed.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def _validate_form(self, content: dict[str, Any]) -> BaseModel:
+        assert self.schema is not None
+        try:
+            return self.schema.model_validate(content)
+        except ValidationError as exc:
+            fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"]) or "the form"
+            raise BadAnswer(f"content does not match the requested schema ({fields})") from None
 
 
 _CAPABILITY: dict[AskKind, Capability] = {

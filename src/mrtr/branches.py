@@ -26,7 +26,7 @@ class FlowRun(Protocol):
 
     suspended: bool
 
-    def adopt(self, task: asyncio.Task[Any]) -> None: ...
+    def adopt(self, task: asyncio.Task[Any], branch: Branch) -> None: ...
 
 
 class Branch:
@@ -107,5 +107,5 @@ def _flow_task(
     context.run(current_branch.set, child)
     task = create(loop, coro, context=context, **kwargs)
     child.task = task
-    parent.replay.adopt(task)
+    parent.replay.adopt(task, child)
     return task

@@ -186,6 +186,7 @@ async def execute(
         outcome.error = error
     else:
         outcome.value = flow.result()
+    replay.release()
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("flow %s (%s): this run %s", spec.name, journal.flow_id, _ending(outcome))
     return outcome
@@ -214,7 +215,7 @@ async def _run(
     context.run(branches.current_branch.set, replay.root)
     flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
     replay.root_task = replay.root.task = flow
-    replay.adopt(flow)
+    replay.adopt(flow, replay.root)
     try:
         await flow
     except BaseException:

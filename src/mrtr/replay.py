@@ -107,11 +107,10 @@ class Replay:
         """wire key -> why the client's answer to it was not used (shown with the re-ask)."""
         self._reworded: set[str] = set()
         self.tasks: list[asyncio.Task[Any]] = []
+        self._branches: list[Branch] = []
         self._parked_tasks: set[asyncio.Task[Any]] = set()
         self._running_steps = 0
-        self._steps_idle = asyncio.Event()
-        self._steps_idle.set()
-        self._park_forever: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._steps_idle: asyncio.Event | None = None  # made by the first step: most rounds run none
         self._watcher: asyncio.Task[None] | None = None
         self._activity = 0
         self.suspended = False
@@ -122,10 +121,11 @@ class Replay:
 
     # -- the flow's tasks ---------------------------------------------------------------
 
-    def adopt(self, task: asyncio.Task[Any]) -> None:
+    def adopt(self, task: asyncio.Task[Any], branch: Branch) -> None:
         """Count `task` as the flow's: it must be quiet for the round to settle, and it is
         cancelled and awaited before the round returns."""
         self.tasks.append(task)
+        self._branches.append(branch)
 
     def branch(self) -> Branch:
         """The calling task's branch, checked to belong to this run."""
@@ -222,19 +222,21 @@ class Replay:
         assert task is not None
         if ask is not None:
             self.parked[key] = ask
-        self._parked_tasks.add(task)
         self._activity += 1
         if self._watcher is None:
             if not self._running_steps and all(t is task or t.done() for t in self.tasks):
                 # The only task of the flow still alive is this one, and it waits for the
                 # client: nothing else can move, so the round is over now (the common case
-                # of a flow without concurrent branches needs no watcher at all).
-                self._suspend()
-            else:
-                with outside_branch():  # the watcher is mrtr's, not one of the flow's tasks
-                    self._watcher = asyncio.get_running_loop().create_task(self._watch())
+                # of a flow without concurrent branches needs no watcher at all). It unwinds
+                # from here, as it would on being cancelled.
+                self.settled = self.suspended = True
+                raise asyncio.CancelledError
+            with outside_branch():  # the watcher is mrtr's, not one of the flow's tasks
+                self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        self._parked_tasks.add(task)
         try:
-            return await asyncio.shield(self._park_forever)
+            # Never resolved: the branch waits here until the round's teardown cancels it.
+            return await asyncio.get_running_loop().create_future()
         finally:
             self._parked_tasks.discard(task)
 
@@ -259,6 +261,8 @@ class Replay:
 
     def step_started(self) -> None:
         self._running_steps += 1
+        if self._steps_idle is None:
+            self._steps_idle = asyncio.Event()
         self._steps_idle.clear()
 
     def record_step(self, key: str, arg_digest: str, value: Any) -> None:
@@ -275,7 +279,7 @@ class Replay:
         """The step (and its checkpoint write) is over, however it ended."""
         self._running_steps -= 1
         self._activity += 1
-        if self._running_steps == 0:
+        if self._running_steps == 0 and self._steps_idle is not None:
             self._steps_idle.set()
 
     # -- versioning ---------------------------------------------------------------------
@@ -339,6 +343,7 @@ class Replay:
         while not self.root_task.done():
             if self._running_steps:
                 quiet = 0
+                assert self._steps_idle is not None
                 await self._steps_idle.wait()
                 continue
             busy = quiescence.classify(self.tasks, self._parked_tasks)
@@ -385,5 +390,18 @@ class Replay:
         for task in self.tasks:  # consume their outcomes: nobody else will
             if task.done() and not task.cancelled():
                 task.exception()
-        if not self._park_forever.done():
-            self._park_forever.cancel()
+
+    def release(self) -> None:
+        """Forget the run's tasks once their outcome is read.
+
+        A task's context holds its branch, which holds the run: without this, every round
+        would leave a reference cycle (run, tasks, contexts, coroutines) for the cyclic
+        garbage collector, whose passes then cost more than the round itself.
+        """
+        for branch in self._branches:
+            branch.task = None
+        self._branches.clear()
+        self.tasks.clear()
+        self._parked_tasks.clear()
+        self._watcher = None
+        del self.root_task, self.root
