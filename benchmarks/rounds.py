@@ -81,9 +81,13 @@ ARGS = {"service": "api"}
 EXPECTED = {"result": "deployed api to prod"}
 CHAIN_LEN = 11  # questions in each state-size chain: states carrying 0..10 answers
 STATE_POINTS = (1, 5, 10)
-TARGET_INPROC = 0.9  # (c)/(b) in-process
-TARGET_HTTP = 1.0  # (c)/(b) over HTTP
-TARGET_HTTP_PLAIN = 2.2  # (c)/(a) over HTTP
+# Targets of issue #9 (engine exactness must not cost speed):
+TARGET_INPROC = 0.65  # (c)/(b) in-process
+TARGET_HTTP = 0.9  # (c)/(b) over HTTP
+TARGET_OVER_FLOOR_MS = 0.25  # mrtr's server-side cost over the floor (d) per 2-round call, in-process
+TARGET_LOOP = 1.5  # per-round cost of a 100-round loop vs a 1-round flow
+# An earlier goal, kept as a reference line: the floor (d) itself sits near it over HTTP.
+REFERENCE_HTTP_PLAIN = 2.2  # (c)/(a) over HTTP
 STATS_TOOL = "bench_stats"
 Sizes = list[tuple[int, int]]  # (sealed wire bytes, plaintext bytes) per number of answers
 Times = dict[str, list[float]]
@@ -392,6 +396,7 @@ class Verdict:
     value: float
     limit: float
     ci: tuple[float, float]
+    unit: str = ""
 
     @property
     def met(self) -> bool:
@@ -400,6 +405,8 @@ class Verdict:
     def line(self) -> str:
         lo, hi = self.ci
         status = "MET" if self.met else "NOT MET"
+        if lo == hi:  # a median of medians: no interval
+            return f"  {self.name:<20} {self.value:6.3f} {self.unit:<20}  target <= {self.limit:<4} {status}"
         note = "" if (hi <= self.limit or lo > self.limit) else "   (95% CI straddles the limit)"
         return (
             f"  {self.name:<20} {self.value:6.3f}  95% CI {lo:.3f}-{hi:.3f}  target <= {self.limit:<4} {status}{note}"
@@ -419,8 +426,8 @@ def report_latency(title: str, times: Times) -> None:
         )
 
 
-def report_server(title: str, samples: Times) -> None:
-    """Median server-side time per round, and the engines' share of it."""
+def report_server(title: str, samples: Times) -> float:
+    """Median server-side time per round, and the engines' share of it; returns (c)'s ms over (d)."""
     print(f"\n{title}: server-side medians per round in ms (round = outermost middleware, incl. seal/unseal)")
     print(f"  {'variant':<18} {'round 1':>8} {'round 2':>8} {'per call':>9} {'engine r1':>10} {'engine r2':>10}")
     per_call: dict[str, float] = {}
@@ -445,6 +452,7 @@ def report_server(title: str, samples: Times) -> None:
         f"  server-side (c)/(b) = {per_call['mrtr'] / per_call['resolve']:.3f}. Cost over the floor (d) per call: "
         f"(b) +{over['resolve']:.3f} ms, (c) +{over['mrtr']:.3f} ms"
     )
+    return over["mrtr"]
 
 
 def verdicts(times: Times, http: bool, rng: random.Random) -> list[Verdict]:
@@ -458,15 +466,6 @@ def verdicts(times: Times, http: bool, rng: random.Random) -> list[Verdict]:
             ratio_ci(times["mrtr"], times["resolve"], rng),
         )
     ]
-    if http:
-        found.append(
-            Verdict(
-                "(c)/(a) HTTP",
-                med["mrtr"] / med["plain"],
-                TARGET_HTTP_PLAIN,
-                ratio_ci(times["mrtr"], times["plain"], rng),
-            )
-        )
     return found
 
 
@@ -694,8 +693,9 @@ async def main(args: argparse.Namespace) -> bool:
 
     times, samples, mrtr_sizes, rslv_sizes = await measure_inprocess(args)
     report_latency("In-process, Client(server), protocol 2026-07-28", times)
-    report_server("In-process", samples)
+    over_floor = report_server("In-process", samples)
     found = verdicts(times, http=False, rng=rng)
+    found.append(Verdict("(c) over (d) in-proc", over_floor, TARGET_OVER_FLOOR_MS, (over_floor, over_floor), "ms"))
 
     times, samples, http_sizes = await measure_http(args)
     report_latency("HTTP (loopback)", times)
@@ -709,19 +709,17 @@ async def main(args: argparse.Namespace) -> bool:
     print("\nTargets (ratio of median latencies; interval = paired bootstrap)")
     for verdict in found:
         print(verdict.line())
-    budget = TARGET_HTTP_PLAIN * med["plain"]
     print(
-        f"  reference: (d)/(a) HTTP = {med['floor'] / med['plain']:.3f} for the hand-rolled floor, the cheapest "
-        "2-round tool this stack can serve.\n"
-        f"  Meeting (c)/(a) <= {TARGET_HTTP_PLAIN} over HTTP needs (c) <= {ms(budget)} ms, i.e. mrtr at most "
-        f"{ms(budget - med['floor'])} ms over the floor; it is {ms(med['mrtr'] - med['floor'])} ms over now."
+        f"  reference (an earlier goal, not a target): (c)/(a) HTTP = {med['mrtr'] / med['plain']:.3f} "
+        f"(goal <= {REFERENCE_HTTP_PLAIN}); the hand-rolled floor itself is at (d)/(a) = "
+        f"{med['floor'] / med['plain']:.3f}, and mrtr is {ms(med['mrtr'] - med['floor'])} ms over it."
     )
     loop, single = await loop_cost(5 if args.quick else 15)
     print(
         f"\nLong loops (in-process, client included, per round of client input): {LOOP_ROUNDS}-round loop "
-        f"{ms(loop)} ms, 1-round flow {ms(single)} ms: {loop / single:.2f}x (target <= 1.5x)"
+        f"{ms(loop)} ms, 1-round flow {ms(single)} ms: {loop / single:.2f}x (target <= {TARGET_LOOP}x)"
     )
-    found.append(Verdict("loop/1-round in-proc", loop / single, 1.5, (loop / single, loop / single)))
+    found.append(Verdict("loop/1-round in-proc", loop / single, TARGET_LOOP, (loop / single, loop / single)))
     met = all(v.met for v in found)
     print(f"\n{'ALL TARGETS MET' if met else 'NOT ALL TARGETS MET'} (measured in {time.perf_counter() - started:.0f}s)")
     return met

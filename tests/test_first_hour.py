@@ -61,10 +61,16 @@ async def answer_task_until_done(client: Client, task_id: str, *, limit: int = 4
                 answers = {key: {"action": "accept", "content": {"ok": True}} for key in task["inputRequests"]}
                 await update_task(client.session, task_id, answers)
                 sent += len(answers)
-                while (await get_task(client.session, task_id))["status"] == "input_required":
+                while await _still_asking(client, task_id, answers):
                     await asyncio.sleep(0.01)
             await asyncio.sleep(0.01)
     raise AssertionError(f"the task was still asking after {sent} answers")
+
+
+async def _still_asking(client: Client, task_id: str, answered: dict[str, Any]) -> bool:
+    """Whether the task still waits on the questions just answered (it may already ask new ones)."""
+    task = await get_task(client.session, task_id)
+    return task["status"] == "input_required" and task["inputRequests"].keys() == answered.keys()
 
 
 # -- Durable tasks ignore max_rounds; a question that changes after it was answered ------------------------

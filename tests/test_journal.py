@@ -27,6 +27,21 @@ def test_round_trip_is_exact(answers: int) -> None:
     assert again.to_wire() == journal.to_wire()
 
 
+def test_every_field_this_version_writes_is_read_back_as_that_field() -> None:
+    """A field this version writes must not come back as an unknown one (kept verbatim, it would
+    override the field's new value on the next encode): origins grow from round to round."""
+    journal = sample_journal(1)
+    journal.markers.add("v2")
+    journal.origins["k1"] = "0"
+    journal.reworded = 1
+    again = codec.decode(codec.encode(journal))
+    assert again.extras == {}
+    again.origins["k2"] = "1.0"
+    assert codec.decode(codec.encode(again)).origins == {"k1": "0", "k2": "1.0"}
+    newer = codec.decode("j" + json.dumps(journal.to_wire() | {"x": [1]}))
+    assert newer.extras == {"x": [1]} and codec.decode(codec.encode(newer)).extras == {"x": [1]}
+
+
 def test_compression_is_used_only_when_it_pays() -> None:
     small = codec.encode(Journal.start())
     assert small.startswith("j")

@@ -221,3 +221,31 @@ async def test_an_unfinished_async_generator_does_not_shift_branch_identity(tran
         assert result.structured_content == {"result": ["A-value", "B-value"]}
         assert len(call.rounds) == 1, "both asks were answered in round 2"
         assert runs == Counter(warm=1, A=1, B=1), "each step's function ran once"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_patched_is_true_for_a_new_run_beside_a_task_it_started_earlier(transport: str) -> None:
+    """A branch's *earlier* children run alongside it: their journal entries are not its progress.
+
+    `_at_frontier` counted every unconsumed entry of the branch's subtree as evidence that old
+    code ran past the `patched` call. A background task started just before it had not replayed
+    its step yet in round 2 (it had not run at all), so the root's `patched` said False to a
+    run that began under the new code, and asked the old path's question.
+    """
+    server = new_server()
+    flows = mrtr.Flows(server)
+
+    @flows.tool()
+    async def upgraded(ctx: mrtr.FlowContext) -> list[str]:
+        background = asyncio.create_task(ctx.step("fetch", lambda: "fetched"))
+        await ctx.elicit("Go?", Word)
+        path = "new" if ctx.patched("v2") else (await ctx.elicit("Old path?", Word)).word
+        return [await background, path]
+
+    async with connect(server, transport) as client:
+        call = Driver(client, "upgraded")
+        with anyio.fail_after(10):
+            await call.send()
+            done = await call.send({call.key_for_message("Go?"): accept(word="go")})
+        assert isinstance(done, t.CallToolResult)
+        assert done.structured_content == {"result": ["fetched", "new"]}, "a run that began under the new code"

@@ -298,6 +298,20 @@ FOUND = {
         )
     ),
     "consumer-leaked-by-unwinding-code": Seq((TryFinally(Ask(shared=False), Pipe(Ask(shared=False), Sleep(0.0))),)),
+    # A TaskGroup in a `finally` whose children found the flow suspended: Python 3.11's TaskGroup
+    # leaves its cancel request on the task that awaits it, the request's own since the flow
+    # body runs in it, which must not read that as the request being cancelled.
+    "taskgroup-in-finally-leaves-a-cancel-request": Seq(
+        (TryFinally(Ask(False), Gather("TaskGroup", (Ask(False), Ask(False)))),)
+    ),
+    # A background task started before `ctx.patched` had not replayed its step yet, and that
+    # step counted as the patching branch's own progress: round 2 took the old path.
+    "patched-after-starting-a-background-task": Seq(
+        (
+            Step("fetch", "none", False),
+            Background(Step("fetch", "none", False), Seq((Ask(False), Patched(Sleep(0.0), Ask(False))))),
+        )
+    ),
 }
 
 

@@ -9,7 +9,6 @@ on the way back in), or — for a task-enabled call — a durable task that take
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -158,34 +157,33 @@ async def execute(
 
     Every task the flow started is cancelled and awaited before this returns.
     """
-    loop = asyncio.get_running_loop()
-    branches.install(loop)
+    branches.install(asyncio.get_running_loop())
     replay = Replay(
         journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap, base_size=base_size
     )
     driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run, shed=shed)
     if tracing.enabled():
         with tracing.round_span(spec, replay, request):
-            await _run(spec, replay, driver, request, arguments, loop)
+            await _run(spec, replay, driver, request, arguments)
     else:  # the common case, kept free of context-manager machinery: every round runs it
         token = tracing.bind_flow(journal.flow_id)
         try:
-            await _run(spec, replay, driver, request, arguments, loop)
+            await _run(spec, replay, driver, request, arguments)
         finally:
             tracing.unbind_flow(token)
-    flow = replay.root_task
     outcome = Outcome(replay, would_run=driver.would_run)
+    ending = replay.ending
     if replay.settled:
         outcome.parked = True
-    elif flow.cancelled():
+    elif isinstance(ending, asyncio.CancelledError):
         raise asyncio.CancelledError
-    elif probe or isinstance(flow.exception(), BecomeTask):
+    elif probe or isinstance(ending, BecomeTask):
         # Probing ends at the first side effect, or at the end: either way a task takes over.
         outcome.became_task = True
-    elif (error := flow.exception()) is not None:
-        outcome.error = error
+    elif isinstance(ending, BaseException):
+        outcome.error = ending
     else:
-        outcome.value = flow.result()
+        outcome.value = ending
     replay.release()
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("flow %s (%s): this run %s", spec.name, journal.flow_id, _ending(outcome))
@@ -208,23 +206,36 @@ async def _run(
     driver: JournalDriver,
     request: Context[Any, Any] | None,
     arguments: Mapping[str, Any],
-    loop: asyncio.AbstractEventLoop,
 ) -> None:
-    """Start the flow as the root task of its branches, await it, tear down all it started."""
-    context = contextvars.copy_context()  # taken here: the flow's steps and logs see the span and flow id
-    context.run(branches.current_branch.set, replay.root)
-    flow = loop.create_task(call_flow(spec, FlowContext(driver, request), arguments), context=context)
-    replay.root_task = replay.root.task = flow
-    replay.adopt(flow, replay.root)
+    """Run the flow as the root of its branches, in this task; tear down all it started.
+
+    The flow's body runs in the calling task rather than a task of its own: a round is
+    short, and a task (its creation and the loop passes around it) would cost as much as
+    the rest of the round's bookkeeping. Its outcome is left in `replay.ending`.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    cancels_before = task.cancelling()
+    replay.root_task = replay.root.task = task
+    replay.adopt(task, replay.root)
+    token = branches.current_branch.set(replay.root)
     try:
-        await flow
-    except BaseException:
-        # The flow ended badly or settled (read later) — unless *we* are being cancelled,
-        # in which case awaiting it has cancelled it too: tear down, re-raise.
-        current = asyncio.current_task()
-        if current is not None and current.cancelling():
-            await replay.close()
-            raise
+        replay.ending = await call_flow(spec, FlowContext(driver, request), arguments)
+    except (KeyboardInterrupt, SystemExit):
+        replay.flow_ended = True
+        await replay.close()
+        raise
+    except BaseException as exc:  # the flow's own outcome, or the round settling (read in `execute`)
+        replay.ending = exc
+    finally:
+        replay.flow_ended = True
+        branches.current_branch.reset(token)
+    # Settling cancelled this task to unwind the flow, and flow code may have left cancel
+    # requests of its own on it (Python 3.11's TaskGroup does): none of them is the
+    # request's. A cancellation of the request itself ended the flow with CancelledError,
+    # which `execute` re-raises unless the round settled anyway.
+    for _ in range(task.cancelling() - cancels_before):
+        task.uncancel()
     await replay.close()
 
 

@@ -31,7 +31,7 @@ _LEVEL = 6
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
-_KNOWN = frozenset("vftnaspmw")
+_KNOWN = frozenset("vftnaspmow")
 
 
 class JournalFormatError(ValueError):
@@ -98,17 +98,20 @@ class Journal:
         try:
             if wire["v"] != FORMAT_VERSION:
                 raise JournalFromNewerVersion(f"journal format {wire['v']!r}, this server reads {FORMAT_VERSION}")
+            # Absent fields are the common case: skip building what would be empty.
+            answers, steps, pending = wire.get("a"), wire.get("s"), wire.get("p")
+            markers, origins = wire.get("m"), wire.get("o")
             journal = cls(
                 flow_id=str(wire["f"]),
                 started_at=float(wire["t"]),
                 rounds=int(wire["n"]),
-                answers={str(k): (str(q), v) for k, (q, v) in wire.get("a", {}).items()},
-                steps={str(k): (str(d), v) for k, (d, v) in wire.get("s", {}).items()},
-                pending={str(k): str(q) for k, q in wire.get("p", {}).items()},
-                markers={str(m) for m in wire.get("m", ())},
-                origins={str(k): str(v) for k, v in wire.get("o", {}).items()},
+                answers={str(k): (str(q), v) for k, (q, v) in answers.items()} if answers else {},
+                steps={str(k): (str(d), v) for k, (d, v) in steps.items()} if steps else {},
+                pending={str(k): str(q) for k, q in pending.items()} if pending else {},
+                markers={str(m) for m in markers} if markers else set(),
+                origins={str(k): str(v) for k, v in origins.items()} if origins else {},
                 reworded=int(wire.get("w", 0)),
-                extras={k: v for k, v in wire.items() if k not in _KNOWN},
+                extras={} if wire.keys() <= _KNOWN else {k: v for k, v in wire.items() if k not in _KNOWN},
             )
         except JournalFormatError:
             raise

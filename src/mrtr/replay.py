@@ -117,6 +117,9 @@ class Replay:
         """No ctx call may act any more: the round has settled, or the run is being torn down."""
         self.settled = False
         """The round ended on its own, with the flow waiting for the client."""
+        self.flow_ended = False
+        self.ending: Any = None
+        """What the flow function returned, or the exception it ended with."""
         self.root = Branch(self, "")
 
     # -- the flow's tasks ---------------------------------------------------------------
@@ -297,18 +300,25 @@ class Replay:
         """Has this branch reached everything the journal holds for it — answers, steps and
         the asks the last round sent out — so that no earlier code ran past this point?
 
-        What concurrent siblings recorded says nothing about this point; what this branch's
-        own subtree or its ancestors (waiting for it) recorded does.
+        Evidence that old code ran past this point is what the branch itself recorded, what
+        the branches it started *after* this point recorded, and what its ancestors recorded
+        (they may have waited for it). Branches it started before this point run alongside
+        it, and so do its siblings: what they recorded says nothing about this point.
         """
         journal = self.journal
         entries = [("s:" + k, _step_path(k)) for k in journal.steps]
         entries += [("a:" + k, journal.origins.get(k) or _ask_path(k)) for k in journal.answers]
         entries += [("p:" + k, journal.origins.get(k) or _ask_path(k)) for k in journal.pending]
         here = branch.path
+        below = here + "." if here else ""
+        started = branch.children
         for entry, path in entries:
-            related = not here or path == here or path.startswith(here + ".") or not path or here.startswith(path + ".")
-            if related and entry not in self._consumed:
-                return False
+            if entry in self._consumed:
+                continue
+            if path == here or (here and (not path or here.startswith(path + "."))):
+                return False  # the branch's own, or an ancestor's
+            if path.startswith(below) and int(path[len(below) :].partition(".")[0]) >= started:
+                return False  # a branch it starts later
         return True
 
     def unconsumed(self) -> list[str]:
@@ -340,7 +350,7 @@ class Replay:
     async def _watch(self) -> None:
         quiet = 0
         mark = -1
-        while not self.root_task.done():
+        while not self.flow_ended:
             if self._running_steps:
                 quiet = 0
                 assert self._steps_idle is not None
@@ -370,6 +380,7 @@ class Replay:
             task.cancel()
 
     root_task: asyncio.Task[Any]
+    """The task the flow function itself runs in (the request's: see `mrtr.engine._run`)."""
 
     async def close(self) -> None:
         """Cancel and await everything the flow started: nothing of it runs after the round."""
@@ -378,8 +389,9 @@ class Replay:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         self.suspended = True
+        root = self.root_task
         for _ in range(_TEARDOWN_TRIES):
-            alive = [t for t in self.tasks if not t.done()]
+            alive = [t for t in self.tasks if not t.done() and t is not root]
             if not alive:
                 break
             for task in alive:
@@ -388,7 +400,7 @@ class Replay:
         else:
             logger.error("flow %s: a task of the flow ignored cancellation and is still running", self.flow)
         for task in self.tasks:  # consume their outcomes: nobody else will
-            if task.done() and not task.cancelled():
+            if task is not root and task.done() and not task.cancelled():
                 task.exception()
 
     def release(self) -> None:
@@ -404,4 +416,5 @@ class Replay:
         self.tasks.clear()
         self._parked_tasks.clear()
         self._watcher = None
+        self.ending = None  # an exception's traceback holds frames that hold this run
         del self.root_task, self.root

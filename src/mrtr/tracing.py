@@ -21,6 +21,7 @@ use `%(flow_id)s` in a format shared with other libraries).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
@@ -159,15 +160,14 @@ def _outcome(replay: Any, parked: list[str]) -> str:
     """`parked`, `completed`, `became_task`, `cancelled` or `error:<type>` (flow errors are values, not raises)."""
     if parked:
         return "parked"
-    flow = getattr(replay, "root_task", None)
-    if flow is None or not flow.done():
+    ending = getattr(replay, "ending", None)
+    if not getattr(replay, "flow_ended", False):
         return "interrupted"
-    if flow.cancelled():
+    if isinstance(ending, asyncio.CancelledError):
         return "cancelled"
-    error = flow.exception()
-    if error is None:
+    if not isinstance(ending, BaseException):
         return "completed"
-    return "became_task" if type(error).__name__ == "BecomeTask" else f"error:{type(error).__name__}"
+    return "became_task" if type(ending).__name__ == "BecomeTask" else f"error:{type(ending).__name__}"
 
 
 @contextmanager
