@@ -36,14 +36,12 @@ from mrtr.errors import FlowError, InputRefused
 from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr.spec import FlowSpec
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.tasks.engine import ConvertResult, PrincipalBinder
+from mrtr.tasks.lease_ops import LeaseOperations
 from mrtr.tasks.wire import iso, keyed_task_id, owner_tag, task_fields
 
 logger = tracing.get_logger(__name__)
 
-ConvertResult = Callable[[Any], CallToolResult]
-
-
-PrincipalBinder = Callable[[ServerRequestContext[Any, Any]], str | None]
 _CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
 _FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
 
@@ -82,8 +80,11 @@ class LeaseLost(BaseException):
     """
 
 
-class TaskRuntime:
+class TaskRuntime(LeaseOperations):
     """Creates, runs, resumes and cancels the durable flows of one server instance.
+
+    The default `mrtr.tasks.engine.TaskEngine`: `get`, `update` and `cancel` come from
+    `mrtr.tasks.lease_ops`.
 
     Args:
         store: Where tasks live; share it across the fleet.
@@ -194,6 +195,7 @@ class TaskRuntime:
             try:
                 await self.store.create(record)  # durable before the client hears of it
                 tracing.task_status(record.task_id, spec.name, "working")
+                await self.changed(record)
                 break
             except TaskExists:
                 if key is None:
@@ -421,6 +423,7 @@ class TaskRuntime:
         """Record where this run ended and give up the lease in the same write."""
         await self._write(held, release=True, status=status, responses={}, **({"input_requests": {}} | changes))
         tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
+        await self.changed(held.record)
 
 
 class _Held:
