@@ -210,14 +210,14 @@ class TemporalTasks(StateChanges):
         return record
 
     async def _read(self, task_id: str) -> TaskRecord | None:
-        handle = self.client.get_workflow_handle(task_id)
+        handle = self.client.get_workflow_handle(task_id, result_type=TaskState)
         try:
             state = await handle.query(
                 STATE_QUERY, result_type=TaskState, reject_condition=QueryRejectCondition.NOT_OPEN
             )
         except WorkflowQueryRejectedError:  # it has ended: its result is its final state
             try:
-                state = await handle.result(result_type=TaskState)
+                state = await handle.result()
             except WorkflowFailureError as exc:  # terminated or timed out (past its TTL) by Temporal
                 state = await self._from_memo(task_id)
                 if state is None:
