@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as t
 import pytest
 from mcp import Client
 
-from mrtr.tasks.client import CreatedTask, TasksClient, get_task, update_task
+from mrtr.tasks.client import CreatedTask, TasksClient, cancel_task, get_task, update_task
 from tests.conformance.harness import (
     TASKS_ALWAYS_SKIPPED,
     TASKS_FIXED_PACKAGE,
@@ -212,3 +213,45 @@ async def test_a_rolling_upgrade_keeps_tasks_in_flight_on_the_old_path(temporal_
     assert fresh_done["result"]["content"][0]["text"] == "build-v2 done; shipped=False; by v2"
     builds = [(e["step"], e["instance"][:3]) for e in fleet.audit()]
     assert builds == [("build-v1", "old"), ("build-v2", "new")], "each task built once, each on its own path"
+
+
+async def test_principals_and_idempotency_keys_hold_on_any_instance(temporal_address: str, tmp_path: Path) -> None:
+    """A (with a worker) and B (`worker=False`, an MCP server only) serve the same tasks: a task is
+    its creator's alone, and a resend with the same idempotency key finds the task on any instance."""
+    from tests.test_ownership import KEY, TOKENS, _refusal, _same_as_unknown, as_user
+
+    fleet = Fleet(temporal_address, tmp_path)
+    tokens = ",".join(f"{name}={token}" for name, token in TOKENS.items())
+    with fleet.run(["A"], MRTR_TOKENS=tokens) as a, fleet.run(["B"], MRTR_TOKENS=tokens, MRTR_WORKER="0") as b:
+        url_a, url_b = a["A"].url, b["B"].url
+        async with as_user(url_a, "alice") as alice_a, as_user(url_b, "alice") as alice_b, as_user(url_b, "bob") as bob:
+            args = {"job": "k", "slow": 0}
+            key = secrets.token_hex(8)
+            created = await alice_b.session.call_tool("pipeline", args, meta={KEY: key}, allow_claimed=True)
+            again = await alice_a.session.call_tool("pipeline", args, meta={KEY: key}, allow_claimed=True)
+            assert isinstance(created, CreatedTask) and isinstance(again, CreatedTask)
+            assert again.task_id == created.task_id, "one workflow per task id: the resend finds the task"
+            reused = await _refusal(
+                alice_b.session.call_tool("pipeline", {"job": "x", "slow": 0}, meta={KEY: key}, allow_claimed=True)
+            )
+            assert reused.code == t.INVALID_PARAMS and reused.data == {"reason": "idempotency_key_reused"}
+            task = await wait_status(alice_b.session, created.task_id, "input_required")
+            (question,) = task["inputRequests"]
+            missing = "x" * len(created.task_id)
+            unknown = await _refusal(get_task(bob.session, missing))
+            for call in (
+                get_task(bob.session, created.task_id),
+                update_task(bob.session, created.task_id, {question: {"action": "accept", "content": {"publish": 1}}}),
+                cancel_task(bob.session, created.task_id),
+            ):
+                assert _same_as_unknown(await _refusal(call), unknown, created.task_id, missing)
+            bad = await _refusal(update_task(alice_b.session, created.task_id, {question: {"action": "accept"}}))
+            assert bad.code == t.INVALID_PARAMS, (
+                "an answer that does not fit its request is refused, as on the lease runtime"
+            )
+            await answer(alice_b.session, created.task_id, publish=False)
+            done = await wait_status(alice_a.session, created.task_id, "completed")
+            assert done["result"]["content"][0]["text"] == "not published"
+            assert _same_as_unknown(
+                await _refusal(get_task(bob.session, created.task_id)), unknown, created.task_id, missing
+            )

@@ -5,7 +5,8 @@ MRTR_TASK_QUEUE, MRTR_AUDIT (a file every step appends a JSON line to, so tests 
 side effects), MRTR_FLOW_VERSION (`1` or `2`: the `release` flow before and after a change
 guarded by `ctx.patched`), MRTR_HEARTBEAT (seconds of worker silence before a step is retried
 elsewhere) and MRTR_WORKER (`0`: an MCP server without a worker; `only`: a worker process
-with no HTTP, through `mrtr.temporal.run_worker`).
+with no HTTP, through `mrtr.temporal.run_worker`), MRTR_TOKENS (`name=token,...`: bearer
+auth, one principal per token, as tests/fleet/task_server.py).
 Prints `temporal-server ready: URL` once it serves (a worker-only process: `worker://LABEL`).
 """
 
@@ -19,7 +20,9 @@ import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel
@@ -33,6 +36,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 import mrtr  # noqa: E402
 import mrtr.temporal  # noqa: E402
 from mrtr.temporal import TemporalTasks  # noqa: E402
+from tests.fleet.task_server import StaticTokens  # noqa: E402
 from tests.serving import serve_http  # noqa: E402
 
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
@@ -76,9 +80,20 @@ def counted(name: str):  # type: ignore[no-untyped-def]
 
 
 def build_flows(client: Client, worker: bool) -> mrtr.Flows:
+    auth: dict[str, Any] = {}
+    if tokens := os.environ.get("MRTR_TOKENS"):
+        auth = {
+            "auth": AuthSettings(
+                issuer_url="http://127.0.0.1/issuer",
+                resource_server_url="http://127.0.0.1/mcp",
+                validate_token_resource=False,
+            ),
+            "token_verifier": StaticTokens(tokens),
+        }
     server = MCPServer(
         "temporal-fleet",
         request_state_security=RequestStateSecurity(keys=[bytes.fromhex(os.environ["MRTR_STATE_KEY"])]),
+        **auth,
     )
     heartbeat = float(os.environ.get("MRTR_HEARTBEAT", "2"))
     engine = TemporalTasks(
