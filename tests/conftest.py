@@ -13,14 +13,14 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session")
 def temporal_address() -> Iterator[str]:
     """A real Temporal dev server for the session (`tests/temporalkit.py`); started on first use."""
-    from tests.temporalkit import dev_server, in_ci, temporal_binary, unavailable_reason
+    from tests.temporalkit import in_ci, unavailable_reason
 
     reason = unavailable_reason()
     if reason is not None:
         if in_ci():
             pytest.fail(f"{reason}; CI must run the Temporal tests, not skip them")
         pytest.skip(reason)
-    binary = temporal_binary()
-    assert binary is not None
-    with dev_server(binary) as address:
+    from mrtr.temporal.devserver import dev_server
+
+    with dev_server() as address:  # fails loudly (with the server's log) if it cannot start
         yield address
