@@ -88,9 +88,9 @@ async def _heartbeat() -> None:
     """Tell Temporal this worker is alive (and learn of a cancellation) while the step runs."""
     timeout = activity.info().heartbeat_timeout
     interval = max(0.1, timeout.total_seconds() / 3) if timeout else 1.0
-    while True:
-        activity.heartbeat()
+    while True:  # a step shorter than the interval never heartbeats: Temporal needs none from it
         await asyncio.sleep(interval)
+        activity.heartbeat()
 
 
 __all__ = ["Advancer"]

@@ -159,6 +159,8 @@ class TemporalTasks(StateChanges):
                 execution_timeout=None if self.ttl_ms is None else timedelta(milliseconds=self.ttl_ms),
                 memo={_MEMO: _memo(state)},
                 static_summary=f"MCP task: {spec.name}",
+                # This process's worker may take the first workflow task at once (no queue trip).
+                request_eager_start=self._worker_task is not None and not self._worker_task.done(),
             )
         except WorkflowAlreadyStartedError:
             if key is None:
