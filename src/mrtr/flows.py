@@ -120,7 +120,7 @@ class Flows:
             "scan_interval": task_scan_interval,
             "bind_principal": binder,
         }
-        self._runtime: Any = None
+        self._runtime: TaskEngine | None = None
         self._seed_dialect = seed_dialect
         if isinstance(tasks, TasksExtension):  # the public route: MCPServer(extensions=[tasks]) at construction
             self._runtime = self.services.tasks = tasks.engine
