@@ -15,6 +15,8 @@ ADVANCE = "mrtr.advance"
 """The activity that advances a flow by one step (or to its next question, or to its end)."""
 STATE_QUERY = "state"
 ANSWER_UPDATE = "answer"
+STATE_MEMO = "mrtr.task"
+"""The workflow memo key holding the task state (set at start, upserted at every change)."""
 
 
 @dataclass
@@ -105,6 +107,7 @@ class Answers:
 __all__ = [
     "ADVANCE",
     "ANSWER_UPDATE",
+    "STATE_MEMO",
     "STATE_QUERY",
     "WORKFLOW",
     "Advance",

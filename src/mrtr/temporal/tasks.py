@@ -21,6 +21,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
@@ -28,13 +29,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.request_state import authenticated_principal
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
-from temporalio.client import (
-    Client,
-    WorkflowFailureError,
-    WorkflowQueryRejectedError,
-    WorkflowUpdateFailedError,
-)
-from temporalio.common import QueryRejectCondition, RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
@@ -48,14 +44,19 @@ from mrtr.tasks.engine import ConvertResult, EngineOptions, PrincipalBinder, Sta
 from mrtr.tasks.runtime import Creator, creator
 from mrtr.tasks.wire import keyed_task_id, owner_tag, task_fields
 from mrtr.temporal.activity import Advancer
-from mrtr.temporal.shapes import ANSWER_UPDATE, STATE_QUERY, WORKFLOW, Answers, StepPolicy, TaskStart, TaskState
+from mrtr.temporal.shapes import ANSWER_UPDATE, STATE_MEMO, WORKFLOW, Answers, StepPolicy, TaskStart, TaskState
 from mrtr.temporal.workflow import TaskWorkflow
 
 logger = logging.getLogger(__name__)
 
-_MEMO = "mrtr.task"
 _TERMINAL_CACHE = 4096
 _NOT_THERE = {RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT}
+_ENDED_WITHOUT_RESULT = {
+    WorkflowExecutionStatus.TERMINATED,
+    WorkflowExecutionStatus.TIMED_OUT,
+    WorkflowExecutionStatus.FAILED,
+}
+_STATE_FIELDS = frozenset(TaskState.__dataclass_fields__)
 
 
 class TemporalTasks(StateChanges):
@@ -157,7 +158,7 @@ class TemporalTasks(StateChanges):
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 execution_timeout=None if self.ttl_ms is None else timedelta(milliseconds=self.ttl_ms),
-                memo={_MEMO: _memo(state)},
+                memo={STATE_MEMO: asdict(state)},
                 static_summary=f"MCP task: {spec.name}",
                 # This process's worker may take the first workflow task at once (no queue trip).
                 request_eager_start=self._worker_task is not None and not self._worker_task.done(),
@@ -212,31 +213,7 @@ class TemporalTasks(StateChanges):
         return record
 
     async def _read(self, task_id: str) -> TaskRecord | None:
-        handle = self.client.get_workflow_handle(task_id, result_type=TaskState)
-        try:
-            state = await handle.query(
-                STATE_QUERY, result_type=TaskState, reject_condition=QueryRejectCondition.NOT_OPEN
-            )
-        except WorkflowQueryRejectedError:  # it has ended: its result is its final state
-            try:
-                state = await handle.result()
-            except WorkflowFailureError as exc:  # terminated or timed out (past its TTL) by Temporal
-                state = await self._from_memo(task_id)
-                if state is None:
-                    return None
-                message = f"the task's workflow ended without a result: {exc.cause or exc}"
-                state.status, state.error = "failed", {"code": INTERNAL_ERROR, "message": message}
-        except RPCError as exc:
-            if exc.status in _NOT_THERE:
-                return None
-            if exc.status != RPCStatusCode.FAILED_PRECONDITION:
-                raise _unavailable(exc) from exc
-            state = await self._from_memo(task_id)  # not started on a worker yet: still `working`
-            if state is None:
-                return None
-        return _record(state)
-
-    async def _from_memo(self, task_id: str) -> TaskState | None:
+        """The task state from the workflow's memo: one describe call, no worker involved."""
         try:
             description = await self.client.get_workflow_handle(task_id).describe()
             memo = await description.memo()
@@ -244,8 +221,16 @@ class TemporalTasks(StateChanges):
             if exc.status in _NOT_THERE:
                 return None
             raise _unavailable(exc) from exc
-        fields = memo.get(_MEMO)
-        return TaskState(**fields) if isinstance(fields, dict) else None
+        fields = memo.get(STATE_MEMO)
+        if not isinstance(fields, dict):
+            return None  # a workflow with this id that is not an mrtr task
+        state = TaskState(**{k: v for k, v in fields.items() if k in _STATE_FIELDS})  # newer fields: ignored
+        if description.status == WorkflowExecutionStatus.CANCELED:  # cancelled, not by tasks/cancel
+            state.status, state.input_requests = "cancelled", {}
+        elif description.status in _ENDED_WITHOUT_RESULT:  # terminated, or timed out past its TTL
+            message = f"the task's workflow ended without a result ({description.status.name.lower()})"
+            state.status, state.error = "failed", {"code": INTERNAL_ERROR, "message": message}
+        return _record(state)
 
     async def update(
         self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskRecord | None = None
@@ -328,21 +313,6 @@ def _initial_state(start: TaskStart) -> TaskState:
         poll_interval_ms=start.poll_interval_ms,
         arguments=start.arguments,
     )
-
-
-def _memo(state: TaskState) -> dict[str, Any]:
-    """What a task is before any worker has seen it (read while its first workflow task waits)."""
-    return {
-        "task_id": state.task_id,
-        "flow": state.flow,
-        "owner": state.owner,
-        "status": "working",
-        "created_at": state.created_at,
-        "updated_at": state.created_at,
-        "ttl_ms": state.ttl_ms,
-        "poll_interval_ms": state.poll_interval_ms,
-        "arguments": state.arguments,
-    }
 
 
 def _record(state: TaskState) -> TaskRecord:

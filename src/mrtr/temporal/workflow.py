@@ -5,8 +5,11 @@ The user's flow never runs here. The workflow loops: it runs the `mrtr.advance` 
 asks, or it ends), keeps the journal the activity returns (so Temporal's history holds it),
 and records the task state. A question parks the task in `input_required` until the
 `answer` update brings every answer; cancellation (`tasks/cancel`, or an operator in
-Temporal's UI or CLI) ends it `cancelled`. The state is readable by the `state` query while
-the workflow runs, and is its return value once it has ended.
+Temporal's UI or CLI) ends it `cancelled`. Every state change is also written to the
+workflow's memo (`mrtr.task`), which `tasks/get` reads with one describe call, no worker
+involved (so a task stays readable while every worker is down); the `state` query returns
+the same state for operators (`temporal workflow query --type state`), and it is the
+workflow's return value once it has ended.
 
 Deterministic by construction (no clock but `workflow.now()`, no I/O, no flow code), so it
 runs outside Temporal's sandbox.
@@ -15,7 +18,7 @@ runs outside Temporal's sandbox.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +29,7 @@ from temporalio.exceptions import ActivityError, is_cancelled_exception
 from mrtr.temporal.shapes import (
     ADVANCE,
     ANSWER_UPDATE,
+    STATE_MEMO,
     STATE_QUERY,
     WORKFLOW,
     Advance,
@@ -116,6 +120,7 @@ class TaskWorkflow:
         if status != "input_required":
             changes.setdefault("input_requests", {})
         self.state = replace(self.state, status=status, updated_at=workflow.now().timestamp(), **changes)
+        workflow.upsert_memo({STATE_MEMO: asdict(self.state)})
 
 
 def _accepted(outstanding: dict[str, Any], given: Answers) -> dict[str, Any]:
