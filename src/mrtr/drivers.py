@@ -63,6 +63,9 @@ class JournalDriver:
         dry_run: Never run a new step: hold the branch there instead (replay testing).
         shed: Where this round may hand its progress back to the client when the instance is
             overloaded (ephemeral rounds only).
+        step_limit: Run at most this many new steps; further new steps are held, as in a dry
+            run (`would_run`), so the run settles after them (the Temporal engine runs one step
+            per activity this way).
     """
 
     def __init__(
@@ -73,8 +76,11 @@ class JournalDriver:
         checkpoint: Callable[[], Awaitable[None]] | None = None,
         dry_run: bool = False,
         shed: ShedPoint | None = None,
+        step_limit: int | None = None,
     ) -> None:
         self._shed = shed
+        self._step_limit = step_limit
+        self.steps_started = 0
         self._replay = replay
         self._probe = probe
         self._checkpoint = checkpoint
@@ -107,10 +113,11 @@ class JournalDriver:
         if found:
             logger.debug("flow %s: step %r replayed from the journal", replay.flow, key)
             return value
-        if self._dry_run:
+        if self._dry_run or (self._step_limit is not None and self.steps_started >= self._step_limit):
             self.would_run.append(key)
             await replay.park(key, None)
         self.shed_point()  # an overloaded instance may end the round here, before new work
+        self.steps_started += 1
         replay.step_started()
         try:
             with outside_branch(), tracing.step_span(key, f"{self.flow_id}:{key}"):

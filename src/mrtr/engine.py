@@ -152,6 +152,7 @@ async def execute(
     state_cap: int | None = None,
     base_size: int | None = None,
     shed: ShedPoint | None = None,
+    step_limit: int | None = None,
 ) -> Outcome:
     """Run the flow once from the top against `journal`, until it ends or settles on asks.
 
@@ -161,7 +162,9 @@ async def execute(
     replay = Replay(
         journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap, base_size=base_size
     )
-    driver = JournalDriver(replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run, shed=shed)
+    driver = JournalDriver(
+        replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run, shed=shed, step_limit=step_limit
+    )
     if tracing.enabled():
         with tracing.round_span(spec, replay, request):
             await _run(spec, replay, driver, request, arguments)

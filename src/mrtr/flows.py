@@ -37,6 +37,7 @@ from mrtr.shedding import LoadShedder
 from mrtr.spec import FlowSpec, Limits, Services, TaskSupport
 from mrtr.static_resources import StaticResourceFlows
 from mrtr.stores import TaskStore
+from mrtr.tasks.engine import EngineOptions, TaskEngine
 from mrtr.tasks.extension import TasksExtension
 from mrtr.tasks.runtime import TaskRuntime, task_principal
 
@@ -69,9 +70,13 @@ class Flows:
             this run on this instance.
         max_loop_lag: Shed load while the event loop runs timers this many seconds late.
         shed_when: Shed load while this callable returns True.
-        tasks: A `mrtr.tasks.TasksExtension` you already gave the server at construction
-            (`MCPServer(extensions=[...])`, the SDK's public route); otherwise `Flows`
-            installs one itself when the first task flow is registered.
+        tasks: The task engine: by default mrtr's lease runtime over `store`; or another
+            `mrtr.tasks.engine.TaskEngine`, e.g. `mrtr.temporal.TemporalTasks(client,
+            task_queue=...)` (tasks run as Temporal workflows; `store` and the lease options
+            are then unused, `task_ttl` and `task_poll_interval` still apply); or a
+            `mrtr.tasks.TasksExtension` you already gave the server at construction
+            (`MCPServer(extensions=[...])`, the SDK's public route). Without one, `Flows`
+            installs the extension itself when the first task flow is registered.
         dialects: Also serve the seeds' pre-standard wire shapes over streamable HTTP, any of
             `"sketch"`, `"draft"`, `"incomplete"`, `"saga"` (see `mrtr.dialects`); none by default.
     """
@@ -93,7 +98,7 @@ class Flows:
         max_inflight_rounds: int | None = None,
         max_loop_lag: float | None = None,
         shed_when: Callable[[], bool] | None = None,
-        tasks: TasksExtension | None = None,
+        tasks: TasksExtension | TaskEngine | None = None,
         dialects: Sequence[str] = (),
     ) -> None:
         self.server = server
@@ -107,27 +112,35 @@ class Flows:
         self.specs: dict[str, FlowSpec] = {}
         """Every flow registered here, by name (replay tests look flows up in it)."""
         self._store = store
+        binder = task_principal(server)
         self._task_options = {
             "lease": task_lease,
             "ttl": task_ttl,
             "poll_interval": task_poll_interval,
             "scan_interval": task_scan_interval,
-            "bind_principal": task_principal(server),
+            "bind_principal": binder,
         }
-        self._runtime: TaskRuntime | None = None
+        self._runtime: TaskEngine | None = None
         self._seed_dialect = seed_dialect
-        if tasks is not None:  # the public route: MCPServer(extensions=[tasks]) at construction
-            self._runtime = self.services.tasks = tasks.runtime
+        if isinstance(tasks, TasksExtension):  # the public route: MCPServer(extensions=[tasks]) at construction
+            self._runtime = self.services.tasks = tasks.engine
+        elif tasks is not None:  # another engine (e.g. mrtr.temporal.TemporalTasks): same wire layer
+            configure = getattr(tasks, "configure", None)
+            if configure is not None:
+                configure(EngineOptions(ttl=task_ttl, poll_interval=task_poll_interval, bind_principal=binder))
+            self._runtime = self.services.tasks = tasks
+            sdk.install_extension(self.server, TasksExtension(tasks, seed_dialect=seed_dialect))
         elif store is not None or seed_dialect:
             self._tasks()
         self._dialects = Dialects(server, dialects) if dialects else None
 
     @property
-    def runtime(self) -> TaskRuntime:
-        """The durable-task runtime (created, with the tasks extension, on first need)."""
+    def runtime(self) -> Any:
+        """The task engine: a `TaskRuntime` unless another was given (created, with the tasks
+        extension, on first need)."""
         return self._tasks()
 
-    def _tasks(self) -> TaskRuntime:
+    def _tasks(self) -> TaskEngine:
         if self._runtime is None:
             if self._store is None:
                 from mrtr.stores.sqlite import SQLiteStore
@@ -156,7 +169,7 @@ class Flows:
         @contextlib.asynccontextmanager
         async def lifespan(instance: Starlette) -> AsyncIterator[Any]:
             async with inner(instance) as state:
-                runtime.ensure_scanning()
+                runtime.ensure_running()
                 try:
                     yield state
                 finally:

@@ -261,11 +261,12 @@ def not_successful(checks: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 @contextmanager
-def fixture_server(workdir: Path) -> Iterator[str]:
+def fixture_server(workdir: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
     """Run tests/conformance/server.py on a free 127.0.0.1 port; yields its URL, always stops it.
 
-    Its log is `workdir / "server-conformance.log"`.
+    Its log is `workdir / "server-conformance.log"`. `env` adds to its environment (e.g.
+    `MRTR_CONFORMANCE_TEMPORAL`, to run its tasks on Temporal).
     """
-    spec = ServerSpec("conformance", {}, script=SERVER_SCRIPT, ready_prefix=READY_PREFIX)
+    spec = ServerSpec("conformance", dict(env or {}), script=SERVER_SCRIPT, ready_prefix=READY_PREFIX)
     with spawn_servers([spec], workdir) as servers:
         yield servers["conformance"].url

@@ -4,6 +4,8 @@ Usage:
     python tests/conformance/server.py --port PORT     # http://127.0.0.1:PORT/mcp (0: any free port)
     ... [--store URL]    # where tasks live: sqlite:///PATH, redis://..., postgresql://...
                          # (default: SQLite in a temporary file, deleted on exit)
+    ... [--temporal HOST:PORT --task-queue Q]   # or: tasks run on Temporal (`mrtr.temporal`)
+                         # (also read from MRTR_CONFORMANCE_TEMPORAL / MRTR_CONFORMANCE_TASK_QUEUE)
 
 Why this exists: the suite (`@modelcontextprotocol/conformance`, `--suite all --spec-version
 2026-07-28`) probes a server by name — fixed tools, prompts and resources it calls and checks.
@@ -38,6 +40,7 @@ import base64
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import tempfile
@@ -425,9 +428,11 @@ def json_schema_2020_12_tool() -> Tool:
     return tool
 
 
-def build_server(store: TaskStore) -> tuple[MCPServer[Any], mrtr.Flows]:
+def build_server(store: TaskStore | None, tasks: Any = None) -> tuple[MCPServer[Any], mrtr.Flows]:
     """One server with every fixture; a fresh process-local key seals each `requestState`.
 
+    `tasks`: another task engine (e.g. `mrtr.temporal.TemporalTasks`) instead of the lease
+    runtime over `store`; the fixtures are the same flows either way.
     Returns the `Flows` too, so the caller can stop its task runtime before closing `store`.
     """
     server: MCPServer[Any] = MCPServer(
@@ -437,7 +442,7 @@ def build_server(store: TaskStore) -> tuple[MCPServer[Any], mrtr.Flows]:
         tools=[json_schema_2020_12_tool()],
     )
     # The harness polls tasks every 200 ms; say so, instead of the 500 ms default.
-    flows = mrtr.Flows(server, store=store, task_poll_interval=0.2)
+    flows = mrtr.Flows(server, store=store, task_poll_interval=0.2, tasks=tasks)
     add_mrtr_fixtures(flows)
     add_task_fixtures(flows)
     add_stateless_diagnostics(server, flows)
@@ -475,8 +480,20 @@ async def serve(server: MCPServer[Any], port: int) -> None:
     await serve_http(server.streamable_http_app(stateless_http=True), port, READY_PREFIX)
 
 
-async def run(port: int, store_url: str | None) -> None:
+async def run(port: int, store_url: str | None, temporal: str | None = None, task_queue: str = "") -> None:
     """Serve every fixture until stopped, then stop running tasks before the store closes."""
+    if temporal:
+        from temporalio.client import Client
+
+        from mrtr.temporal import TemporalTasks
+
+        engine = TemporalTasks(await Client.connect(temporal), task_queue=task_queue or "mrtr-conformance")
+        server, flows = build_server(None, engine)
+        try:
+            await serve(server, port)  # the worker starts with the first task request
+        finally:
+            await flows.runtime.close()
+        return
     async with task_store(store_url) as store:
         server, flows = build_server(store)
         try:
@@ -507,12 +524,19 @@ def main(argv: list[str] | None = None) -> None:
         metavar="URL",
         help="task store: sqlite:///PATH, redis://..., postgresql://... (default: SQLite in a temporary file)",
     )
+    parser.add_argument(
+        "--temporal",
+        default=os.environ.get("MRTR_CONFORMANCE_TEMPORAL"),
+        metavar="HOST:PORT",
+        help="run tasks on this Temporal frontend (mrtr.temporal) instead of a store",
+    )
+    parser.add_argument("--task-queue", default=os.environ.get("MRTR_CONFORMANCE_TASK_QUEUE", ""))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _raise_terminated)
     # Orderly stops: SIGTERM (tests/servers.py) or Ctrl-C; either way the `finally`s have run.
     with contextlib.suppress(Terminated, KeyboardInterrupt):
-        asyncio.run(run(args.port, args.store))
+        asyncio.run(run(args.port, args.store, args.temporal, args.task_queue))
 
 
 if __name__ == "__main__":

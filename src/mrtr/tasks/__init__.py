@@ -2,7 +2,10 @@
 
 - `wire`: the extension's method parameters, the wire `Task` object, task identity.
 - `extension`: the SDK `Extension` serving `tasks/get`, `tasks/update`, `tasks/cancel`.
-- `runtime`: `TaskRuntime`, which runs flows as tasks under a lease and resumes them anywhere.
+- `engine`: the `TaskEngine` protocol every engine meets (the lease runtime, `mrtr.temporal`).
+- `runtime`: `TaskRuntime`, which runs flows as tasks under a lease and resumes them anywhere;
+  `lease_ops`: its reads, answers and cancels over the store.
+- `outcome`: where a run of a flow leaves its task (shared by the engines).
 - `seed_dialect`: SEP-2322's original `tasks/result` + `tasks/input_response`, opt-in.
 - `client`: following tasks from the client side (`TasksClient`, `follow_task`).
 
@@ -17,6 +20,7 @@ from typing import Any
 _EXPORTS = {
     "TasksExtension": "extension",
     "TaskRuntime": "runtime",
+    "TaskEngine": "engine",
     "LeaseLost": "runtime",
     "TaskRequestParams": "wire",
     "UpdateTaskParams": "wire",

@@ -1,9 +1,10 @@
 """The `io.modelcontextprotocol/tasks` extension (SEP-2663) as an SDK `Extension`.
 
-Wire layer only: it checks the per-request opt-in and the `Mcp-Name` routing header,
-validates answers, and applies state transitions to the store with compare-and-set;
-running flows is the `TaskRuntime`'s job. Any instance sharing the store answers any
-`tasks/get`, `tasks/update` or `tasks/cancel`.
+Wire layer only, shared by every task engine (`mrtr.tasks.engine.TaskEngine`: mrtr's lease
+runtime, or Temporal): it checks the per-request opt-in and the `Mcp-Name` routing header,
+binds tasks to their principal, validates answers against the requests they answer, and
+shapes `DetailedTask`; the engine stores, runs, resumes and cancels. Any instance of the
+fleet answers any `tasks/get`, `tasks/update` or `tasks/cancel`.
 
 Tasks belong to their creator: a task created by an authenticated request records (a digest
 of) the principal the SDK binds `requestState` to, and every `tasks/*` request (and the seed
@@ -38,7 +39,8 @@ from pydantic import BaseModel, ValidationError
 
 from mrtr.engine import TaskCreated, declares_tasks
 from mrtr.stores import TaskRecord
-from mrtr.tasks.runtime import Creator, TaskRuntime, creator
+from mrtr.tasks.engine import TaskEngine, unknown_task
+from mrtr.tasks.runtime import Creator, creator
 from mrtr.tasks.seed_dialect import seed_methods
 from mrtr.tasks.wire import (
     IDEMPOTENCY_KEY,
@@ -49,16 +51,22 @@ from mrtr.tasks.wire import (
     task_fields,
 )
 
-_CAS_RETRIES = 20
 _MAX_KEY_LENGTH = 200
 
 
 class TasksExtension(Extension):
+    """The tasks extension over a task engine (`engine`; `runtime` is its older name)."""
+
     identifier = TASKS_EXTENSION
 
-    def __init__(self, runtime: TaskRuntime, *, seed_dialect: bool = False) -> None:
-        self.runtime = runtime
+    def __init__(self, engine: TaskEngine, *, seed_dialect: bool = False) -> None:
+        self.engine = engine
         self.seed_dialect = seed_dialect
+
+    @property
+    def runtime(self) -> Any:
+        """The engine (named for the lease runtime, the only engine there was)."""
+        return self.engine
 
     def methods(self) -> list[MethodBinding]:
         methods = [
@@ -73,7 +81,7 @@ class TasksExtension(Extension):
     async def intercept_tool_call(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
-        who = Creator(owner=self.runtime.owner_of(ctx), idempotency_key=_idempotency_key(ctx))
+        who = Creator(owner=self.engine.owner_of(ctx), idempotency_key=_idempotency_key(ctx))
         token = creator.set(who)
         try:
             return await call_next(ctx)
@@ -96,61 +104,37 @@ class TasksExtension(Extension):
         return {"resultType": "complete", **detailed}
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
-        await self._load(ctx, params)
-        await self.apply_answers(params.task_id, params.input_responses, strict=True)
+        record = await self._load(ctx, params)
+        await self.apply_answers(params.task_id, params.input_responses, strict=True, record=record)
         return {"resultType": "complete"}
 
-    async def apply_answers(self, task_id: str, responses: dict[str, Any], *, strict: bool) -> None:
-        """Record answers to outstanding input requests; resume the task once none is left.
+    async def apply_answers(
+        self, task_id: str, responses: dict[str, Any], *, strict: bool, record: TaskRecord | None = None
+    ) -> None:
+        """Record answers to outstanding input requests; the engine resumes the task once none is left.
 
         Keys that are not outstanding (never issued, already answered, superseded) are
         ignored. An answer that does not fit its request is a -32602 when `strict`
         (nothing is recorded), and is dropped otherwise (the request stays outstanding).
         """
-        record = await self.reload(task_id)
-        for _ in range(_CAS_RETRIES):
-            outstanding = record.input_requests if record.status == "input_required" else {}
-            accepted: dict[str, Any] = {}
-            for key, answer in responses.items():
-                if key not in outstanding:
-                    continue
-                try:
-                    accepted[key] = _checked_answer(key, outstanding[key], answer)
-                except MCPError:
-                    if strict:
-                        raise
-            if not accepted:
-                return
-            remaining = {k: v for k, v in outstanding.items() if k not in accepted}
-            changed = record.copy(
-                responses=record.responses | accepted,
-                input_requests=remaining,
-                status="input_required" if remaining else "working",
-                updated_at=self.runtime.now(),
-            )
-            if await self.runtime.store.save(changed):
-                if not remaining:
-                    await self.runtime.try_claim(changed.task_id)  # resume here, at once
-                return
-            record = await self.reload(task_id)
-        raise MCPError(code=INVALID_PARAMS, message="task is busy; retry the update")
+        record = record if record is not None else await self.reload(task_id)
+        outstanding = record.input_requests if record.status == "input_required" else {}
+        accepted: dict[str, Any] = {}
+        for key, answer in responses.items():
+            if key not in outstanding:
+                continue
+            try:
+                accepted[key] = _checked_answer(key, outstanding[key], answer)
+            except MCPError:
+                if strict:
+                    raise
+        if accepted:
+            await self.engine.update(task_id, accepted, {k: outstanding[k] for k in accepted}, known=record)
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> dict[str, Any]:
         record = await self._load(ctx, params)
-        for _ in range(_CAS_RETRIES):
-            if record.terminal or record.cancel_requested:
-                return {"resultType": "complete"}  # idempotent, also on finished tasks
-            now = self.runtime.now()
-            running_somewhere = record.status == "working" and record.lease_until >= now
-            changed = record.copy(cancel_requested=True, updated_at=now)
-            if not running_somewhere:
-                changed = changed.copy(status="cancelled", input_requests={}, lease_owner=None, lease_until=0.0)
-            if await self.runtime.store.save(changed):
-                if running_somewhere:
-                    self.runtime.cancel_local(record.task_id)  # elsewhere: its heartbeat sees the flag
-                return {"resultType": "complete"}
-            record = await self.reload(params.task_id)
-        raise MCPError(code=INVALID_PARAMS, message="task is busy; retry the cancel")
+        await self.engine.cancel(params.task_id, known=record)
+        return {"resultType": "complete"}  # idempotent, also on finished tasks
 
     # -- shared checks -------------------------------------------------------------------
 
@@ -172,21 +156,17 @@ class TasksExtension(Extension):
         name = headers.get(MCP_NAME_HEADER) if headers is not None and check_name else None
         if name is not None and decode_header_value(name) != task_id:
             raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
-        self.runtime.ensure_scanning()
+        self.engine.ensure_running()
         record = await self.reload(task_id)
-        if not same_owner(record.owner, self.runtime.owner_of(ctx)):
-            raise _unknown(task_id)  # exactly what an unknown id gets: no existence oracle
+        if not same_owner(record.owner, self.engine.owner_of(ctx)):
+            raise unknown_task(task_id)  # exactly what an unknown id gets: no existence oracle
         return record
 
     async def reload(self, task_id: str) -> TaskRecord:
-        record = await self.runtime.store.load(task_id, self.runtime.now())
+        record = await self.engine.get(task_id)
         if record is None:
-            raise _unknown(task_id)
+            raise unknown_task(task_id)
         return record
-
-
-def _unknown(task_id: str) -> MCPError:
-    return MCPError(code=INVALID_PARAMS, message=f"Unknown or expired task: {task_id}")
 
 
 def _idempotency_key(ctx: ServerRequestContext[Any, Any]) -> str | None:

@@ -24,26 +24,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.request_state import authenticated_principal
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, CallToolResult, ClientCapabilities, TextContent
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
 
 from mrtr import journal as journal_codec
 from mrtr import sdk, tracing
-from mrtr.engine import Outcome, as_protocol_error, check_deadline, close_round, execute, wire_asks
-from mrtr.errors import FlowError, InputRefused
+from mrtr.engine import Outcome, as_protocol_error, check_deadline, execute
+from mrtr.errors import FlowError
 from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr.spec import FlowSpec
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.tasks.engine import ConvertResult, PrincipalBinder
+from mrtr.tasks.lease_ops import LeaseOperations
+from mrtr.tasks.outcome import settle
 from mrtr.tasks.wire import iso, keyed_task_id, owner_tag, task_fields
 
 logger = tracing.get_logger(__name__)
 
-ConvertResult = Callable[[Any], CallToolResult]
-
-
-PrincipalBinder = Callable[[ServerRequestContext[Any, Any]], str | None]
 _CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
 _FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
 
@@ -82,8 +80,11 @@ class LeaseLost(BaseException):
     """
 
 
-class TaskRuntime:
+class TaskRuntime(LeaseOperations):
     """Creates, runs, resumes and cancels the durable flows of one server instance.
+
+    The default `mrtr.tasks.engine.TaskEngine`: `get`, `update` and `cancel` come from
+    `mrtr.tasks.lease_ops`.
 
     Args:
         store: Where tasks live; share it across the fleet.
@@ -194,6 +195,7 @@ class TaskRuntime:
             try:
                 await self.store.create(record)  # durable before the client hears of it
                 tracing.task_status(record.task_id, spec.name, "working")
+                await self.changed(record)
                 break
             except TaskExists:
                 if key is None:
@@ -331,38 +333,11 @@ class TaskRuntime:
     async def _settle(
         self, held: _Held, spec: FlowSpec, convert: ConvertResult, journal: Journal, outcome: Outcome
     ) -> None:
-        if outcome.parked:
-            try:
-                close_round(spec, outcome.replay)  # max_rounds and a changing question, as inline
-            except FlowError as exc:
-                outcome.parked, outcome.error = False, exc
-        if outcome.parked:
-            await self._finish(
-                held,
-                status="input_required",
-                journal=journal_codec.encode(journal),
-                input_requests={
-                    key: request.model_dump(mode="json", by_alias=True, exclude_none=True)
-                    for key, request in wire_asks(outcome.replay).items()
-                },
-            )
-            return
-        error = outcome.error
-        if isinstance(error, FlowError):
-            error = as_protocol_error(spec, error)
-        if error is None:
-            result = convert(outcome.value)
-            await self._finish(held, status="completed", result=_wire(result))
-        elif isinstance(error, MCPError):  # a protocol error: the task fails with it
-            await self._finish(held, status="failed", error=error.error.model_dump(mode="json", exclude_none=True))
-        else:  # a tool error: the task completes with isError, as the call would have
-            if isinstance(error, InputRefused | ToolError):
-                text = str(error)
-            else:
-                logger.error("task %s: flow %r raised", held.record.task_id, spec.name, exc_info=error)
-                text = f"Error executing tool {spec.name}"
-            result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-            await self._finish(held, status="completed", result=_wire(result))
+        settled = settle(spec, convert, outcome, held.record.task_id)  # shared with every engine
+        if settled.status == "input_required":
+            await self._finish(held, journal=journal_codec.encode(journal), **settled.changes())
+        else:
+            await self._finish(held, **settled.changes())
 
     async def _heartbeat(self, held: _Held, run: asyncio.Task[Any] | None) -> None:
         interval = min(1.0, self.lease / 3)
@@ -421,6 +396,7 @@ class TaskRuntime:
         """Record where this run ended and give up the lease in the same write."""
         await self._write(held, release=True, status=status, responses={}, **({"input_requests": {}} | changes))
         tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
+        await self.changed(held.record)
 
 
 class _Held:
@@ -429,10 +405,6 @@ class _Held:
     def __init__(self, record: TaskRecord) -> None:
         self.record = record
         self.cancel_seen = False
-
-
-def _wire(result: CallToolResult) -> dict[str, Any]:
-    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 __all__ = [
