@@ -45,8 +45,8 @@ from mrtr.tasks.wire import (
     TASKS_EXTENSION,
     TaskRequestParams,
     UpdateTaskParams,
+    detailed_task,
     same_owner,
-    task_fields,
 )
 
 _CAS_RETRIES = 20
@@ -86,14 +86,7 @@ class TasksExtension(Extension):
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> dict[str, Any]:
         record = await self._load(ctx, params)
-        detailed = task_fields(record)
-        if record.status == "input_required":
-            detailed["inputRequests"] = record.input_requests
-        elif record.status == "completed" and record.result is not None:
-            detailed["result"] = record.result
-        elif record.status == "failed" and record.error is not None:
-            detailed["error"] = record.error
-        return {"resultType": "complete", **detailed}
+        return {"resultType": "complete", **detailed_task(record)}
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         await self._load(ctx, params)
@@ -129,6 +122,7 @@ class TasksExtension(Extension):
                 updated_at=self.runtime.now(),
             )
             if await self.runtime.store.save(changed):
+                await self.runtime.events.changed(record, changed)  # notifications/tasks
                 if not remaining:
                     await self.runtime.try_claim(changed.task_id)  # resume here, at once
                 return
@@ -146,6 +140,7 @@ class TasksExtension(Extension):
             if not running_somewhere:
                 changed = changed.copy(status="cancelled", input_requests={}, lease_owner=None, lease_until=0.0)
             if await self.runtime.store.save(changed):
+                await self.runtime.events.changed(record, changed)  # notifications/tasks
                 if running_somewhere:
                     self.runtime.cancel_local(record.task_id)  # elsewhere: its heartbeat sees the flag
                 return {"resultType": "complete"}
@@ -161,12 +156,7 @@ class TasksExtension(Extension):
         self, ctx: ServerRequestContext[Any, Any], task_id: str, *, check_name: bool = True
     ) -> TaskRecord:
         """The task, after the opt-in and routing-header checks every tasks/* request passes."""
-        if not declares_tasks(ctx.session.client_capabilities):
-            raise MCPError(
-                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-                message=f"{ctx.method} needs the {TASKS_EXTENSION} extension declared on the request",
-                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
-            )
+        self.require_opt_in(ctx)
         headers = getattr(ctx.request, "headers", None)
         # Routing header (MUST on HTTP): checked when sent; clients that cannot set it still work.
         name = headers.get(MCP_NAME_HEADER) if headers is not None and check_name else None
@@ -177,6 +167,15 @@ class TasksExtension(Extension):
         if not same_owner(record.owner, self.runtime.owner_of(ctx)):
             raise _unknown(task_id)  # exactly what an unknown id gets: no existence oracle
         return record
+
+    def require_opt_in(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """-32021 unless the request declares the tasks extension (tasks/*, task notifications)."""
+        if not declares_tasks(ctx.session.client_capabilities):
+            raise MCPError(
+                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message=f"{ctx.method} needs the {TASKS_EXTENSION} extension declared on the request",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
 
     async def reload(self, task_id: str) -> TaskRecord:
         record = await self.runtime.store.load(task_id, self.runtime.now())

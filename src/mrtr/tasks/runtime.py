@@ -36,6 +36,7 @@ from mrtr.errors import FlowError, InputRefused
 from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr.spec import FlowSpec
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.tasks.events import TaskEvents
 from mrtr.tasks.wire import iso, keyed_task_id, owner_tag, task_fields
 
 logger = tracing.get_logger(__name__)
@@ -127,6 +128,8 @@ class TaskRuntime:
         self._foreign: dict[str, float] = {}
         """Tasks of flows this instance does not serve: task id -> when to look again."""
         self._scanner: asyncio.Task[None] | None = None
+        self.events = TaskEvents()
+        """Told every committed state change (`notifications/tasks`); `Flows` points it at the server's bus."""
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
@@ -194,6 +197,7 @@ class TaskRuntime:
             try:
                 await self.store.create(record)  # durable before the client hears of it
                 tracing.task_status(record.task_id, spec.name, "working")
+                await self.events.changed(None, record)
                 break
             except TaskExists:
                 if key is None:
@@ -409,7 +413,8 @@ class TaskRuntime:
             lease = {"lease_owner": None, "lease_until": 0.0} if release else {"lease_until": now + self.lease}
             candidate = held.record.copy(**changes, **lease, updated_at=now)
             if await self.store.save(candidate):
-                held.record = candidate
+                before, held.record = held.record, candidate
+                await self.events.changed(before, candidate)  # notifications/tasks, if anyone can see it
                 return
             fresh = await self.store.load(held.record.task_id, now)
             if fresh is None or fresh.lease_owner != self.worker_id or fresh.terminal:
