@@ -46,11 +46,20 @@ def headers(method: str, name: str | None = None, token: str | None = None) -> d
 
 
 async def call(
-    http: httpx2.AsyncClient, url: str, method: str, params: dict[str, Any], *, name: str | None = None, **kw: Any
+    http: httpx2.AsyncClient,
+    url: str,
+    method: str,
+    params: dict[str, Any],
+    *,
+    name: str | None = None,
+    token: str | None = None,
+    tasks: bool = True,
 ) -> dict[str, Any]:
-    """One request; its JSON-RPC reply (result or error) as a dict."""
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": envelope(**kw)}}
-    response = await http.post(url, json=body, headers=headers(method, name, kw.get("token")))
+    """One request; its JSON-RPC reply (result or error) as a dict. `Mcp-Name` is derived when not given."""
+    if name is None:
+        name = params.get("name") if method == "tools/call" else params.get("taskId")
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": envelope(tasks=tasks)}}
+    response = await http.post(url, json=body, headers=headers(method, name, token))
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         async for event in httpx2.EventSource(response):
             message = json.loads(event.data) if event.data else {}
@@ -85,7 +94,8 @@ class Listening:
 
 
 @asynccontextmanager
-async def listen(url: str, notifications: dict[str, Any], *, token: str | None = None, tasks: bool = True
+async def listen(
+    url: str, notifications: dict[str, Any], *, token: str | None = None, tasks: bool = True
 ) -> AsyncIterator[Listening]:
     """POST `subscriptions/listen`; yields once the first frame (the ack, or an error) arrived."""
     body = {
@@ -115,10 +125,10 @@ async def listen(url: str, notifications: dict[str, Any], *, token: str | None =
             first.set()
             listening.changed.set()
 
-    async with httpx2.AsyncClient(trust_env=False, timeout=httpx2.Timeout(10.0, read=60.0)) as http:
-        async with anyio.create_task_group() as group:
-            group.start_soon(read, http)
-            with anyio.fail_after(10):
-                await first.wait()
-            yield listening
-            group.cancel_scope.cancel()
+    timeout = httpx2.Timeout(10.0, read=60.0)
+    async with httpx2.AsyncClient(trust_env=False, timeout=timeout) as http, anyio.create_task_group() as group:
+        group.start_soon(read, http)
+        with anyio.fail_after(10):
+            await first.wait()
+        yield listening
+        group.cancel_scope.cancel()

@@ -17,11 +17,13 @@ import asyncio
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel
@@ -35,6 +37,13 @@ from mrtr.stores import open_store  # noqa: E402
 from tests.serving import serve_main  # noqa: E402
 
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
+REQUESTS: Counter[str] = Counter()
+"""Requests this instance served, by method (read through the `requests` tool)."""
+
+
+async def count_requests(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    REQUESTS[ctx.method] += 1
+    return await call_next(ctx)
 
 
 def audit(step: str, phase: str) -> None:
@@ -102,8 +111,14 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
     server = MCPServer(
         "task-fleet",
         request_state_security=RequestStateSecurity(keys=[bytes.fromhex(os.environ["MRTR_STATE_KEY"])]),
+        middleware=[count_requests],
         **auth,
     )
+
+    @server.tool()
+    async def requests() -> dict[str, int]:
+        """Requests this instance served so far, by method."""
+        return dict(REQUESTS)
 
     @server.tool()
     async def touch(uri: str, ctx: Context) -> str:

@@ -96,7 +96,10 @@ class TaskFeed:
         task_id = task.get("taskId")
         if not isinstance(task_id, str):
             return
-        version = (notice.meta.model_extra or {}).get(TASK_VERSION) if notice.meta is not None else None
+        meta: Any = notice.meta or {}
+        if not isinstance(meta, dict):
+            meta = getattr(meta, "model_extra", None) or {}
+        version = meta.get(TASK_VERSION)
         for watch in list(self._watches.get(task_id, ())):
             watch.offer(task, version if isinstance(version, int) else None)
 
