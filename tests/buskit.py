@@ -82,11 +82,19 @@ class Listening:
 
     async def wait_for(self, predicate: Any, timeout: float, what: str) -> dict[str, Any]:
         """The first frame satisfying `predicate`, waiting up to `timeout` seconds."""
+        found: list[dict[str, Any]] = []
+
+        def check(stream: Listening) -> bool:
+            found[:] = [frame for frame in stream.frames if predicate(frame)][:1]
+            return bool(found)
+
+        await self.until(check, timeout, what)
+        return found[0]
+
+    async def until(self, check: Any, timeout: float, what: str) -> None:
+        """Wait until `check(self)` holds (frames arrive as they come), at most `timeout` seconds."""
         with anyio.fail_after(timeout):
-            while True:
-                for frame in self.frames:
-                    if predicate(frame):
-                        return frame
+            while not check(self):
                 if self.ended.is_set():
                     raise AssertionError(f"stream ended before {what}: {self.frames}")
                 self.changed = anyio.Event()
