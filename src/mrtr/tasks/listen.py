@@ -99,12 +99,17 @@ class ListenHandler:
         )
         uris = frozenset(honored.resource_subscriptions or ())
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
-        watched: set[str] = set()
+        raw_ids = extra.get(TASK_IDS)
+        # Changes to the asked-for tasks are buffered from the moment of subscribing, before the
+        # ids are checked: one committed while a task loads must not be missed. Only the ids
+        # that pass the check are ever sent (`versions` holds them, with the newest version sent).
+        asked = {i for i in raw_ids if isinstance(i, str)} if isinstance(raw_ids, list) and self.tasks else set()
+        versions: dict[str, int] = {}
         send, recv = anyio.create_memory_object_stream[Any](self._max_buffered_events)
 
         def deliver(event: Any) -> None:
             if isinstance(event, TaskChanged):
-                wanted = event.task_id in watched
+                wanted = event.task_id in asked
             else:
                 wanted = isinstance(event, BusGap) or event_matches(honored, uris, event)
             if not wanted:
@@ -123,8 +128,8 @@ class ListenHandler:
         unsubscribe = self.bus.subscribe(deliver)
         self._streams.add(send)
         try:
-            records = await self._tasks_asked(ctx, extra.get(TASK_IDS))
-            watched.update(record.task_id for record in records)
+            records = await self._tasks_asked(ctx, raw_ids)
+            versions.update((record.task_id, -1) for record in records)
             snapshots = bool(records) and extra.get(SNAPSHOTS) is True
             ready = getattr(self.bus, "ready", None)
             if ready is not None and not await ready(_BUS_READY_WAIT):
@@ -143,11 +148,16 @@ class ListenHandler:
             )
             if snapshots:
                 for record in records:
+                    versions[record.task_id] = record.version
                     await self._send_task(ctx, meta, detailed_task(record), record.version)
             async for event in recv:
                 if isinstance(event, BusGap):
                     raise MCPError(INTERNAL_ERROR, "events may have been lost (the fleet's bus reconnected); re-listen")
                 if isinstance(event, TaskChanged):
+                    newest = versions.get(event.task_id)
+                    if newest is None or (event.version is not None and event.version <= newest):
+                        continue  # not accepted, or older than what this stream already sent
+                    versions[event.task_id] = event.version if event.version is not None else newest
                     await self._send_task(ctx, meta, dict(event.task), event.version)
                 else:
                     await ctx.session.send_notification(
