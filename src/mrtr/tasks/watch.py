@@ -13,7 +13,7 @@ It never misses a change:
 - a stream that ends or drops (a broker restart, an instance gone) is followed by one
   `tasks/get` (a terminal state is never lost) and, after bounded, jittered backoff, a new
   listen; a stale state that arrives after a newer one (by `_meta["mrtr/taskVersion"]`) is
-  dropped.
+  dropped; a stream quiet for `resync` seconds is checked with one `tasks/get`.
 When the server does not offer task notifications (no `subscriptions/listen`, or an
 acknowledgement without the task's id) the feed says so with `NotOffered`, once per
 session, and the client polls as before.
@@ -83,7 +83,11 @@ class _Watch:
 class TaskFeed:
     """Routes `notifications/tasks` to the followers of each task; opens their listen streams."""
 
-    def __init__(self) -> None:
+    def __init__(self, resync: float = 10.0) -> None:
+        self.resync = resync
+        """Seconds without a pushed state after which one `tasks/get` is made anyway: a fleet whose
+        instances share no bus (the SDK's in-memory default on each) pushes only what the
+        listening instance itself changed, and a client must not wait forever for the rest."""
         self._watches: dict[str, set[_Watch]] = defaultdict(set)
         self._refused: weakref.WeakSet[ClientSession] = weakref.WeakSet()
 
@@ -136,7 +140,10 @@ class TaskFeed:
                             if stream.ended.is_set():
                                 break
                             watch.wake.clear()
-                            await watch.wake.wait()
+                            try:
+                                await asyncio.wait_for(watch.wake.wait(), self.resync)
+                            except TimeoutError:  # quiet for long: look, in case no fleet bus links us
+                                watch.offer(await fetch(), None)
                 except ListenNotSupportedError:
                     self._refused.add(session)
                     raise NotOffered from None
