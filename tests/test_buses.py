@@ -172,11 +172,13 @@ async def test_a_redis_restart_tells_listeners_to_refetch_and_delivery_resumes(t
             redis.start()
             await until(lambda: any(isinstance(e, BusGap) for e in heard), 10, "the gap to be reported")
             assert b.gaps == 1
-            await until(lambda: ResourceUpdated(uri="res://during") in heard, 10, "the queued event to be sent")
-            await a.publish(ResourceUpdated(uri="res://after"))
+            await until(lambda: not a._outbox, 10, "the queued event to be sent")
+            await a.publish(ResourceUpdated(uri="res://after"))  # B re-subscribed before it reported the gap
             await until(lambda: ResourceUpdated(uri="res://after") in heard, 10, "delivery after the restart")
             uris = [e.uri for e in heard if isinstance(e, ResourceUpdated)]
-            assert uris == ["res://before", "res://during", "res://after"], "nothing twice"
+            # "during" reaches B only if B re-subscribed before A's retry sent it (pub/sub keeps no
+            # history): that is what the gap tells listeners. Never twice, never out of order.
+            assert uris in (["res://before", "res://after"], ["res://before", "res://during", "res://after"])
 
 
 async def test_flows_publish_task_notifications_on_the_sdks_in_memory_bus() -> None:
