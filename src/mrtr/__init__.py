@@ -11,13 +11,16 @@ Read top-down (the data path request -> engine -> journal -> result):
 - `context` (what a flow awaits), `asks` (questions on the wire), `errors`.
 - Under load and attack: `guard` (single-use rounds), `shedding` (state-only results).
 - `tasks/`: durable tasks — `wire`, `extension`, `engine` (the task-engine seam), `runtime` +
-  `lease_ops` (the lease runtime), `outcome`, `seed_dialect`, `client`; `stores/`: where they
-  live (SQLite, Redis, PostgreSQL); `temporal/`: or on Temporal (`mrtr[temporal]`).
+  `lease_ops` (the lease runtime), `outcome`, `events` + `listen` + `watch` (task
+  notifications, served and followed), `seed_dialect`, `client`; `stores/`: where they live
+  (SQLite, Redis, PostgreSQL); `temporal/`: or on Temporal (`mrtr[temporal]`); `buses/`: listen
+  events across a fleet, over Redis or PostgreSQL (`open_bus`).
 - Clients: `client` (`FlowClient`), `client_transport`, `client_connect`.
 - `sdk`: the one place mrtr touches the official SDK's internals. `tracing`, `testing`, `cli/`.
 """
 
 from mrtr.asks import Capability
+from mrtr.buses import BrokerBus, open_bus
 from mrtr.context import FlowContext
 from mrtr.errors import (
     Cancelled,
@@ -38,6 +41,7 @@ from mrtr.steps import StepInfo, current_step
 from mrtr.stores import TaskRecord, TaskStore, open_store
 
 __all__ = [
+    "BrokerBus",
     "Cancelled",
     "Capability",
     "Declined",
@@ -60,6 +64,7 @@ __all__ = [
     "StepInfo",
     "TooManyRounds",
     "current_step",
+    "open_bus",
     "open_guard",
     "open_store",
 ]

@@ -136,12 +136,15 @@ class FlowClient:
     """Declare the tasks extension: a server may then answer with a durable task, followed here."""
     on_task: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None
     """Called with each new status of a task this client follows (for progress displays)."""
+    listen: bool = True
+    """Follow tasks by listening for `notifications/tasks` where the server offers it (else poll)."""
     client_options: dict[str, Any] = field(default_factory=dict)
     """Extra options for `mcp.Client` (stdio, in-process, legacy HTTP) or `ClientSession` (2026-07-28 HTTP)."""
     _client: Client | None = field(init=False, default=None)
     _session: ClientSession | None = field(init=False, default=None)
     _stack: AsyncExitStack | None = field(init=False, default=None)
     _legacy_http: SessionWatch | None = field(init=False, default=None)
+    _task_extension: TasksClient | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         for short, callback in (("elicit", "elicitation_callback"), ("sample", "sampling_callback"),
@@ -203,7 +206,11 @@ class FlowClient:
         return self.session.protocol_version
 
     def _extensions(self) -> list[TasksClient]:
-        return [TasksClient(self._answer, on_status=self.on_task)] if self.tasks else []
+        if not self.tasks:
+            return []
+        if self._task_extension is None:
+            self._task_extension = TasksClient(self._answer, on_status=self.on_task, listen=self.listen)
+        return [self._task_extension]
 
     def _callbacks(self) -> dict[str, Any]:
         return {
@@ -244,6 +251,7 @@ class FlowClient:
             read_timeout_seconds=self.timeout,
             extensions={e.identifier: e.settings() for e in extensions} or None,
             result_claims={e.identifier: tuple(e.claims()) for e in extensions if e.claims()} or None,
+            notification_bindings=[b for e in extensions for b in e.notifications()] or None,
             **self._callbacks(),
             **options,
         )
@@ -280,8 +288,9 @@ class FlowClient:
             params["_meta"] = {IDEMPOTENCY_KEY_META: secrets.token_urlsafe(16)}
         result = await self._drive("tools/call", name, params)
         if isinstance(result, CreatedTask):  # MRTR rounds are over; the rest is a durable task
+            feed = self._task_extension.feed if self._task_extension is not None else None
             return await follow_task(
-                self.session, result.task_id, self._answer, on_status=self.on_task, retry=self.retry
+                self.session, result.task_id, self._answer, on_status=self.on_task, retry=self.retry, feed=feed
             )
         return result
 

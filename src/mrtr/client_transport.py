@@ -40,6 +40,7 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds one HTTP request (connect, send, whole response) may take before `TransportTimeout`."""
 
 _T = TypeVar("_T")
+_LISTEN = "subscriptions/listen"
 
 
 class TransportError(Exception):
@@ -201,9 +202,21 @@ class RoundTripDispatcher:
         headers.update(opts.get("headers") or {})
         timeout = min(opts.get("timeout", self.timeout), self.timeout)  # no wait past the client's timeout
         body = message.model_dump(by_alias=True, mode="json", exclude_none=True)
+        # A listen response is a stream that lasts as long as the subscription: no deadline for the
+        # whole answer (the caller bounds the wait for its acknowledgement); the server's 15 s
+        # keepalives keep the read timeout from firing on a quiet stream.
+        deadline, per_read = (
+            (None, httpx2.Timeout(timeout, read=max(timeout, 60.0)))
+            if method == _LISTEN
+            else (
+                timeout,
+                None,
+            )
+        )
+        extra: dict[str, Any] = {"timeout": per_read} if per_read is not None else {}
         try:
-            with anyio.fail_after(timeout):
-                async with self._http.stream("POST", self.url, json=body, headers=headers) as response:
+            with anyio.fail_after(deadline):
+                async with self._http.stream("POST", self.url, json=body, headers=headers, **extra) as response:
                     return await self._read_answer(method, response, opts)
         except TimeoutError:
             raise TransportTimeout(f"{method}: no answer within {timeout}s", method=method) from None

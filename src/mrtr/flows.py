@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import logging
 import typing
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from starlette.applications import Starlette
 
 from mrtr import fleet, sdk
 from mrtr.asks import Capability
+from mrtr.buses.base import BrokerBus
 from mrtr.checks import check_elicit_schemas, flow_context_param
 from mrtr.dialects import Dialects
 from mrtr.engine import run_flow
@@ -38,10 +40,21 @@ from mrtr.spec import FlowSpec, Limits, Services, TaskSupport
 from mrtr.static_resources import StaticResourceFlows
 from mrtr.stores import TaskStore
 from mrtr.tasks.engine import EngineOptions, TaskEngine
+from mrtr.tasks.events import TaskEvents
 from mrtr.tasks.extension import TasksExtension
+from mrtr.tasks.listen import ListenHandler
 from mrtr.tasks.runtime import TaskRuntime, task_principal
 
 F = TypeVar("F", bound=Callable[..., Any])
+logger = logging.getLogger(__name__)
+
+
+async def _start_bus(bus: BrokerBus) -> None:
+    """Subscribe before serving, so the first listen stream never waits; a broker that is down is not fatal."""
+    try:
+        await bus.start(timeout=5.0)
+    except TimeoutError:
+        logger.warning("the fleet bus could not reach its broker at start; it keeps trying in the background")
 
 
 class Flows:
@@ -122,14 +135,23 @@ class Flows:
         }
         self._runtime: TaskEngine | None = None
         self._seed_dialect = seed_dialect
+        self.bus = sdk.subscription_bus(server)
+        """The server's `SubscriptionBus` (`MCPServer(subscriptions=mrtr.open_bus(url))` on a fleet)."""
+        # `subscriptions/listen` as the SDK serves it, plus the tasks extension's `taskIds`.
+        self._listen = ListenHandler(self.bus) if sdk.serves_listen(server) else None
+        if self._listen is not None:
+            sdk.serve_listen(server, self._listen)
         if isinstance(tasks, TasksExtension):  # the public route: MCPServer(extensions=[tasks]) at construction
             self._runtime = self.services.tasks = tasks.engine
+            self._notify_tasks(tasks)
         elif tasks is not None:  # another engine (e.g. mrtr.temporal.TemporalTasks): same wire layer
             configure = getattr(tasks, "configure", None)
             if configure is not None:
                 configure(EngineOptions(ttl=task_ttl, poll_interval=task_poll_interval, bind_principal=binder))
             self._runtime = self.services.tasks = tasks
-            sdk.install_extension(self.server, TasksExtension(tasks, seed_dialect=seed_dialect))
+            extension = TasksExtension(tasks, seed_dialect=seed_dialect)
+            sdk.install_extension(self.server, extension)
+            self._notify_tasks(extension)
         elif store is not None or seed_dialect:
             self._tasks()
         self._dialects = Dialects(server, dialects) if dialects else None
@@ -148,9 +170,21 @@ class Flows:
                 self._store = SQLiteStore("mrtr-tasks.db")  # the embedded default
                 fleet.warn_about_default_store("mrtr-tasks.db")
             self._runtime = TaskRuntime(self._store, **self._task_options)  # type: ignore[arg-type]
-            sdk.install_extension(self.server, TasksExtension(self._runtime, seed_dialect=self._seed_dialect))
+            extension = TasksExtension(self._runtime, seed_dialect=self._seed_dialect)
+            sdk.install_extension(self.server, extension)
             self.services.tasks = self._runtime
+            self._notify_tasks(extension)
         return self._runtime
+
+    def _notify_tasks(self, extension: TasksExtension) -> None:
+        """Publish task state changes on the server's bus; let listen streams watch task ids."""
+        engine = extension.engine
+        if self.bus is not None and getattr(engine, "on_change", None) is None:
+            engine.on_change = TaskEvents(self.bus).publish  # type: ignore[attr-defined]
+        # An engine that cannot report every change (Temporal's workers do not yet) leaves
+        # task ids out of the acknowledgement, so clients poll instead of waiting on silence.
+        if self._listen is not None and getattr(engine, "reports_every_change", True):
+            self._listen.tasks = extension
 
     def streamable_http_app(self, **options: Any) -> Starlette:
         """`server.streamable_http_app(**options)`, with this instance's task worker tied to its lifespan.
@@ -161,19 +195,26 @@ class Flows:
         app = self.server.streamable_http_app(**options)
         if self._dialects is not None:
             self._dialects.mount(app, options.get("streamable_http_path", "/mcp"))
-        if self._runtime is None:
-            return app
         runtime = self._runtime
+        bus = self.bus if isinstance(self.bus, BrokerBus) else None
+        if runtime is None and bus is None:
+            return app
         inner = app.router.lifespan_context
 
         @contextlib.asynccontextmanager
         async def lifespan(instance: Starlette) -> AsyncIterator[Any]:
             async with inner(instance) as state:
-                runtime.ensure_running()
+                if bus is not None:
+                    await _start_bus(bus)
+                if runtime is not None:
+                    runtime.ensure_running()
                 try:
                     yield state
                 finally:
-                    await runtime.close()
+                    if runtime is not None:
+                        await runtime.close()
+                    if bus is not None:
+                        await bus.close()
 
         app.router.lifespan_context = lifespan
         return app

@@ -8,6 +8,7 @@ version mrtr expects, at start-up where possible, instead of failing deep in a r
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import time
@@ -20,10 +21,14 @@ from mrtr import journal as journal_codec
 from mrtr.errors import StateTooLarge
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     import httpx2
     from mcp.client.session import ClientSession
     from mcp.server.extension import Extension
     from mcp.server.mcpserver import Context, MCPServer
+    from mcp.server.session import ServerSession
+    from mcp.server.subscriptions import SubscriptionBus
 
     from mrtr.journal import Journal
 
@@ -58,6 +63,34 @@ def install_extension(server: MCPServer[Any], extension: Extension) -> None:
     install = _required(server, "_install_extension_interceptor", "MCPServer._install_extension_interceptor")
     apply(extension)
     install()
+
+
+def subscription_bus(server: MCPServer[Any]) -> SubscriptionBus:
+    """The `SubscriptionBus` the server's `ctx.notify_*` publish on (the SDK's default or `subscriptions=`)."""
+    return _required(server, "_subscriptions", "MCPServer._subscriptions (the server's SubscriptionBus)")  # type: ignore[no-any-return]
+
+
+def serves_listen(server: MCPServer[Any]) -> bool:
+    """Whether the server answers `subscriptions/listen` (not built with `subscriptions=False`)."""
+    handlers = _required(lowlevel_server(server), "_request_handlers", "Server._request_handlers")
+    return "subscriptions/listen" in handlers
+
+
+def serve_listen(server: MCPServer[Any], handler: Any) -> None:
+    """Serve `subscriptions/listen` with `handler` instead of the SDK's `ListenHandler`."""
+    from mcp_types import SubscriptionsListenRequestParams
+
+    lowlevel_server(server).add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, handler)
+
+
+async def notify_in_request(session: ServerSession, method: str, params: dict[str, Any]) -> None:
+    """Send a notification on the current request's stream with `params` exactly as given.
+
+    `ServerSession.send_notification` takes a typed model and drops `None` fields; a
+    `notifications/tasks` must carry `ttlMs: null` exactly as `tasks/get` shows it.
+    """
+    outbound = _required(session, "_request_outbound", "ServerSession._request_outbound")
+    await outbound.notify(method, params)
 
 
 def lowlevel_server(server: MCPServer[Any]) -> Any:
@@ -197,3 +230,92 @@ def http_client() -> httpx2.AsyncClient:
     except ImportError as exc:  # pragma: no cover - only when the SDK moves it
         raise SDKChanged("mcp.shared._httpx_utils.create_mcp_http_client") from exc
     return create_mcp_http_client()
+
+
+class ListenStream:
+    """One open `subscriptions/listen` stream opened by `listen_stream` (events go to the session's bindings)."""
+
+    def __init__(self, honored: Any, ended: Any) -> None:
+        self.honored = honored
+        """The acknowledged filter (`SubscriptionFilter`; extension keys such as `taskIds` in `model_extra`)."""
+        self.ended = ended
+        """An `anyio.Event` set when the stream ends, however it ends."""
+        self.error: Exception | None = None
+        """Why it ended, when the server or the connection ended it."""
+
+
+@contextlib.asynccontextmanager
+async def listen_stream(
+    session: ClientSession, notifications: dict[str, Any], on_end: Any = None
+) -> AsyncIterator[ListenStream]:
+    """`mcp.client.subscriptions.listen` with a raw filter, so extension keys (`taskIds`) can be asked for.
+
+    The SDK's `listen()` builds its filter from the core flags only. This opens the same
+    stream through the same session machinery (its listen route consumes the acknowledgement;
+    other frames reach the session's notification bindings), returns once acknowledged, and
+    calls `on_end()` when the stream ends. Raises what the SDK's `listen()` raises.
+    """
+    import anyio
+    import mcp_types as types
+    from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    if session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        raise ListenNotSupportedError(session.protocol_version)
+    register = _required(session, "_register_listen_route", "ClientSession._register_listen_route")
+    unregister = _required(session, "_unregister_listen_route", "ClientSession._unregister_listen_route")
+    stamp = _required(session, "_stamp", "ClientSession._stamp")
+    dispatcher = _required(session, "_dispatcher", "ClientSession._dispatcher")
+    task_group = _required(session, "_task_group", "ClientSession._task_group (an entered session)")
+    timeout = getattr(session, "_session_read_timeout_seconds", None)
+    request_id = f"mrtr-listen-{next(_listen_ids)}"
+    data = types.SubscriptionsListenRequest(
+        params=types.SubscriptionsListenRequestParams(
+            notifications=types.SubscriptionFilter.model_validate(notifications)
+        )
+    ).model_dump(by_alias=True, mode="json", exclude_none=True)
+    options: dict[str, Any] = {"request_id": request_id}
+    stamp(data, options)
+    ended = anyio.Event()
+    stream = ListenStream(None, ended)
+    scope = anyio.CancelScope()
+
+    def finish(error: Exception | None) -> None:
+        if not ended.is_set():
+            stream.error = error
+            ended.set()
+            if on_end is not None:
+                on_end()
+
+    async def drive() -> None:
+        with scope:
+            try:
+                await dispatcher.send_raw_request(data["method"], data.get("params"), options)
+                route.set_acked(types.SubscriptionFilter())  # a result is the graceful close
+                route.settle("graceful")
+                finish(None)
+            except Exception as error:  # an error answer, or the connection broke
+                route.settle("lost", error=error if isinstance(error, MCPError) else None)
+                finish(error)
+        finish(None)
+
+    route = register(request_id)
+    try:
+        task_group.start_soon(drive)
+        with anyio.fail_after(timeout):
+            await route.acked.wait()
+        if route.honored is None or (ended.is_set() and stream.error is not None):
+            if isinstance(stream.error, Exception):
+                raise stream.error
+            raise SubscriptionLost(f"subscription {request_id!r} ended before it was acknowledged")
+        stream.honored = route.honored
+        yield stream
+    finally:
+        scope.cancel()
+        unregister(request_id)
+        finish(None)
+
+
+_listen_ids = itertools.count(1)
+"""`mrtr-listen-N`: string ids, so they never collide with the session's own integer ids."""

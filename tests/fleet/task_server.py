@@ -6,6 +6,8 @@ file every step appends a JSON line to, so tests can count real side effects).
 Optional (issue 11): MRTR_TOKENS (`name=token,...`: bearer auth, one principal per token),
 MRTR_GUARD (a replay-guard store URL, namespaced like the store), MRTR_GUARD_LEASE, and
 MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight), MRTR_SEED=1 (seed dialect).
+Optional (issue 16): MRTR_BUS (a fleet bus URL for `subscriptions/listen`, namespaced like the
+store), MRTR_PLAIN=1 (no `mrtr.Flows` at all: the SDK's own listen handler on that bus).
 Prints `task-server ready: URL` once it listens.
 """
 
@@ -15,12 +17,14 @@ import asyncio
 import json
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel
 
@@ -33,6 +37,13 @@ from mrtr.stores import open_store  # noqa: E402
 from tests.serving import serve_main  # noqa: E402
 
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
+REQUESTS: Counter[str] = Counter()
+"""Requests this instance served, by method (read through the `requests` tool)."""
+
+
+async def count_requests(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    REQUESTS[ctx.method] += 1
+    return await call_next(ctx)
 
 
 def audit(step: str, phase: str) -> None:
@@ -78,7 +89,7 @@ class Target(BaseModel):
     env: str
 
 
-def build_server() -> tuple[MCPServer, mrtr.Flows]:
+def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
     namespace = os.environ.get("MRTR_STORE_NAMESPACE", "mrtr_fleet")
     auth: dict[str, Any] = {}
     if tokens := os.environ.get("MRTR_TOKENS"):
@@ -90,11 +101,33 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
             ),
             "token_verifier": StaticTokens(tokens),
         }
+    bus_url = os.environ.get("MRTR_BUS")
+    plain = os.environ.get("MRTR_PLAIN") == "1"
+    if bus_url:
+        bus = mrtr.open_bus(bus_url, namespace=namespace)
+        auth["subscriptions"] = bus
+        if plain:  # no Flows to start the bus with the app: the server's lifespan does
+            auth["lifespan"] = lambda _server: bus
     server = MCPServer(
         "task-fleet",
         request_state_security=RequestStateSecurity(keys=[bytes.fromhex(os.environ["MRTR_STATE_KEY"])]),
+        middleware=[count_requests],
         **auth,
     )
+
+    @server.tool()
+    async def requests() -> dict[str, int]:
+        """Requests this instance served so far, by method."""
+        return dict(REQUESTS)
+
+    @server.tool()
+    async def touch(uri: str, ctx: Context) -> str:
+        """Raise `notifications/resources/updated` for `uri` (on this instance's bus)."""
+        await ctx.notify_resource_updated(uri)
+        return f"touched {uri} on {INSTANCE}"
+
+    if plain:
+        return server, None
     guard_url = os.environ.get("MRTR_GUARD")
     guard = None
     if guard_url:
@@ -164,7 +197,11 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
 
 def main() -> None:
     # The task worker starts with the app.
-    serve_main(lambda: build_server()[1].streamable_http_app(stateless_http=True), "task-server ready:")
+    def app() -> Any:
+        server, flows = build_server()
+        return (flows or server).streamable_http_app(stateless_http=True)
+
+    serve_main(app, "task-server ready:")
 
 
 if __name__ == "__main__":

@@ -161,6 +161,7 @@ class CallSession:
         self.console.print(f"[dim]  ↳ {len(round_.answered)} answer(s) sent back[/]")
 
     def on_task(self, snapshot: TaskSnapshot) -> None:
+        self.view.observe_task(snapshot.raw)  # pushed states are no results: the view learns their keys here
         if self.task_id is None:
             self.task_id = snapshot.task_id
             self.console.rule(f"[bold]durable task {escape(snapshot.task_id)}[/]", align="left", style="magenta")

@@ -68,6 +68,11 @@ class WireView:
         elif "taskId" in result and isinstance(requests, dict):
             self._file(requests, keep=True)
 
+    def observe_task(self, task: dict[str, Any]) -> None:
+        """A task state that came as a `notifications/tasks` (no result to read): file its asks."""
+        if isinstance(task.get("inputRequests"), dict):
+            self._file(task["inputRequests"], keep=True)
+
     def _file(self, requests: Any, *, keep: bool = False) -> None:
         if not isinstance(requests, dict):
             requests = {}

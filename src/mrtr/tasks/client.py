@@ -1,27 +1,30 @@
-"""Client side of durable tasks: opt in, poll, answer `input_required`, cancel, watch.
+"""Client side of durable tasks: opt in, listen (or poll), answer `input_required`, cancel, watch.
 
 `TasksClient` is an SDK `ClientExtension`: given to `mcp.Client(extensions=[...])` it
 declares `io.modelcontextprotocol/tasks` on every request and claims the `task` result
 shape, so `client.call_tool(...)` transparently follows a task to its end. The same
 elicitation, sampling and roots handlers that answer MRTR rounds answer the task's
-`inputRequests` (all three kinds), through `tasks/update`.
+`inputRequests` (all three kinds), through `tasks/update`. Where the server pushes
+`notifications/tasks` the client listens for them (`mrtr.tasks.watch`) instead of polling.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
 import mcp_types as t
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, TypeAdapter
 
 from mrtr.client_transport import NO_RETRY, RetryPolicy, TransportError, resending
+from mrtr.tasks.watch import NotOffered, TaskFeed
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -176,26 +179,66 @@ async def follow_task(
     poll_interval: float = 0.5,
     on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
     retry: RetryPolicy = NO_RETRY,
+    feed: TaskFeed | None = None,
 ) -> t.CallToolResult:
-    """Poll a task to its end, answering its input requests; returns the tool's result.
+    """Follow a task to its end, answering its input requests; returns the tool's result.
 
-    Each `tasks/get` and `tasks/update` is bounded by the session's timeout and resent per
-    `retry` after a `TransportError` (both are safe to repeat: an answer to a key that is no
-    longer pending is ignored). The task itself may run as long as the server lets it.
+    With a `feed` (a `TasksClient`'s) it listens for the task's `notifications/tasks` when the
+    server offers them (see `mrtr.tasks.watch`), and polls `tasks/get` otherwise. Each
+    `tasks/get` and `tasks/update` is bounded by the session's timeout and resent per `retry`
+    after a `TransportError` (both are safe to repeat: an answer to a key that is no longer
+    pending is ignored). The task itself may run as long as the server lets it.
 
     Raises:
         MCPError: The task `failed` (its JSON-RPC error).
         TaskCancelled: The task was cancelled.
     """
-    answered: set[str] = set()
-    last: tuple[str, str | None] | None = None
+    follower = _Follower(session, task_id, answer, on_status, retry)
+    if feed is not None and feed.offered(session):
+        try:
+            async with contextlib.aclosing(feed.states(session, task_id, follower.fetch)) as states:
+                async for task in states:
+                    if (done := await follower.step(task)) is not None:
+                        return done
+        except NotOffered:
+            pass  # the server does not push: poll
     while True:
-        task = await resending(retry, partial(_polled, partial(get_task, session, task_id)))
+        task = await follower.fetch()
+        if (done := await follower.step(task)) is not None:
+            return done
+        if task.get("status") == "input_required" and follower.just_answered:
+            continue  # look again at once: the answers may have finished the task
+        interval = task.get("pollIntervalMs")
+        await asyncio.sleep(interval / 1000 if isinstance(interval, int) and interval > 0 else poll_interval)
+
+
+class _Follower:
+    """What following one task remembers, whether its states are polled or pushed."""
+
+    def __init__(
+        self,
+        session: ClientSession,
+        task_id: str,
+        answer: Answerer,
+        on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None,
+        retry: RetryPolicy,
+    ) -> None:
+        self.session, self.task_id, self.answer, self.on_status, self.retry = session, task_id, answer, on_status, retry
+        self.answered: set[str] = set()
+        self.last: tuple[str, str | None] | None = None
+        self.just_answered = False
+
+    async def fetch(self) -> dict[str, Any]:
+        return await resending(self.retry, partial(_polled, partial(get_task, self.session, self.task_id)))
+
+    async def step(self, task: dict[str, Any]) -> t.CallToolResult | None:
+        """Act on one state of the task: its result when it ended, else None (after answering what it asks)."""
         status = task.get("status", "working")
         requests = task.get("inputRequests") or {}
-        if on_status is not None and (status, task.get("statusMessage")) != last:
-            last = (status, task.get("statusMessage"))
-            hook = on_status(TaskSnapshot(task_id, status, last[1], tuple(requests), task))
+        self.just_answered = False
+        if self.on_status is not None and (status, task.get("statusMessage")) != self.last:
+            self.last = (status, task.get("statusMessage"))
+            hook = self.on_status(TaskSnapshot(self.task_id, status, self.last[1], tuple(requests), task))
             if hook is not None:
                 await hook
         if status == "completed":
@@ -204,18 +247,17 @@ async def follow_task(
             error = task.get("error") or {"code": t.INTERNAL_ERROR, "message": "task failed"}
             raise MCPError.from_error_data(t.ErrorData.model_validate(error))
         if status == "cancelled":
-            raise TaskCancelled(task.get("statusMessage") or f"task {task_id} was cancelled")
+            raise TaskCancelled(task.get("statusMessage") or f"task {self.task_id} was cancelled")
         # Snapshots repeat pending keys on every poll: answer each key once.
-        fresh = {k: v for k, v in requests.items() if k not in answered} if status == "input_required" else {}
+        fresh = {k: v for k, v in requests.items() if k not in self.answered} if status == "input_required" else {}
         if fresh:
             parsed = {k: _INPUT_REQUEST.validate_python(v) for k, v in fresh.items()}
-            values = await asyncio.gather(*(answer(r) for r in parsed.values()))
+            values = await asyncio.gather(*(self.answer(r) for r in parsed.values()))
             wire = {k: as_wire(v) for k, v in zip(parsed, values, strict=True)}
-            await resending(retry, partial(_polled, partial(update_task, session, task_id, wire)))
-            answered |= set(fresh)
-            continue
-        interval = task.get("pollIntervalMs")
-        await asyncio.sleep(interval / 1000 if isinstance(interval, int) and interval > 0 else poll_interval)
+            await resending(self.retry, partial(_polled, partial(update_task, self.session, self.task_id, wire)))
+            self.answered |= set(fresh)
+            self.just_answered = True
+        return None
 
 
 class TasksClient(ClientExtension):
@@ -237,6 +279,8 @@ class TasksClient(ClientExtension):
             `mrtr.client_transport.TransportError`, or the SDK transport's own stand-in errors for
             an HTTP error status or a dropped stream); default `RetryPolicy()`. A connection reset
             still ends every call on an `mcp.Client` over HTTP (SDK behaviour): use `FlowClient`.
+        listen: Follow tasks by `subscriptions/listen` (`notifications/tasks`) where the server
+            offers it, polling `tasks/get` elsewhere (default); False: always poll.
     """
 
     identifier = TASKS_EXTENSION
@@ -251,6 +295,7 @@ class TasksClient(ClientExtension):
         on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
         on_created: Callable[[CreatedTask], Awaitable[None] | None] | None = None,
         retry: RetryPolicy | None = None,
+        listen: bool = True,
     ) -> None:
         callbacks = (elicitation_callback, sampling_callback, list_roots_callback)
         if answer is not None and any(callbacks):
@@ -261,9 +306,14 @@ class TasksClient(ClientExtension):
         self._retry = retry or RetryPolicy()
         self._on_status = on_status
         self._on_created = on_created
+        self.feed = TaskFeed() if listen else None
+        """Where pushed `notifications/tasks` go (None: this client only polls)."""
 
     def claims(self) -> Sequence[ResultClaim[Any]]:
         return [ResultClaim(result_type="task", model=CreatedTask, resolve=self._resolve)]
+
+    def notifications(self) -> Sequence[NotificationBinding[Any]]:
+        return [self.feed.binding()] if self.feed is not None else []
 
     async def _resolve(self, created: CreatedTask, ctx: ClaimContext) -> t.CallToolResult:
         if self._on_created is not None:
@@ -278,6 +328,7 @@ class TasksClient(ClientExtension):
             poll_interval=interval,
             on_status=self._on_status,
             retry=self._retry,
+            feed=self.feed,
         )
 
 

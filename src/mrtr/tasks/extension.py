@@ -47,8 +47,8 @@ from mrtr.tasks.wire import (
     TASKS_EXTENSION,
     TaskRequestParams,
     UpdateTaskParams,
+    detailed_task,
     same_owner,
-    task_fields,
 )
 
 _MAX_KEY_LENGTH = 200
@@ -94,14 +94,7 @@ class TasksExtension(Extension):
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> dict[str, Any]:
         record = await self._load(ctx, params)
-        detailed = task_fields(record)
-        if record.status == "input_required":
-            detailed["inputRequests"] = record.input_requests
-        elif record.status == "completed" and record.result is not None:
-            detailed["result"] = record.result
-        elif record.status == "failed" and record.error is not None:
-            detailed["error"] = record.error
-        return {"resultType": "complete", **detailed}
+        return {"resultType": "complete", **detailed_task(record)}
 
     async def _update(self, ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
         record = await self._load(ctx, params)
@@ -145,12 +138,7 @@ class TasksExtension(Extension):
         self, ctx: ServerRequestContext[Any, Any], task_id: str, *, check_name: bool = True
     ) -> TaskRecord:
         """The task, after the opt-in and routing-header checks every tasks/* request passes."""
-        if not declares_tasks(ctx.session.client_capabilities):
-            raise MCPError(
-                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-                message=f"{ctx.method} needs the {TASKS_EXTENSION} extension declared on the request",
-                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
-            )
+        self.require_opt_in(ctx)
         headers = getattr(ctx.request, "headers", None)
         # Routing header (MUST on HTTP): checked when sent; clients that cannot set it still work.
         name = headers.get(MCP_NAME_HEADER) if headers is not None and check_name else None
@@ -161,6 +149,15 @@ class TasksExtension(Extension):
         if not same_owner(record.owner, self.engine.owner_of(ctx)):
             raise unknown_task(task_id)  # exactly what an unknown id gets: no existence oracle
         return record
+
+    def require_opt_in(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """-32021 unless the request declares the tasks extension (tasks/*, task notifications)."""
+        if not declares_tasks(ctx.session.client_capabilities):
+            raise MCPError(
+                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message=f"{ctx.method} needs the {TASKS_EXTENSION} extension declared on the request",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
 
     async def reload(self, task_id: str) -> TaskRecord:
         record = await self.engine.get(task_id)

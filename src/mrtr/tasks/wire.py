@@ -50,6 +50,18 @@ def task_fields(record: TaskRecord) -> dict[str, Any]:
     return fields
 
 
+def detailed_task(record: TaskRecord) -> dict[str, Any]:
+    """The `DetailedTask`: what `tasks/get` answers and `notifications/tasks` carries."""
+    detailed = task_fields(record)
+    if record.status == "input_required":
+        detailed["inputRequests"] = record.input_requests
+    elif record.status == "completed" and record.result is not None:
+        detailed["result"] = record.result
+    elif record.status == "failed" and record.error is not None:
+        detailed["error"] = record.error
+    return detailed
+
+
 def owner_tag(principal: str | None) -> str | None:
     """What a task stores about its creator: a digest of the SDK's principal, never the identity."""
     if principal is None:
@@ -73,6 +85,7 @@ __all__ = [
     "RELATED_TASK",
     "TASKS_EXTENSION",
     "TaskRequestParams",
+    "detailed_task",
     "UpdateTaskParams",
     "iso",
     "keyed_task_id",

@@ -81,6 +81,10 @@ class TemporalTasks(StateChanges):
     workflow times out when its TTL runs out, and `tasks/get` no longer finds it from then on.
     """
 
+    reports_every_change = False
+    """State changes are reported (`on_change`) only where an MCP instance creates, answers or
+    cancels a task, not where a worker finishes a step: listening clients are told to poll."""
+
     def __init__(
         self,
         client: Client,

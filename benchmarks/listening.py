@@ -1,0 +1,255 @@
+"""Listening vs polling for durable tasks, over HTTP, two instances sharing a store and a fleet bus.
+
+Used by `benchmarks/tasks.py` (section 4). A task is created on instance A and followed on
+instance B, so every pushed state crosses the bus (Redis pub/sub or PostgreSQL NOTIFY):
+
+- poll: `tasks/get` on B every POLL seconds (the server's `pollIntervalMs`) until the state shows;
+- listen: `subscriptions/listen` on B with `notifications.taskIds` and mrtr's snapshot opt-in,
+  read until the state arrives (what `mrtr.tasks.watch.TaskFeed` does).
+
+Timed from sending `tools/call` to seeing the state: `completed` (a one-step task) and
+`input_required` (a task that asks after one step). Requests per task count every HTTP request
+the client sent for it (the listen stream counts as one). Both clients speak raw HTTP/1.1 on
+keep-alive sockets (the listen on a socket of its own), so the numbers are server and network.
+Bus delivery latency is measured between two bus objects in this process on the same broker:
+publish on A -> listener on B.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import secrets
+import socket
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.shared.inbound import encode_header_value
+from mcp.shared.subscriptions import ResourceUpdated
+
+import mrtr
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientInfo": {"name": "mrtr-bench-listen", "version": "0.1.0"},
+    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}, "extensions": {TASKS_EXTENSION: {}}},
+}
+TIMEOUT = 30.0
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection: JSON requests, or one SSE listen stream."""
+
+    def __init__(self, url: str) -> None:
+        hostport, _, path = url.removeprefix("http://").partition("/")
+        host, _, port = hostport.partition(":")
+        self.host, self.port, self.path = host, int(port or 80), "/" + path
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.sent = 0
+
+    async def open(self) -> Conn:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        sock = self.writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return self
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def _send(self, method: str, params: dict[str, Any], name: str | None) -> None:
+        assert self.writer is not None
+        self.sent += 1
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": self.sent, "method": method, "params": {**params, "_meta": META}},
+            separators=(",", ":"),
+        ).encode()
+        head = (
+            f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
+            "accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n"
+            f"mcp-protocol-version: 2026-07-28\r\nmcp-method: {method}\r\n"
+            + (f"mcp-name: {encode_header_value(name)}\r\n" if name is not None else "")
+            + f"content-length: {len(body)}\r\n\r\n"
+        )
+        self.writer.write(head.encode() + body)
+
+    async def _head(self) -> dict[str, str]:
+        assert self.reader is not None
+        status = await self.reader.readline()
+        if not status.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"unexpected response {status!r}")
+        headers = {}
+        while (line := await self.reader.readline()) not in (b"\r\n", b""):
+            key, _, value = line.decode("latin-1").partition(":")
+            headers[key.strip().lower()] = value.strip()
+        return headers
+
+    async def request(self, method: str, params: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+        assert self.reader is not None
+        self._send(method, params, name)
+        async with asyncio.timeout(TIMEOUT):
+            headers = await self._head()
+            message = json.loads(await self.reader.readexactly(int(headers["content-length"])))
+        if "error" in message:
+            raise RuntimeError(f"{method} failed: {message['error']}")
+        return message["result"]  # type: ignore[no-any-return]
+
+    async def listen(self, notifications: dict[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
+        """Open a listen stream on this connection; returns `next_frame()` (JSON-RPC messages in order)."""
+        assert self.reader is not None
+        reader = self.reader
+        self._send("subscriptions/listen", {"notifications": notifications}, None)
+        headers = await self._head()
+        if "event-stream" not in headers.get("content-type", ""):
+            raise RuntimeError(f"listen answered {headers}")
+        chunked = headers.get("transfer-encoding") == "chunked"
+        buffer = b""
+
+        async def next_frame() -> dict[str, Any]:
+            nonlocal buffer
+            while True:
+                event, sep, rest = buffer.partition(b"\r\n\r\n" if b"\r\n\r\n" in buffer else b"\n\n")
+                if sep:
+                    buffer = rest
+                    data = b"".join(line[5:].strip() for line in event.splitlines() if line.startswith(b"data:"))
+                    if data:
+                        return json.loads(data)  # type: ignore[no-any-return]
+                    continue
+                if chunked:
+                    size = int((await reader.readline()).strip() or b"0", 16)
+                    if size == 0:
+                        raise RuntimeError("the listen stream ended")
+                    buffer += (await reader.readexactly(size + 2))[:-2]  # the chunk, without its CRLF
+                else:
+                    buffer += await reader.read(65536)
+
+        return next_frame
+
+
+@dataclass
+class Variant:
+    times: list[float] = field(default_factory=list)
+    requests: list[int] = field(default_factory=list)
+
+
+async def _create(a: Conn, tool: str) -> tuple[float, str]:
+    start = time.perf_counter()
+    created = await a.request("tools/call", {"name": tool, "arguments": {"item": "x"}}, name=tool)
+    return start, created["taskId"]
+
+
+async def _poll(a: Conn, b: Conn, tool: str, status: str, poll: float) -> tuple[float, int, str]:
+    start, task_id = await _create(a, tool)
+    for polls in range(1, 2000):
+        await asyncio.sleep(poll)
+        task = await b.request("tasks/get", {"taskId": task_id}, name=task_id)
+        if task["status"] == status:
+            return time.perf_counter() - start, 1 + polls, task_id
+    raise RuntimeError(f"task {task_id} never reached {status}")
+
+
+async def _listen(a: Conn, b_url: str, tool: str, status: str) -> tuple[float, int, str]:
+    start, task_id = await _create(a, tool)
+    stream = await Conn(b_url).open()
+    try:
+        next_frame = await stream.listen({"taskIds": [task_id], "mrtr/taskSnapshots": True})
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                frame = await next_frame()
+                if frame.get("method") == "notifications/tasks" and frame["params"]["status"] == status:
+                    return time.perf_counter() - start, 2, task_id
+                if "error" in frame:
+                    raise RuntimeError(f"listen failed: {frame['error']}")
+    finally:
+        stream.close()
+
+
+async def _answer(conn: Conn, task_id: str) -> None:
+    task = await conn.request("tasks/get", {"taskId": task_id}, name=task_id)
+    answers = {key: {"action": "accept", "content": {"go": True}} for key in task.get("inputRequests") or {}}
+    await conn.request("tasks/update", {"taskId": task_id, "inputResponses": answers}, name=task_id)
+
+
+async def measure(
+    a_url: str, b_url: str, *, tool: str, ask_tool: str, poll: float, n: int, warmup: int
+) -> dict[str, Variant]:
+    """Interleave the four variants round-robin (order rotating each cycle); `warmup` cycles untimed."""
+    a, b, admin = await Conn(a_url).open(), await Conn(b_url).open(), await Conn(a_url).open()
+    variants: dict[str, Callable[[], Awaitable[tuple[float, int, str]]]] = {
+        "poll completed": lambda: _poll(a, b, tool, "completed", poll),
+        "listen completed": lambda: _listen(a, b_url, tool, "completed"),
+        "poll input_required": lambda: _poll(a, b, ask_tool, "input_required", poll),
+        "listen input_required": lambda: _listen(a, b_url, ask_tool, "input_required"),
+    }
+    results = {name: Variant() for name in variants}
+    names = list(variants)
+    try:
+        for cycle in range(warmup + n):
+            for name in names[cycle % 4 :] + names[: cycle % 4]:
+                elapsed, requests, task_id = await variants[name]()
+                if "input_required" in name:
+                    await _answer(admin, task_id)  # untimed: let it finish
+                if cycle >= warmup:
+                    results[name].times.append(elapsed)
+                    results[name].requests.append(requests)
+    finally:
+        for conn in (a, b, admin):
+            conn.close()
+    return results
+
+
+async def bus_latency(url: str, n: int) -> list[float]:
+    """Publish on bus A, time until a listener on bus B (same broker, same namespace) has it."""
+    namespace = f"mrtr_bench_bus_{secrets.token_hex(4)}"
+    a, b = mrtr.open_bus(url, namespace=namespace), mrtr.open_bus(url, namespace=namespace)
+    arrived: dict[str, float] = {}
+    b.subscribe(lambda event: arrived.setdefault(event.uri, time.perf_counter()))
+    samples = []
+    async with a, b:
+        for i in range(n + 10):
+            uri = f"res://{i}"
+            start = time.perf_counter()
+            await a.publish(ResourceUpdated(uri=uri))
+            async with asyncio.timeout(5):
+                while uri not in arrived:
+                    await asyncio.sleep(0)
+            if i >= 10:
+                samples.append(arrived[uri] - start)
+        drop = getattr(a, "drop", None)
+        if drop is not None:
+            with contextlib.suppress(Exception):
+                await drop()
+    return samples
+
+
+def report(kind: str, results: dict[str, Variant], bus: list[float], poll: float) -> dict[str, float]:
+    """Print section (4); returns the p50s (ms) and requests per task for the summary."""
+
+    def p(values: list[float], q: float) -> float:
+        return statistics.quantiles(values, n=100)[int(q) - 1] * 1e3 if len(values) > 1 else values[0] * 1e3
+
+    print(
+        f"  (4) Listening vs polling: create on instance A, follow on instance B ({kind} store and {kind} bus),"
+        f" poll interval {poll * 1e3:g} ms"
+    )
+    print(f"      {'variant':<24} {'p50 ms':>8} {'p90 ms':>8} {'requests/task':>14}")
+    summary: dict[str, float] = {}
+    for name, variant in results.items():
+        median = statistics.median(variant.times) * 1e3
+        requests = statistics.mean(variant.requests)
+        summary[name] = median
+        summary[f"{name} requests"] = requests
+        print(f"      {name:<24} {median:>8.2f} {p(variant.times, 90):>8.2f} {requests:>14.2f}")
+    summary["bus"] = statistics.median(bus) * 1e3
+    print(f"      bus delivery A -> listener on B: p50 {summary['bus']:.2f} ms, p90 {p(bus, 90):.2f} ms (n={len(bus)})")
+    return summary
+
+
+__all__ = ["Conn", "Variant", "bus_latency", "measure", "report"]

@@ -1,0 +1,174 @@
+"""Following a task by listening: `notifications/tasks` instead of `tasks/get` polls.
+
+`TaskFeed` is what a tasks client uses when the server offers task notifications. For one
+task it opens `subscriptions/listen` with `notifications.taskIds` and yields the task's
+states as they are pushed, so the client hears of a change the moment it is committed,
+on whichever instance, and sends no polls.
+
+It never misses a change:
+- the client's interest is registered before the listen request is sent, and the server
+  subscribes to its bus before it loads the task: the acknowledgement is followed by the
+  task's state at that moment (mrtr's `mrtr/taskSnapshots` opt-in), or, when a server does
+  not echo that opt-in, by one `tasks/get`;
+- a stream that ends or drops (a broker restart, an instance gone) is followed by one
+  `tasks/get` (a terminal state is never lost) and, after bounded, jittered backoff, a new
+  listen; a stale state that arrives after a newer one (by `_meta["mrtr/taskVersion"]`) is
+  dropped; a stream quiet for `resync` seconds is checked with one `tasks/get`.
+When the server does not offer task notifications (no `subscriptions/listen`, or an
+acknowledgement without the task's id) the feed says so with `NotOffered`, once per
+session, and the client polls as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import mcp_types as t
+from mcp.client.extension import NotificationBinding
+from mcp.client.session import ClientSession
+from mcp.client.subscriptions import ListenNotSupportedError, SubscriptionLost
+from mcp.shared.exceptions import MCPError
+from pydantic import ConfigDict
+
+from mrtr import sdk
+from mrtr.client_transport import RetryPolicy, TransportError
+
+TASK_IDS = "taskIds"
+SNAPSHOTS = "mrtr/taskSnapshots"
+TASK_VERSION = "mrtr/taskVersion"
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+_NOT_OFFERED = frozenset({t.METHOD_NOT_FOUND, t.MISSING_REQUIRED_CLIENT_CAPABILITY, t.INVALID_PARAMS})
+"""Listen answers that mean "poll instead" (an unknown task: `tasks/get` then reports it)."""
+_BACKOFF = RetryPolicy(initial_delay=0.05, max_delay=2.0)
+_STABLE = 5.0  # seconds a stream must have lived for its end to start the backoff over
+
+
+class NotOffered(Exception):
+    """The server does not push this task's notifications: poll."""
+
+
+class TaskNotice(t.NotificationParams):
+    """`notifications/tasks` params: a `DetailedTask` (kept as sent) plus `_meta`."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _Watch:
+    """The newest state of one task this follower has not consumed yet."""
+
+    def __init__(self) -> None:
+        self.wake = asyncio.Event()
+        self.pending: dict[str, Any] | None = None
+        self.version: int | None = None
+        self.terminal = False
+
+    def offer(self, task: dict[str, Any], version: int | None) -> None:
+        if self.terminal or (version is not None and self.version is not None and version <= self.version):
+            return  # nothing follows a terminal state; an older state arrived late
+        if version is not None:
+            self.version = version
+        self.terminal = task.get("status") in TERMINAL
+        self.pending = task
+        self.wake.set()
+
+    def take(self) -> dict[str, Any] | None:
+        task, self.pending = self.pending, None
+        return task
+
+
+class TaskFeed:
+    """Routes `notifications/tasks` to the followers of each task; opens their listen streams."""
+
+    def __init__(self, resync: float = 10.0) -> None:
+        self.resync = resync
+        """Seconds without a pushed state after which one `tasks/get` is made anyway: a fleet whose
+        instances share no bus (the SDK's in-memory default on each) pushes only what the
+        listening instance itself changed, and a client must not wait forever for the rest."""
+        self._watches: dict[str, set[_Watch]] = defaultdict(set)
+        self._refused: weakref.WeakSet[ClientSession] = weakref.WeakSet()
+
+    def binding(self) -> NotificationBinding[TaskNotice]:
+        """The `ClientExtension.notifications()` entry that feeds this router."""
+        return NotificationBinding(method="notifications/tasks", params_type=TaskNotice, handler=self.receive)
+
+    async def receive(self, notice: TaskNotice) -> None:
+        task = dict(notice.model_extra or {})
+        task_id = task.get("taskId")
+        if not isinstance(task_id, str):
+            return
+        meta: Any = notice.meta or {}
+        if not isinstance(meta, dict):
+            meta = getattr(meta, "model_extra", None) or {}
+        version = meta.get(TASK_VERSION)
+        for watch in list(self._watches.get(task_id, ())):
+            watch.offer(task, version if isinstance(version, int) else None)
+
+    def offered(self, session: ClientSession) -> bool:
+        """False once this session's server showed it does not push task notifications."""
+        return session not in self._refused
+
+    async def states(
+        self, session: ClientSession, task_id: str, fetch: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The task's states as they change, until the caller stops; `NotOffered` means poll."""
+        if session in self._refused:
+            raise NotOffered
+        watch = _Watch()
+        self._watches[task_id].add(watch)
+        failures = 0
+        try:
+            while True:
+                opened = asyncio.get_running_loop().time()
+                try:
+                    filter_ = {TASK_IDS: [task_id], SNAPSHOTS: True}
+                    async with sdk.listen_stream(session, filter_, on_end=watch.wake.set) as stream:
+                        acked = stream.honored.model_extra or {}
+                        if task_id not in (acked.get(TASK_IDS) or ()):
+                            self._refused.add(session)
+                            raise NotOffered
+                        if acked.get(SNAPSHOTS) is not True:
+                            watch.offer(await fetch(), None)  # refetch after the acknowledgement
+                        while True:
+                            task = watch.take()
+                            if task is not None:
+                                yield task
+                                continue
+                            if stream.ended.is_set():
+                                break
+                            watch.wake.clear()
+                            try:
+                                await asyncio.wait_for(watch.wake.wait(), self.resync)
+                            except TimeoutError:  # quiet for long: look, in case no fleet bus links us
+                                watch.offer(await fetch(), None)
+                except ListenNotSupportedError:
+                    self._refused.add(session)
+                    raise NotOffered from None
+                except MCPError as error:
+                    if error.error.code in _NOT_OFFERED:
+                        if error.error.code != t.INVALID_PARAMS:
+                            self._refused.add(session)
+                        raise NotOffered from error
+                except (SubscriptionLost, TransportError, TimeoutError, OSError):
+                    pass
+                if asyncio.get_running_loop().time() - opened > _STABLE:
+                    failures = 0  # it had been up a while: this is a new incident, not the same one
+                # The stream is gone: catch up with one tasks/get (a terminal state is never
+                # lost), then listen again after a bounded, jittered pause.
+                watch.offer(await fetch(), None)
+                if (task := watch.take()) is not None:
+                    yield task
+                await asyncio.sleep(_BACKOFF.delay(failures))
+                failures += 1
+        finally:
+            watches = self._watches.get(task_id)
+            if watches is not None:
+                watches.discard(watch)
+                if not watches:
+                    del self._watches[task_id]
+
+
+__all__ = ["SNAPSHOTS", "TASK_IDS", "TASK_VERSION", "NotOffered", "TaskFeed", "TaskNotice"]
