@@ -85,7 +85,7 @@ async def run_flow(
     services = services or _NO_SERVICES
     # Read the request once, from the SDK's plain per-request context: the pydantic
     # `Context` properties cost more per access than the rest of a round's bookkeeping.
-    wire = request.request_context
+    wire = sdk.request_wire(request)
     version = wire.protocol_version
     capabilities = wire.session.client_capabilities
     modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
@@ -391,7 +391,7 @@ def journal_budget(spec: FlowSpec, request: Context[Any, Any], wire: Any = None)
     pending asks, the round counter), so the final check never fails after steps ran.
     """
     cap = spec.limits.max_state_bytes
-    wire = wire if wire is not None else request.request_context
+    wire = wire if wire is not None else sdk.request_wire(request)
     key = (spec.name, spec.audience, wire.method, cap)
     budget = _budgets.get(key)
     if budget is None:  # the envelope is the same for every round of a flow, but for its target

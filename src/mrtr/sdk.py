@@ -93,6 +93,17 @@ async def notify_in_request(session: ServerSession, method: str, params: dict[st
     await outbound.notify(method, params)
 
 
+def request_wire(request: Context[Any, Any]) -> Any:
+    """`request.request_context` (the SDK's plain per-request context), read directly.
+
+    The public property goes through pydantic's private-attribute lookup, which costs more
+    than an engine round's own bookkeeping; the stored value is the same object.
+    """
+    private = getattr(request, "__pydantic_private__", None)
+    wire = private.get("_request_context") if isinstance(private, dict) else None
+    return wire if wire is not None else request.request_context  # the property raises when absent
+
+
 def lowlevel_server(server: MCPServer[Any]) -> Any:
     """The low-level `Server` an `MCPServer` wraps (what `serve_one` dispatches to)."""
     return _required(server, "_lowlevel_server", "MCPServer._lowlevel_server")
@@ -160,7 +171,7 @@ def sealed_size(state: str, request: Context[Any, Any], audience: str, *, target
     argument digest, audience, principal tag); the codec's cost is measured on the
     server's real codec, so a custom `codec=` is estimated right too.
     """
-    wire = request.request_context
+    wire = request_wire(request)
     if target is None:
         params = wire.params or {}
         target = str(params.get("uri" if wire.method == "resources/read" else "name", ""))
