@@ -42,6 +42,16 @@ def test_every_field_this_version_writes_is_read_back_as_that_field() -> None:
     assert newer.extras == {"x": [1]} and codec.decode(codec.encode(newer)).extras == {"x": [1]}
 
 
+@pytest.mark.parametrize("value", ["é ü 漢字", "\u2028", "\ud800 lone surrogate", 10**30, 1e-7, [1.5, None, True]])
+def test_any_json_value_round_trips_exactly(value: object) -> None:
+    """Step results and answers are whatever JSON (or Python str) they were, both encoders' worth."""
+    journal = Journal.start()
+    journal.steps["s"] = ("d", {"v": value})
+    for size in (1, 400):  # plain, then big enough to be compressed
+        journal.steps["pad"] = ("d", "x" * size)
+        assert codec.decode(codec.encode(journal)).steps["s"] == ("d", {"v": value})
+
+
 def test_compression_is_used_only_when_it_pays() -> None:
     small = codec.encode(Journal.start())
     assert small.startswith("j")
