@@ -28,6 +28,7 @@ import pytest
 from mcp import Client
 
 from mrtr.tasks.client import CreatedTask, TasksClient, cancel_task, get_task, update_task
+from tests import buskit
 from tests.conformance.harness import (
     TASKS_ALWAYS_SKIPPED,
     TASKS_FIXED_PACKAGE,
@@ -237,6 +238,12 @@ async def test_principals_and_idempotency_keys_hold_on_any_instance(temporal_add
             assert reused.code == t.INVALID_PARAMS and reused.data == {"reason": "idempotency_key_reused"}
             task = await wait_status(alice_b.session, created.task_id, "input_required")
             (question,) = task["inputRequests"]
+            # Workers do not report state changes yet: a listen leaves the task out of its
+            # acknowledgement, which tells clients to poll rather than wait on silence.
+            async with buskit.listen(f"{url_a}", {"taskIds": [created.task_id]}, token=TOKENS["alice"]) as stream:
+                ack = stream.frames[0]
+                assert ack["method"] == "notifications/subscriptions/acknowledged", ack
+                assert "taskIds" not in ack["params"]["notifications"], ack
             missing = "x" * len(created.task_id)
             unknown = await _refusal(get_task(bob.session, missing))
             for call in (
