@@ -75,6 +75,9 @@ WHERE task_id = ? AND version = ? AND (expires_at IS NULL OR expires_at > ?)
 """
 
 
+_LOCKED_PAUSE = 0.005
+
+
 class SQLiteStore:
     """A `TaskStore` in one SQLite file (or `":memory:"`, private to this object, for tests)."""
 
@@ -95,9 +98,19 @@ class SQLiteStore:
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         # Runs on the worker thread; opening here (not in __init__) keeps construction free
         # of I/O and the connection on the one thread that will ever use it.
-        if self._conn is None:
-            self._conn = self._connect()
-        return fn(self._conn)
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                if self._conn is None:
+                    self._conn = self._connect()
+                return fn(self._conn)
+            except sqlite3.OperationalError as exc:
+                # SQLite answers "locked" at once, without its busy handler, in a few cases
+                # (two connections opening a new file in WAL mode together, WAL recovery). A
+                # statement that got it did nothing: wait a moment and run it again.
+                if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(_LOCKED_PAUSE)
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: autocommit. Each statement below is its own transaction, so
