@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import statistics
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from mcp.shared.inbound import encode_header_value
 
 # -- statistics --------------------------------------------------------------------------------
 
@@ -106,3 +110,20 @@ async def server_processes(
             await asyncio.wait_for(proc.wait(), timeout=10)
         for task in drains:
             await asyncio.wait_for(task, timeout=10)
+
+
+def mcp_post(
+    host: str, port: int, path: str, request_id: int, method: str, params: dict[str, Any], name: str | None
+) -> bytes:
+    """One 2026-07-28 JSON-RPC request as raw HTTP/1.1 bytes (keep-alive; `Mcp-Name` when given)."""
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}, separators=(",", ":")
+    ).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nhost: {host}:{port}\r\n"
+        "accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n"
+        f"mcp-protocol-version: 2026-07-28\r\nmcp-method: {method}\r\n"
+        + (f"mcp-name: {encode_header_value(name)}\r\n" if name is not None else "")
+        + f"content-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp.shared.inbound import encode_header_value
+from benchkit import mcp_post
 from mcp.shared.subscriptions import ResourceUpdated
 
 import mrtr
@@ -67,18 +67,8 @@ class Conn:
     def _send(self, method: str, params: dict[str, Any], name: str | None) -> None:
         assert self.writer is not None
         self.sent += 1
-        body = json.dumps(
-            {"jsonrpc": "2.0", "id": self.sent, "method": method, "params": {**params, "_meta": META}},
-            separators=(",", ":"),
-        ).encode()
-        head = (
-            f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
-            "accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n"
-            f"mcp-protocol-version: 2026-07-28\r\nmcp-method: {method}\r\n"
-            + (f"mcp-name: {encode_header_value(name)}\r\n" if name is not None else "")
-            + f"content-length: {len(body)}\r\n\r\n"
-        )
-        self.writer.write(head.encode() + body)
+        params = {**params, "_meta": META}
+        self.writer.write(mcp_post(self.host, self.port, self.path, self.sent, method, params, name))
 
     async def _head(self) -> dict[str, str]:
         assert self.reader is not None

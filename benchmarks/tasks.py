@@ -96,14 +96,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import mcp_types as t
-from benchkit import ServerProc, drain, loopback_socket, median_or_zero, ms, p90
+from benchkit import ServerProc, drain, loopback_socket, mcp_post, median_or_zero, ms, p90
 from benchkit import server_processes as spawn
 from listening import bus_latency, measure, report
 from mcp import Client
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
-from mcp.shared.inbound import encode_header_value
 from pydantic import BaseModel
 from starlette.applications import Starlette
 
@@ -591,18 +590,8 @@ class RawClient:
     async def request(self, method: str, params: dict[str, Any], name: str | None = None) -> dict[str, Any]:
         assert self._reader is not None and self._writer is not None, "use `async with RawClient(url)`"
         self._ids += 1
-        body = json.dumps(
-            {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": {**params, "_meta": self._meta}},
-            separators=(",", ":"),
-        ).encode()
-        head = (
-            f"POST {self.path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\n"
-            "accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n"
-            f"mcp-protocol-version: 2026-07-28\r\nmcp-method: {method}\r\n"
-            + (f"mcp-name: {encode_header_value(name)}\r\n" if name is not None else "")
-            + f"content-length: {len(body)}\r\n\r\n"
-        )
-        self._writer.write(head.encode() + body)
+        params = {**params, "_meta": self._meta}
+        self._writer.write(mcp_post(self.host, self.port, self.path, self._ids, method, params, name))
         async with asyncio.timeout(CLIENT_TIMEOUT):
             status = await self._reader.readline()
             length = -1

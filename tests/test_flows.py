@@ -621,3 +621,44 @@ async def test_state_past_the_sdk_ttl_is_rejected() -> None:
             await call.send({next(iter(call.asked)): accept(n=1)})
         assert caught.value.error.code == t.INVALID_PARAMS
         assert caught.value.error.message == "Invalid or expired requestState"
+
+
+async def test_a_round_leaves_no_reference_cycle_for_the_garbage_collector() -> None:
+    """Every round is freed by reference counting alone: a cycle per round (run, tasks, contexts,
+    coroutines, an exception's frames) would leave the collector more work than the round itself."""
+    import gc
+
+    from mcp_types import ClientCapabilities
+
+    from mrtr import engine
+    from mrtr import journal as codec
+    from mrtr.journal import Journal
+
+    flows = mrtr.Flows(new_server())
+
+    @flows.tool()
+    async def deploy(ctx: mrtr.FlowContext) -> str:
+        return (await ctx.elicit("Where?", Target)).env
+
+    spec = flows.specs["deploy"]
+    capabilities = ClientCapabilities.model_validate({"elicitation": {"form": {}}})
+    first = await engine.execute(spec, Journal.start(), {}, capabilities, {})
+    engine.close_round(spec, first.replay)
+    state, (key,) = codec.encode(first.replay.journal), list(first.replay.parked)
+    del first
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(20):
+            parked = await engine.execute(spec, Journal.start(), {}, capabilities, {})
+            done = await engine.execute(spec, codec.decode(state), {key: accept(env="a")}, capabilities, {})
+            assert parked.parked and done.value == "a"
+        del parked, done
+        gc.collect()
+        left = [type(o).__name__ for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == [], f"objects only the cycle collector could free: {sorted(set(left))}"

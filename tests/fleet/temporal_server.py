@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -25,7 +24,6 @@ from typing import Any
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
-from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
 
@@ -36,39 +34,10 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 import mrtr  # noqa: E402
 import mrtr.temporal  # noqa: E402
 from mrtr.temporal import TemporalTasks  # noqa: E402
-from tests.fleet.task_server import StaticTokens  # noqa: E402
+from tests.fleet.task_server import INSTANCE, Confirm, StaticTokens, audit, fetch, publish, transform  # noqa: E402
 from tests.serving import serve_http  # noqa: E402
 
-INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
 READY = "temporal-server ready:"
-
-
-def audit(step: str, phase: str) -> None:
-    info = mrtr.current_step()
-    line = {"step": step, "phase": phase, "instance": INSTANCE, "key": info.idempotency_key}
-    with open(os.environ["MRTR_AUDIT"], "a") as log:
-        log.write(json.dumps(line) + "\n")
-
-
-class Confirm(BaseModel):
-    publish: bool
-
-
-async def fetch(job: str) -> str:
-    audit("fetch", "done")
-    return f"data({job})"
-
-
-async def transform(data: str, seconds: float) -> str:
-    audit("transform", "start")
-    await asyncio.sleep(seconds)
-    audit("transform", "end")
-    return data.upper()
-
-
-async def publish(item: str) -> str:
-    audit("publish", "done")
-    return f"published {item}"
 
 
 def counted(name: str):  # type: ignore[no-untyped-def]

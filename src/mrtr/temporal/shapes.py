@@ -69,6 +69,21 @@ class TaskState:
     error: dict[str, Any] | None = None
     status_message: str | None = None
 
+    @classmethod
+    def initial(cls, start: TaskStart) -> TaskState:
+        """The state a task starts in (the workflow's, and what its creator reports at once)."""
+        return cls(
+            task_id=start.task_id,
+            flow=start.flow,
+            owner=start.owner,
+            status="working",
+            created_at=start.created_at,
+            updated_at=start.created_at,
+            ttl_ms=start.ttl_ms,
+            poll_interval_ms=start.poll_interval_ms,
+            arguments=start.arguments,
+        )
+
 
 @dataclass
 class Advance:

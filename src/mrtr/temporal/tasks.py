@@ -152,7 +152,7 @@ class TemporalTasks(StateChanges):
             poll_interval_ms=self.poll_interval_ms,
             policy=self._policy(spec),
         )
-        state = _initial_state(start)
+        state = TaskState.initial(start)
         try:
             await self.client.start_workflow(
                 WORKFLOW,
@@ -303,20 +303,6 @@ class TemporalTasks(StateChanges):
         if task is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
-
-
-def _initial_state(start: TaskStart) -> TaskState:
-    return TaskState(
-        task_id=start.task_id,
-        flow=start.flow,
-        owner=start.owner,
-        status="working",
-        created_at=start.created_at,
-        updated_at=start.created_at,
-        ttl_ms=start.ttl_ms,
-        poll_interval_ms=start.poll_interval_ms,
-        arguments=start.arguments,
-    )
 
 
 def _record(state: TaskState) -> TaskRecord:

@@ -52,17 +52,7 @@ class TaskWorkflow:
         self.start = start
         self.journal = start.journal
         self.responses: dict[str, Any] = {}
-        self.state = TaskState(
-            task_id=start.task_id,
-            flow=start.flow,
-            owner=start.owner,
-            status="working",
-            created_at=start.created_at,
-            updated_at=start.created_at,
-            ttl_ms=start.ttl_ms,
-            poll_interval_ms=start.poll_interval_ms,
-            arguments=start.arguments,
-        )
+        self.state = TaskState.initial(start)
 
     @workflow.run
     async def run(self, start: TaskStart) -> TaskState:
