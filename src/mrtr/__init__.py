@@ -15,7 +15,8 @@ Read top-down (the data path request -> engine -> journal -> result):
   notifications, served and followed), `seed_dialect`, `client`; `stores/`: where they live
   (SQLite, Redis, PostgreSQL); `temporal/`: or on Temporal (`mrtr[temporal]`); `buses/`: listen
   events across a fleet, over Redis or PostgreSQL (`open_bus`).
-- Clients: `client` (`FlowClient`), `client_transport`, `client_connect`.
+- Clients: `client` (`FlowClient`), `client_transport`, `client_connect`; `backoff` (retry waits,
+  shared with the buses).
 - `sdk`: the one place mrtr touches the official SDK's internals. `tracing`, `testing`, `cli/`.
 """
 

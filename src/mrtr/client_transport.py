@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -30,6 +29,8 @@ import mcp_types as t
 from mcp.shared.dispatcher import CallOptions, OnNotify, OnNotifyIntercept, OnRequest, run_notify_intercept
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
+
+from mrtr.backoff import equal_jitter
 
 logger = logging.getLogger(__name__)
 
@@ -117,8 +118,7 @@ class RetryPolicy:
     max_delay: float = 2.0
 
     def delay(self, resend: int) -> float:
-        ceiling = min(self.max_delay, self.initial_delay * 2 ** min(resend, 30))
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+        return equal_jitter(resend, self.initial_delay, self.max_delay)
 
 
 NO_RETRY = RetryPolicy(attempts=0)

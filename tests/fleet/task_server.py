@@ -89,18 +89,24 @@ class Target(BaseModel):
     env: str
 
 
+def token_auth() -> dict[str, Any]:
+    """`MCPServer` keyword arguments for bearer auth from MRTR_TOKENS (none when unset)."""
+    tokens = os.environ.get("MRTR_TOKENS")
+    if not tokens:
+        return {}
+    return {
+        "auth": AuthSettings(
+            issuer_url="http://127.0.0.1/issuer",
+            resource_server_url="http://127.0.0.1/mcp",
+            validate_token_resource=False,
+        ),
+        "token_verifier": StaticTokens(tokens),
+    }
+
+
 def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
     namespace = os.environ.get("MRTR_STORE_NAMESPACE", "mrtr_fleet")
-    auth: dict[str, Any] = {}
-    if tokens := os.environ.get("MRTR_TOKENS"):
-        auth = {
-            "auth": AuthSettings(
-                issuer_url="http://127.0.0.1/issuer",
-                resource_server_url="http://127.0.0.1/mcp",
-                validate_token_resource=False,
-            ),
-            "token_verifier": StaticTokens(tokens),
-        }
+    auth = token_auth()
     bus_url = os.environ.get("MRTR_BUS")
     plain = os.environ.get("MRTR_PLAIN") == "1"
     if bus_url:

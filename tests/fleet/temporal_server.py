@@ -19,9 +19,7 @@ import signal
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 from temporalio.client import Client
@@ -34,7 +32,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 import mrtr  # noqa: E402
 import mrtr.temporal  # noqa: E402
 from mrtr.temporal import TemporalTasks  # noqa: E402
-from tests.fleet.task_server import INSTANCE, Confirm, StaticTokens, audit, fetch, publish, transform  # noqa: E402
+from tests.fleet.task_server import INSTANCE, Confirm, audit, fetch, publish, token_auth, transform  # noqa: E402
 from tests.serving import serve_http  # noqa: E402
 
 READY = "temporal-server ready:"
@@ -49,16 +47,7 @@ def counted(name: str):  # type: ignore[no-untyped-def]
 
 
 def build_flows(client: Client, worker: bool) -> mrtr.Flows:
-    auth: dict[str, Any] = {}
-    if tokens := os.environ.get("MRTR_TOKENS"):
-        auth = {
-            "auth": AuthSettings(
-                issuer_url="http://127.0.0.1/issuer",
-                resource_server_url="http://127.0.0.1/mcp",
-                validate_token_resource=False,
-            ),
-            "token_verifier": StaticTokens(tokens),
-        }
+    auth = token_auth()
     server = MCPServer(
         "temporal-fleet",
         request_state_security=RequestStateSecurity(keys=[bytes.fromhex(os.environ["MRTR_STATE_KEY"])]),

@@ -31,12 +31,12 @@ import contextlib
 import itertools
 import json
 import logging
-import random
 import secrets
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from mrtr.backoff import equal_jitter
 from mrtr.buses.events import BusGap, dumps, event_body, event_from_body
 
 logger = logging.getLogger(__name__)
@@ -191,8 +191,7 @@ class BrokerBus:
         self._wake.set()
 
     def _backoff(self, failures: int) -> float:
-        ceiling = min(self.max_backoff, 0.05 * 2 ** min(failures, 20))
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+        return equal_jitter(failures, 0.05, self.max_backoff)
 
     async def _send_forever(self) -> None:
         failures = 0
