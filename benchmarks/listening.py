@@ -4,13 +4,21 @@ Used by `benchmarks/tasks.py` (section 4). A task is created on instance A and f
 instance B, so every pushed state crosses the bus (Redis pub/sub or PostgreSQL NOTIFY):
 
 - poll: `tasks/get` on B every POLL seconds (the server's `pollIntervalMs`) until the state shows;
-- listen: `subscriptions/listen` on B with `notifications.taskIds` and mrtr's snapshot opt-in,
-  read until the state arrives (what `mrtr.tasks.watch.TaskFeed` does).
+- listen after create: once `tools/call` has answered, `subscriptions/listen` on B with
+  `notifications.taskIds` and mrtr's snapshot opt-in, read until the state arrives (what
+  `mrtr.tasks.watch.TaskFeed` does for a task whose key it did not pick);
+- listen ahead: one stream on B opened before the tasks exist, with mrtr's `mrtr/taskKeys` for a
+  batch of BATCH idempotency keys; each task is created with the next key and its states come on
+  that stream (what `FlowClient` does: `mrtr.tasks.ahead`). The next batch's stream is opened
+  untimed when one runs out (the client opens it in the background before that).
 
-Timed from sending `tools/call` to seeing the state: `completed` (a one-step task) and
-`input_required` (a task that asks after one step). Requests per task count every HTTP request
-the client sent for it (the listen stream counts as one). Both clients speak raw HTTP/1.1 on
-keep-alive sockets (the listen on a socket of its own), so the numbers are server and network.
+Timed from sending `tools/call` to seeing the state (and, ahead, to the `tools/call` answer too,
+as a client returns only then): `completed` (a one-step task) and `input_required` (a task
+that asks after one step). Requests per task count every HTTP request the client sent for it:
+a stream of its own counts as one, a batch stream as one shared by the BATCH tasks it watched
+(all the run's tasks, warm-up included, divide the streams). Both clients speak raw HTTP/1.1
+on keep-alive sockets (each listen on a socket of its own), so the numbers are server and
+network.
 Bus delivery latency is measured between two bus objects in this process on the same broker:
 publish on A -> listener on B.
 """
@@ -40,6 +48,7 @@ META = {
     "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}, "extensions": {TASKS_EXTENSION: {}}},
 }
 TIMEOUT = 30.0
+BATCH = 64  # keys per listen-ahead stream (mrtr.tasks.ahead.BATCH)
 
 
 class Conn:
@@ -67,7 +76,7 @@ class Conn:
     def _send(self, method: str, params: dict[str, Any], name: str | None) -> None:
         assert self.writer is not None
         self.sent += 1
-        params = {**params, "_meta": META}
+        params = {**params, "_meta": {**params.get("_meta", {}), **META}}
         self.writer.write(mcp_post(self.host, self.port, self.path, self.sent, method, params, name))
 
     async def _head(self) -> dict[str, str]:
@@ -129,9 +138,12 @@ class Variant:
     requests: list[int] = field(default_factory=list)
 
 
-async def _create(a: Conn, tool: str) -> tuple[float, str]:
+async def _create(a: Conn, tool: str, key: str | None = None) -> tuple[float, str]:
     start = time.perf_counter()
-    created = await a.request("tools/call", {"name": tool, "arguments": {"item": "x"}}, name=tool)
+    params: dict[str, Any] = {"name": tool, "arguments": {"item": "x"}}
+    if key is not None:
+        params["_meta"] = {"mrtr/idempotencyKey": key}
+    created = await a.request("tools/call", params, name=tool)
     return start, created["taskId"]
 
 
@@ -161,6 +173,67 @@ async def _listen(a: Conn, b_url: str, tool: str, status: str) -> tuple[float, i
         stream.close()
 
 
+class Ahead:
+    """A listen stream on B watching the tasks a batch of keys will create (`mrtr/taskKeys`)."""
+
+    def __init__(self, url: str, tool: str) -> None:
+        self.url, self.tool = url, tool
+        self.unused: list[tuple[str, str]] = []
+        self.seen: dict[tuple[str, str], float] = {}  # (task id, status) -> when it arrived
+        self.arrived = asyncio.Event()
+        self.streams: list[tuple[Conn, asyncio.Task[None]]] = []
+        self.tasks = 0
+
+    async def refill(self) -> None:
+        """Open the next batch's stream (untimed) when this one has no key left."""
+        if self.unused:
+            return
+        keys = [secrets.token_urlsafe(16) for _ in range(BATCH)]
+        conn = await Conn(self.url).open()
+        notifications = {"mrtr/taskKeys": [{"tool": self.tool, "key": k} for k in keys], "mrtr/taskSnapshots": True}
+        next_frame = await conn.listen(notifications)
+        ack = await next_frame()
+        pairs = ack.get("params", {}).get("notifications", {}).get("mrtr/taskKeys")
+        if not isinstance(pairs, list) or len(pairs) != BATCH:
+            raise RuntimeError(f"the server did not watch the keys ahead: {ack}")
+        self.unused = [(p["key"], p["taskId"]) for p in reversed(pairs)]
+        self.streams.append((conn, asyncio.get_running_loop().create_task(self._read(next_frame))))
+
+    async def _read(self, next_frame: Callable[[], Awaitable[dict[str, Any]]]) -> None:
+        while True:
+            frame = await next_frame()
+            if frame.get("method") == "notifications/tasks":
+                self.seen.setdefault((frame["params"]["taskId"], frame["params"]["status"]), time.perf_counter())
+                self.arrived.set()
+            elif "error" in frame:
+                raise RuntimeError(f"listen failed: {frame['error']}")
+
+    async def run(self, a: Conn, status: str) -> tuple[float, int, str]:
+        await self.refill()
+        key, task_id = self.unused.pop()
+        self.tasks += 1
+        start, created = await _create(a, self.tool, key)
+        if created != task_id:
+            raise RuntimeError(f"created {created}, the acknowledgement promised {task_id}")
+        async with asyncio.timeout(TIMEOUT):
+            while (task_id, status) not in self.seen:
+                if any(reader.done() for _, reader in self.streams):
+                    raise RuntimeError("a listen-ahead stream ended")
+                self.arrived.clear()
+                await self.arrived.wait()
+        return max(self.seen[task_id, status], time.perf_counter()) - start, 1, task_id
+
+    def close(self) -> None:
+        for conn, reader in self.streams:
+            reader.cancel()
+            conn.close()
+
+    @property
+    def stream_share(self) -> float:
+        """The batch streams' requests, shared by every task created on them."""
+        return len(self.streams) / max(self.tasks, 1)
+
+
 async def _answer(conn: Conn, task_id: str) -> None:
     task = await conn.request("tasks/get", {"taskId": task_id}, name=task_id)
     answers = {key: {"action": "accept", "content": {"go": True}} for key in task.get("inputRequests") or {}}
@@ -170,28 +243,37 @@ async def _answer(conn: Conn, task_id: str) -> None:
 async def measure(
     a_url: str, b_url: str, *, tool: str, ask_tool: str, poll: float, n: int, warmup: int
 ) -> dict[str, Variant]:
-    """Interleave the four variants round-robin (order rotating each cycle); `warmup` cycles untimed."""
+    """Interleave the six variants round-robin (order rotating each cycle); `warmup` cycles untimed."""
     a, b, admin = await Conn(a_url).open(), await Conn(b_url).open(), await Conn(a_url).open()
+    ahead = {"completed": Ahead(b_url, tool), "input_required": Ahead(b_url, ask_tool)}
     variants: dict[str, Callable[[], Awaitable[tuple[float, int, str]]]] = {
         "poll completed": lambda: _poll(a, b, tool, "completed", poll),
-        "listen completed": lambda: _listen(a, b_url, tool, "completed"),
+        "listen completed": lambda: ahead["completed"].run(a, "completed"),
+        "listen after create completed": lambda: _listen(a, b_url, tool, "completed"),
         "poll input_required": lambda: _poll(a, b, ask_tool, "input_required", poll),
-        "listen input_required": lambda: _listen(a, b_url, ask_tool, "input_required"),
+        "listen input_required": lambda: ahead["input_required"].run(a, "input_required"),
+        "listen after create input_required": lambda: _listen(a, b_url, ask_tool, "input_required"),
     }
     results = {name: Variant() for name in variants}
     names = list(variants)
     try:
         for cycle in range(warmup + n):
-            for name in names[cycle % 4 :] + names[: cycle % 4]:
+            turn = cycle % len(names)
+            for name in names[turn:] + names[:turn]:
                 elapsed, requests, task_id = await variants[name]()
                 if "input_required" in name:
                     await _answer(admin, task_id)  # untimed: let it finish
                 if cycle >= warmup:
                     results[name].times.append(elapsed)
                     results[name].requests.append(requests)
+        for status, watcher in ahead.items():  # the batch streams' own requests, shared out
+            shared = results[f"listen {status}"]
+            shared.requests = [r + watcher.stream_share for r in shared.requests]
     finally:
         for conn in (a, b, admin):
             conn.close()
+        for watcher in ahead.values():
+            watcher.close()
     return results
 
 
@@ -229,17 +311,17 @@ def report(kind: str, results: dict[str, Variant], bus: list[float], poll: float
         f"  (4) Listening vs polling: create on instance A, follow on instance B ({kind} store and {kind} bus),"
         f" poll interval {poll * 1e3:g} ms"
     )
-    print(f"      {'variant':<24} {'p50 ms':>8} {'p90 ms':>8} {'requests/task':>14}")
+    print(f"      {'variant':<34} {'p50 ms':>8} {'p90 ms':>8} {'requests/task':>14}")
     summary: dict[str, float] = {}
     for name, variant in results.items():
         median = statistics.median(variant.times) * 1e3
         requests = statistics.mean(variant.requests)
         summary[name] = median
         summary[f"{name} requests"] = requests
-        print(f"      {name:<24} {median:>8.2f} {p(variant.times, 90):>8.2f} {requests:>14.2f}")
+        print(f"      {name:<34} {median:>8.2f} {p(variant.times, 90):>8.2f} {requests:>14.2f}")
     summary["bus"] = statistics.median(bus) * 1e3
     print(f"      bus delivery A -> listener on B: p50 {summary['bus']:.2f} ms, p90 {p(bus, 90):.2f} ms (n={len(bus)})")
     return summary
 
 
-__all__ = ["Conn", "Variant", "bus_latency", "measure", "report"]
+__all__ = ["Ahead", "Conn", "Variant", "bus_latency", "measure", "report"]

@@ -58,7 +58,8 @@ async def call(
     """One request; its JSON-RPC reply (result or error) as a dict. `Mcp-Name` is derived when not given."""
     if name is None:
         name = params.get("name") if method == "tools/call" else params.get("taskId")
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": envelope(tasks=tasks)}}
+    meta = {**params.get("_meta", {}), **envelope(tasks=tasks)}
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
     response = await http.post(url, json=body, headers=headers(method, name, token))
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         async for event in httpx2.EventSource(response):

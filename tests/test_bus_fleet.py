@@ -172,6 +172,77 @@ async def test_only_the_tasks_own_principal_may_listen_to_it(tmp_path: Path) -> 
             assert reply["error"]["code"] == t.MISSING_REQUIRED_CLIENT_CAPABILITY
 
 
+async def test_a_stream_opened_ahead_watches_the_tasks_its_keys_will_create(tmp_path: Path) -> None:
+    settle("redis", await service_problem("redis"))
+    tokens = ",".join(f"{name}={token}" for name, token in TOKENS.items())
+    keys = [{"tool": "pipeline", "key": f"key-{i}-{secrets.token_hex(4)}"} for i in range(3)]
+    ahead = {"mrtr/taskKeys": keys, "mrtr/taskSnapshots": True}
+    with fleet(tmp_path, REDIS_URL, MRTR_TOKENS=tokens) as servers:
+        a, b = servers["A"].url, servers["B"].url
+        async with (
+            httpx2.AsyncClient(trust_env=False, timeout=10) as http,
+            buskit.listen(a, ahead, token=TOKENS["alice"]) as mine,
+            buskit.listen(a, ahead, token=TOKENS["bob"]) as bobs,
+        ):
+            acked = mine.frames[0]["params"]["notifications"]
+            assert [{k: p[k] for k in ("tool", "key")} for p in acked["mrtr/taskKeys"]] == keys
+            assert acked["mrtr/taskSnapshots"] is True and "taskIds" not in acked
+            ids = [p["taskId"] for p in acked["mrtr/taskKeys"]]
+            bob_ids = [p["taskId"] for p in bobs.frames[0]["params"]["notifications"]["mrtr/taskKeys"]]
+            assert not set(ids) & set(bob_ids), "the same keys name another principal's tasks for bob"
+            assert len(mine.frames) == 1, "no state before the tasks exist"
+
+            params = {
+                "name": "pipeline",
+                "arguments": {"job": "k", "slow": 0},
+                "_meta": {"mrtr/idempotencyKey": keys[1]["key"]},
+            }
+            created = await buskit.call(http, b, "tools/call", params, token=TOKENS["alice"])
+            assert created["result"]["taskId"] == ids[1], "the id the acknowledgement promised"
+            asked = await mine.wait_for(is_task("input_required"), 10, "the question, pushed from B")
+            assert asked["params"]["taskId"] == ids[1]
+            (question,) = asked["params"]["inputRequests"]
+            answers = {question: {"action": "accept", "content": {"publish": True}}}
+            update = {"taskId": ids[1], "inputResponses": answers}
+            await buskit.call(http, b, "tasks/update", update, name=ids[1], token=TOKENS["alice"])
+            done = await mine.wait_for(is_task("completed"), 10, "completion, pushed from B")
+            assert done["params"]["result"]["content"][0]["text"] == "published DATA(K)"
+            await anyio.sleep(0.3)  # anything meant for bob would have arrived by now
+            assert bobs.of("notifications/tasks") == [], "another principal hears nothing of alice's task"
+
+        # Listening again with a used key: its task's state now, as a snapshot.
+        async with buskit.listen(a, ahead, token=TOKENS["alice"]) as again:
+            snapshot = await again.wait_for(is_task("completed"), 10, "the snapshot of the keyed task")
+            assert snapshot["params"]["taskId"] == ids[1]
+        malformed = {"mrtr/taskKeys": [{"tool": "pipeline"}]}
+        async with buskit.listen(a, malformed, token=TOKENS["alice"]) as refused:
+            (reply,) = refused.frames
+        assert reply["error"]["code"] == t.INVALID_PARAMS
+        async with buskit.listen(a, ahead, token=TOKENS["alice"], tasks=False) as no_extension:
+            (reply,) = no_extension.frames
+        assert reply["error"]["code"] == t.MISSING_REQUIRED_CLIENT_CAPABILITY
+
+
+async def test_a_flow_client_follows_many_tasks_on_one_stream_opened_ahead(shared: dict[str, str]) -> None:
+    a, b = shared["A"], shared["B"]
+    async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+        before = {url: await served(http, url) for url in (a, b)}
+        async with FlowClient(b, elicitation_callback=answer, tasks=True) as flows:
+            results = [await flows.call_tool("pipeline", {"job": f"j{i}", "slow": 0}) for i in range(6)]
+            results += await asyncio.gather(
+                *(flows.call_tool("pipeline", {"job": f"c{i}", "slow": 0}) for i in range(4))
+            )
+        assert [r.content[0].text for r in results] == [f"published DATA(J{i})" for i in range(6)] + [
+            f"published DATA(C{i})" for i in range(4)
+        ]
+        after = {url: await served(http, url) for url in (a, b)}
+    count = {m: after[b].get(m, 0) - before[b].get(m, 0) for m in after[b]}
+    assert count.get("tasks/get", 0) == 0, f"no polls while listening: {count}"
+    assert count["tools/call"] == 10 + 1 and count["tasks/update"] == 10, count  # + 1: the `requests` count itself
+    # The first task showed the tool makes tasks (a stream of its own); one batch stream watched the rest.
+    assert count["subscriptions/listen"] == 2, f"one stream for nine tasks, opened ahead: {count}"
+
+
 async def test_mrtr_clients_listen_instead_of_polling(shared: dict[str, str]) -> None:
     a = shared["A"]
     async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
@@ -219,3 +290,36 @@ async def test_a_redis_restart_mid_stream_loses_no_terminal_state(tmp_path: Path
             assert result.content[0].text == "published DATA(R)"
             count = await served(http, a)
         assert count["subscriptions/listen"] >= 2, f"the client listened again after the gap: {count}"
+
+
+async def test_a_redis_restart_ends_a_batch_stream_and_its_followers_carry_on(tmp_path: Path) -> None:
+    if RedisProcess.binary() is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed")
+        pytest.skip("redis-server is not installed")
+    with RedisProcess(tmp_path) as redis, fleet(tmp_path, redis.url) as servers:
+        a = servers["A"].url
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            async with FlowClient(a, elicitation_callback=answer, tasks=True) as flows:
+                first = await flows.call_tool("pipeline", {"job": "f", "slow": 0})  # shows the tool makes tasks
+                assert first.content[0].text == "published DATA(F)"
+                before = await served(http, a)
+
+                async def restart_mid_stream() -> None:
+                    await anyio.sleep(0.4)  # both calls are followed on the batch stream, in their slow steps
+                    redis.kill()
+                    await anyio.sleep(1.8)
+                    redis.start()
+
+                async with anyio.create_task_group() as group:
+                    group.start_soon(restart_mid_stream)
+                    with anyio.fail_after(30):
+                        results = await asyncio.gather(
+                            *(flows.call_tool("pipeline", {"job": job, "slow": 3.0}) for job in ("x", "y"))
+                        )
+            assert [r.content[0].text for r in results] == ["published DATA(X)", "published DATA(Y)"]
+            after = await served(http, a)
+        count = {m: after.get(m, 0) - before.get(m, 0) for m in after}
+        # One batch stream, ended by the gap; then each follower caught up and listened alone.
+        assert count["subscriptions/listen"] >= 3, f"the followers listened again after the gap: {count}"
+        assert count["tasks/get"] >= 2, f"each follower refetched after its stream ended: {count}"

@@ -27,6 +27,7 @@ import mcp_types as t
 import pytest
 from mcp import Client
 
+from mrtr.client import FlowClient
 from mrtr.tasks.client import CreatedTask, TasksClient, cancel_task, get_task, update_task
 from tests import buskit
 from tests.conformance.harness import (
@@ -136,6 +137,10 @@ async def wait_status(session: Any, task_id: str, status: str, timeout: float = 
 def kill(server: ServerProcess) -> None:
     server.process.send_signal(signal.SIGKILL)  # no cleanup, no goodbye to Temporal
     server.process.wait()
+
+
+async def publish_yes(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+    return t.ElicitResult(action="accept", content={"publish": True})
 
 
 async def answer(session: Any, task_id: str, publish: bool) -> None:
@@ -259,6 +264,14 @@ async def test_principals_and_idempotency_keys_hold_on_any_instance(temporal_add
             await answer(alice_b.session, created.task_id, publish=False)
             done = await wait_status(alice_a.session, created.task_id, "completed")
             assert done["result"]["content"][0]["text"] == "not published"
+            # mrtr's own client follows such tasks by polling, calls after the first included
+            # (it would watch their keys ahead where task notifications are offered).
+            headers = {"authorization": f"Bearer {TOKENS['alice']}"}
+            async with FlowClient(url_b, elicitation_callback=publish_yes, tasks=True, headers=headers) as flows:
+                for job in ("p", "q"):
+                    with anyio.fail_after(60):
+                        result = await flows.call_tool("pipeline", {"job": job, "slow": 0})
+                    assert result.content[0].text == f"published DATA({job.upper()})"
             assert _same_as_unknown(
                 await _refusal(get_task(bob.session, created.task_id)), unknown, created.task_id, missing
             )

@@ -183,6 +183,8 @@ class FlowClient:
 
     async def __aexit__(self, *exc: Any) -> None:
         """Close everything; an error raised in the `async with` body propagates unwrapped."""
+        if self._session is not None and self._task_extension is not None and self._task_extension.feed is not None:
+            self._task_extension.feed.forget(self._session)
         stack, self._stack, self._session, self._client, self._legacy_http = self._stack, None, None, None, None
         if stack is not None:
             await stack.aclose()
@@ -282,17 +284,33 @@ class FlowClient:
             MCPError: An error the server sent.
         """
         params: dict[str, Any] = {"name": name, "arguments": arguments}
+        feed = self._task_extension.feed if self._task_extension is not None else None
+        reservation = None
         if self.tasks:
             # One key per logical call, the same on every resend: a server that already created
-            # the task for it returns that task instead of a second one.
-            params["_meta"] = {IDEMPOTENCY_KEY_META: secrets.token_urlsafe(16)}
-        result = await self._drive("tools/call", name, params)
-        if isinstance(result, CreatedTask):  # MRTR rounds are over; the rest is a durable task
-            feed = self._task_extension.feed if self._task_extension is not None else None
-            return await follow_task(
-                self.session, result.task_id, self._answer, on_status=self.on_task, retry=self.retry, feed=feed
-            )
-        return result
+            # the task for it returns that task instead of a second one. With a feed, the key
+            # comes from a batch a listen stream already watches (`mrtr.tasks.ahead`).
+            reservation = feed.reserve(self.session, name) if feed is not None else None
+            key = reservation.key if reservation is not None else secrets.token_urlsafe(16)
+            params["_meta"] = {IDEMPOTENCY_KEY_META: key}
+        try:
+            result = await self._drive("tools/call", name, params)
+            if isinstance(result, CreatedTask):  # MRTR rounds are over; the rest is a durable task
+                if feed is not None:
+                    feed.makes_tasks(self.session, name)
+                return await follow_task(
+                    self.session,
+                    result.task_id,
+                    self._answer,
+                    on_status=self.on_task,
+                    retry=self.retry,
+                    feed=feed,
+                    reservation=reservation,
+                )
+            return result
+        finally:
+            if reservation is not None:
+                reservation.release()
 
     async def cancel_task(self, task_id: str) -> None:
         """Ask the server to cancel a task (cooperative; poll to see it end)."""

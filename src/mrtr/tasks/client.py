@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ConfigDict, TypeAdapter
 
 from mrtr.client_transport import NO_RETRY, RetryPolicy, TransportError, resending
-from mrtr.tasks.watch import NotOffered, TaskFeed
+from mrtr.tasks.watch import NotOffered, Reservation, TaskFeed
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
@@ -180,11 +180,14 @@ async def follow_task(
     on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
     retry: RetryPolicy = NO_RETRY,
     feed: TaskFeed | None = None,
+    reservation: Reservation | None = None,
 ) -> t.CallToolResult:
     """Follow a task to its end, answering its input requests; returns the tool's result.
 
     With a `feed` (a `TasksClient`'s) it listens for the task's `notifications/tasks` when the
-    server offers them (see `mrtr.tasks.watch`), and polls `tasks/get` otherwise. Each
+    server offers them (see `mrtr.tasks.watch`), and polls `tasks/get` otherwise; with the
+    `reservation` (`feed.reserve`) whose key created the task, on the stream that watched it
+    ahead. Each
     `tasks/get` and `tasks/update` is bounded by the session's timeout and resent per `retry`
     after a `TransportError` (both are safe to repeat: an answer to a key that is no longer
     pending is ignored). The task itself may run as long as the server lets it.
@@ -196,7 +199,7 @@ async def follow_task(
     follower = _Follower(session, task_id, answer, on_status, retry)
     if feed is not None and feed.offered(session):
         try:
-            async with contextlib.aclosing(feed.states(session, task_id, follower.fetch)) as states:
+            async with contextlib.aclosing(feed.states(session, task_id, follower.fetch, reservation)) as states:
                 async for task in states:
                     if (done := await follower.step(task)) is not None:
                         return done

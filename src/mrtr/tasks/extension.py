@@ -166,12 +166,17 @@ class TasksExtension(Extension):
         return record
 
 
+def valid_idempotency_key(key: Any) -> bool:
+    """1-200 printable characters: what `_meta["mrtr/idempotencyKey"]` may be."""
+    return isinstance(key, str) and 0 < len(key) <= _MAX_KEY_LENGTH and key.isprintable()
+
+
 def _idempotency_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
     meta = (ctx.params or {}).get("_meta") or {}
     key = meta.get(IDEMPOTENCY_KEY) if isinstance(meta, dict) else None
     if key is None:
         return None
-    if not (isinstance(key, str) and 0 < len(key) <= _MAX_KEY_LENGTH and key.isprintable()):
+    if not valid_idempotency_key(key):
         raise MCPError(
             code=INVALID_PARAMS,
             message=f"_meta[{IDEMPOTENCY_KEY!r}] must be a string of 1-{_MAX_KEY_LENGTH} printable characters",

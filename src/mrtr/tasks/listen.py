@@ -12,6 +12,13 @@ no replay) and adds the extension's filter:
 - `notifications["mrtr/taskSnapshots"]: true` (mrtr's opt-in, echoed when honoured): right
   after the acknowledgement, one `notifications/tasks` per accepted task with its state at
   that moment, so a client needs no `tasks/get` to catch up. Without it clients refetch.
+- `notifications["mrtr/taskKeys"]: [{"tool", "key"}, ...]` (mrtr's opt-in): watch the tasks
+  this client *will* create with these idempotency keys (`_meta["mrtr/idempotencyKey"]`).
+  Each is the task id `tools/call` derives from (the caller's principal, tool, key), so it
+  belongs to the caller by construction and is accepted before the task exists. The
+  acknowledgement echoes each pair with its `taskId`. A client keeps one stream open for a
+  batch of keys it has not used yet: a task is then followed with no request but its
+  `tools/call` (one listen instead of one per task, no wait for the listen before the create).
 
 Every `notifications/tasks` carries `_meta["mrtr/taskVersion"]`, the record's store version,
 so a client can drop a stale state that arrives after a newer one. A `BusGap` (the fleet bus
@@ -43,7 +50,8 @@ from mcp_types import (
 
 from mrtr import sdk
 from mrtr.buses.events import BusGap, TaskChanged
-from mrtr.tasks.wire import detailed_task
+from mrtr.tasks.extension import valid_idempotency_key
+from mrtr.tasks.wire import detailed_task, keyed_task_id, same_owner
 
 if TYPE_CHECKING:
     from mrtr.stores import TaskRecord
@@ -53,8 +61,10 @@ logger = logging.getLogger(__name__)
 
 TASK_IDS = "taskIds"
 SNAPSHOTS = "mrtr/taskSnapshots"
+TASK_KEYS = "mrtr/taskKeys"
 TASK_VERSION = "mrtr/taskVersion"
 MAX_TASK_IDS = 256
+"""The most tasks one stream may watch: `taskIds` and `mrtr/taskKeys` together."""
 _BUS_READY_WAIT = 5.0  # seconds a listen waits for a reconnecting fleet bus before refusing
 
 
@@ -100,10 +110,12 @@ class ListenHandler:
         uris = frozenset(honored.resource_subscriptions or ())
         meta: dict[str, Any] = {SUBSCRIPTION_ID_META_KEY: subscription_id}
         raw_ids = extra.get(TASK_IDS)
+        keyed = self._keyed(ctx, extra.get(TASK_KEYS), raw_ids)
         # Changes to the asked-for tasks are buffered from the moment of subscribing, before the
         # ids are checked: one committed while a task loads must not be missed. Only the ids
         # that pass the check are ever sent (`versions` holds them, with the newest version sent).
         asked = {i for i in raw_ids if isinstance(i, str)} if isinstance(raw_ids, list) and self.tasks else set()
+        asked.update(pair["taskId"] for pair in keyed)
         versions: dict[str, int] = {}
         send, recv = anyio.create_memory_object_stream[Any](self._max_buffered_events)
 
@@ -128,17 +140,23 @@ class ListenHandler:
         unsubscribe = self.bus.subscribe(deliver)
         self._streams.add(send)
         try:
-            records = await self._tasks_asked(ctx, raw_ids)
-            versions.update((record.task_id, -1) for record in records)
-            snapshots = bool(records) and extra.get(SNAPSHOTS) is True
+            records = await self._tasks_asked(ctx, raw_ids, keyed=bool(keyed))
+            listed = {record.task_id for record in records}
+            # A keyed task is the caller's by construction: accepted whether or not it exists yet.
+            keyed_ids = [pair["taskId"] for pair in keyed if pair["taskId"] not in listed]
+            records += await self._existing(ctx, keyed_ids)
+            versions.update((task_id, -1) for task_id in [*listed, *keyed_ids])
+            snapshots = bool(listed or keyed) and extra.get(SNAPSHOTS) is True
             ready = getattr(self.bus, "ready", None)
             if ready is not None and not await ready(_BUS_READY_WAIT):
                 raise MCPError(INTERNAL_ERROR, "the fleet's event bus is reconnecting; poll, or listen again later")
             acked: dict[str, Any] = {}
             if self.tasks is not None and TASK_IDS in extra:
-                acked[TASK_IDS] = [record.task_id for record in records]
-                if snapshots:
-                    acked[SNAPSHOTS] = True
+                acked[TASK_IDS] = [record.task_id for record in records if record.task_id in listed]
+            if keyed:
+                acked[TASK_KEYS] = keyed
+            if snapshots:
+                acked[SNAPSHOTS] = True
             ack = SubscriptionFilter.model_validate(honored.model_dump(by_alias=True, exclude_none=True) | acked)
             await ctx.session.send_notification(
                 SubscriptionsAcknowledgedNotification(
@@ -173,7 +191,38 @@ class ListenHandler:
             recv.close()
         return SubscriptionsListenResult(_meta=meta)
 
-    async def _tasks_asked(self, ctx: ServerRequestContext[Any, Any], raw: Any) -> list[TaskRecord]:
+    def _keyed(self, ctx: ServerRequestContext[Any, Any], raw: Any, raw_ids: Any) -> list[dict[str, str]]:
+        """`mrtr/taskKeys` checked, each pair with the id its task has or will have (this caller's)."""
+        if raw is None or self.tasks is None:
+            return []
+        self.tasks.require_opt_in(ctx)  # -32021, as tasks/get
+        room = MAX_TASK_IDS - (len(raw_ids) if isinstance(raw_ids, list) else 0)
+        shaped = isinstance(raw, list) and len(raw) <= room
+        pairs = [p for p in raw if isinstance(p, dict) and set(p) == {"tool", "key"}] if shaped else []
+        if (
+            not shaped
+            or len(pairs) != len(raw)
+            or not all(isinstance(p["tool"], str) and p["tool"] and valid_idempotency_key(p["key"]) for p in pairs)
+        ):
+            raise MCPError(
+                INVALID_PARAMS,
+                f'notifications["{TASK_KEYS}"] must be a list of {{"tool", "key"}} (an idempotency key),'
+                f" at most {MAX_TASK_IDS} with taskIds",
+            )
+        owner = self.tasks.engine.owner_of(ctx)
+        unique = dict.fromkeys((p["tool"], p["key"]) for p in pairs)
+        return [{"tool": tool, "key": key, "taskId": keyed_task_id(owner, tool, key)} for tool, key in unique]
+
+    async def _existing(self, ctx: ServerRequestContext[Any, Any], task_ids: list[str]) -> list[TaskRecord]:
+        """The keyed tasks that exist already (a client listening again), for their snapshots."""
+        if not task_ids or self.tasks is None:
+            return []
+        self.tasks.engine.ensure_running()
+        owner = self.tasks.engine.owner_of(ctx)
+        records = [await self.tasks.engine.get(task_id) for task_id in task_ids]
+        return [r for r in records if r is not None and same_owner(r.owner, owner)]
+
+    async def _tasks_asked(self, ctx: ServerRequestContext[Any, Any], raw: Any, *, keyed: bool) -> list[TaskRecord]:
         """The records of the requested task ids this client may watch (checked like `tasks/get`)."""
         if raw is None or self.tasks is None:
             return []
@@ -189,7 +238,7 @@ class ListenHandler:
                 if error.error.code != INVALID_PARAMS:
                     raise
                 refused = refused or error
-        if refused is not None and not accepted:
+        if refused is not None and not accepted and not keyed:
             raise refused  # exactly what tasks/get answers
         return accepted
 
@@ -205,4 +254,4 @@ class ListenHandler:
             stream.close()
 
 
-__all__ = ["MAX_TASK_IDS", "SNAPSHOTS", "TASK_IDS", "TASK_VERSION", "ListenHandler"]
+__all__ = ["MAX_TASK_IDS", "SNAPSHOTS", "TASK_IDS", "TASK_KEYS", "TASK_VERSION", "ListenHandler"]

@@ -17,13 +17,20 @@ It never misses a change:
 When the server does not offer task notifications (no `subscriptions/listen`, or an
 acknowledgement without the task's id) the feed says so with `NotOffered`, once per
 session, and the client polls as before.
+
+A client that picks its calls' idempotency keys (`FlowClient`) reserves them here
+(`reserve`): then one stream watches a whole batch of tasks before they exist
+(`mrtr.tasks.ahead`), and a follower whose key is watched opens no stream of its own.
+States that arrive before their follower (a fast task's, pushed before its `tools/call`
+answered) are kept for it, a bounded number of them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import weakref
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -36,6 +43,7 @@ from pydantic import ConfigDict
 
 from mrtr import sdk
 from mrtr.client_transport import RetryPolicy, TransportError
+from mrtr.tasks.ahead import KeyBatch, KeysAhead, Reservation
 
 TASK_IDS = "taskIds"
 SNAPSHOTS = "mrtr/taskSnapshots"
@@ -45,6 +53,7 @@ _NOT_OFFERED = frozenset({t.METHOD_NOT_FOUND, t.MISSING_REQUIRED_CLIENT_CAPABILI
 """Listen answers that mean "poll instead" (an unknown task: `tasks/get` then reports it)."""
 _BACKOFF = RetryPolicy(initial_delay=0.05, max_delay=2.0)
 _STABLE = 5.0  # seconds a stream must have lived for its end to start the backoff over
+_EARLY = 256  # pushed states kept for followers that have not started yet
 
 
 class NotOffered(Exception):
@@ -90,6 +99,9 @@ class TaskFeed:
         listening instance itself changed, and a client must not wait forever for the rest."""
         self._watches: dict[str, set[_Watch]] = defaultdict(set)
         self._refused: weakref.WeakSet[ClientSession] = weakref.WeakSet()
+        self._early: OrderedDict[str, tuple[dict[str, Any], int | None]] = OrderedDict()
+        self.ahead = KeysAhead(on_end=self._batch_ended)
+        """Batch streams that watch tasks before they exist (see `reserve`)."""
 
     def binding(self) -> NotificationBinding[TaskNotice]:
         """The `ClientExtension.notifications()` entry that feeds this router."""
@@ -103,24 +115,75 @@ class TaskFeed:
         meta: Any = notice.meta or {}
         if not isinstance(meta, dict):
             meta = getattr(meta, "model_extra", None) or {}
-        version = meta.get(TASK_VERSION)
-        for watch in list(self._watches.get(task_id, ())):
-            watch.offer(task, version if isinstance(version, int) else None)
+        version = meta.get(TASK_VERSION) if isinstance(meta.get(TASK_VERSION), int) else None
+        watches = self._watches.get(task_id)
+        if not watches:  # its follower has not started yet (or has finished): keep the newest for it
+            kept = self._early.pop(task_id, None)
+            if kept is None or kept[1] is None or version is None or version > kept[1]:
+                kept = (task, version)
+            self._early[task_id] = kept
+            while len(self._early) > _EARLY:
+                self._early.popitem(last=False)
+            return
+        for watch in list(watches):
+            watch.offer(task, version)
+
+    def reserve(self, session: ClientSession, tool: str) -> Reservation:
+        """An idempotency key for one call of `tool`, watched ahead by a batch stream where it can be.
+
+        Call `makes_tasks` once a call of the tool created a task, give the reservation to
+        `states` (through `follow_task`), and `release()` it when the call is over.
+        """
+        if session in self._refused:  # no task notifications at all: a plain key, and polls
+            return Reservation(secrets.token_urlsafe(16))
+        return self.ahead.reserve(session, tool)
+
+    def makes_tasks(self, session: ClientSession, tool: str) -> None:
+        self.ahead.makes_tasks(session, tool)
+
+    def forget(self, session: ClientSession) -> None:
+        """The session is closing: close its batch streams."""
+        self.ahead.forget(session)
+
+    def _batch_ended(self, batch: KeyBatch) -> None:
+        for task_id in batch.task_ids.values():
+            for watch in self._watches.get(task_id, ()):
+                watch.wake.set()
 
     def offered(self, session: ClientSession) -> bool:
         """False once this session's server showed it does not push task notifications."""
         return session not in self._refused
 
     async def states(
-        self, session: ClientSession, task_id: str, fetch: Callable[[], Awaitable[dict[str, Any]]]
+        self,
+        session: ClientSession,
+        task_id: str,
+        fetch: Callable[[], Awaitable[dict[str, Any]]],
+        reservation: Reservation | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """The task's states as they change, until the caller stops; `NotOffered` means poll."""
+        """The task's states as they change, until the caller stops; `NotOffered` means poll.
+
+        With the `reservation` whose key created the task, its batch stream (if it watches the
+        task) is followed first; a stream of the task's own takes over if that one ends.
+        """
         if session in self._refused:
             raise NotOffered
         watch = _Watch()
         self._watches[task_id].add(watch)
+        if (early := self._early.pop(task_id, None)) is not None:
+            watch.offer(*early)
         failures = 0
         try:
+            if reservation is not None and await reservation.watching(task_id):
+                batch = reservation.batch
+                assert batch is not None
+                if not batch.snapshots:
+                    watch.offer(await fetch(), None)  # the server sent no state from before the acknowledgement
+                while (task := await self._next(watch, lambda: batch.ended, fetch)) is not None:
+                    yield task
+                watch.offer(await fetch(), None)  # the batch stream ended: catch up, then listen alone
+                if (task := watch.take()) is not None:
+                    yield task
             while True:
                 opened = asyncio.get_running_loop().time()
                 try:
@@ -132,18 +195,8 @@ class TaskFeed:
                             raise NotOffered
                         if acked.get(SNAPSHOTS) is not True:
                             watch.offer(await fetch(), None)  # refetch after the acknowledgement
-                        while True:
-                            task = watch.take()
-                            if task is not None:
-                                yield task
-                                continue
-                            if stream.ended.is_set():
-                                break
-                            watch.wake.clear()
-                            try:
-                                await asyncio.wait_for(watch.wake.wait(), self.resync)
-                            except TimeoutError:  # quiet for long: look, in case no fleet bus links us
-                                watch.offer(await fetch(), None)
+                        while (task := await self._next(watch, stream.ended.is_set, fetch)) is not None:
+                            yield task
                 except ListenNotSupportedError:
                     self._refused.add(session)
                     raise NotOffered from None
@@ -164,11 +217,27 @@ class TaskFeed:
                 await asyncio.sleep(_BACKOFF.delay(failures))
                 failures += 1
         finally:
+            self._early.pop(task_id, None)
             watches = self._watches.get(task_id)
             if watches is not None:
                 watches.discard(watch)
                 if not watches:
                     del self._watches[task_id]
 
+    async def _next(
+        self, watch: _Watch, ended: Callable[[], bool], fetch: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any] | None:
+        """The next state pushed for this watch; None once its stream has ended."""
+        while True:
+            if (task := watch.take()) is not None:
+                return task
+            if ended():
+                return None
+            watch.wake.clear()
+            try:
+                await asyncio.wait_for(watch.wake.wait(), self.resync)
+            except TimeoutError:  # quiet for long: look, in case no fleet bus links us
+                watch.offer(await fetch(), None)
 
-__all__ = ["SNAPSHOTS", "TASK_IDS", "TASK_VERSION", "NotOffered", "TaskFeed", "TaskNotice"]
+
+__all__ = ["SNAPSHOTS", "TASK_IDS", "TASK_VERSION", "NotOffered", "Reservation", "TaskFeed", "TaskNotice"]
