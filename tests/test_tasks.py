@@ -377,6 +377,71 @@ async def test_a_steps_checkpoint_write_is_part_of_the_step_and_never_cancelled_
     assert store.cancelled_writes == 0, "settling cancelled a store write mid-flight"
 
 
+class _CountedSaves:
+    """A real store that remembers the journal's steps at each save."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self._inner = inner
+        self.saved_steps: list[list[str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def save(self, record: Any) -> bool:
+        saved = await self._inner.save(record)
+        if saved and record.status == "working" and record.lease_owner is not None:
+            self.saved_steps.append(sorted(decode(record.journal).steps))
+        return saved
+
+
+async def test_a_step_followed_by_the_end_is_written_once_with_the_end() -> None:
+    """Group commit: no checkpoint write of its own when nothing could happen between a step and the run's end."""
+    store = _CountedSaves(SQLiteStore(":memory:"))
+    flows = mrtr.Flows(new_server("tasks-under-test"), store=store, task_poll_interval=0.02)  # type: ignore[arg-type]
+    runs: Counter[str] = Counter()
+
+    @flows.tool(task="required")
+    async def one_step(ctx: mrtr.FlowContext) -> str:
+        return await ctx.step("work", lambda: runs.update(["work"]) or "done")
+
+    async with tasks_client(flows.server) as client:
+        created = await client.session.call_tool("one_step", {}, allow_claimed=True)
+        assert isinstance(created, CreatedTask)
+        done = await wait_for(client.session, created.task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "done" and runs == Counter(work=1)
+    record = await store.load(created.task_id, time.time())
+    assert record is not None
+    assert [key.split("/")[-1] for key in decode(record.journal).steps] == ["work"], "the final write carries it"
+    assert store.saved_steps == [], f"no write between the step and the final one: {store.saved_steps}"
+
+
+async def test_a_finished_step_is_stored_before_the_flow_waits_on_anything() -> None:
+    """A worker that dies while the flow sleeps after a step must not run the step again."""
+    store = _CountedSaves(SQLiteStore(":memory:"))
+    flows = mrtr.Flows(new_server("tasks-under-test"), store=store, task_poll_interval=0.02)  # type: ignore[arg-type]
+    sleeping = asyncio.Event()
+
+    @flows.tool(task="required")
+    async def step_then_wait(ctx: mrtr.FlowContext) -> str:
+        first = await ctx.step("first", lambda: "one")
+        sleeping.set()
+        await asyncio.sleep(0.3)
+        second = await ctx.step("second", lambda: "two")
+        return f"{first} {second}"
+
+    async with tasks_client(flows.server) as client:
+        created = await client.session.call_tool("step_then_wait", {}, allow_claimed=True)
+        assert isinstance(created, CreatedTask)
+        await asyncio.wait_for(sleeping.wait(), 5)
+        await asyncio.sleep(0.1)  # well inside the sleep
+        record = await store.load(created.task_id, time.time())
+        assert record is not None and record.status == "working"
+        assert [key.split("/")[-1] for key in decode(record.journal).steps] == ["first"], "stored while it sleeps"
+        done = await wait_for(client.session, created.task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "one two"
+    assert store.saved_steps[0] == sorted(decode(record.journal).steps), "one checkpoint, before the sleep"
+
+
 async def test_a_task_of_a_flow_this_instance_does_not_know_is_left_for_one_that_does() -> None:
     """Rolling upgrades: an instance without the flow (or the journal format) gives the task back, untouched."""
     store = SQLiteStore(":memory:")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
@@ -51,15 +51,23 @@ def missing_capability(capability: Capability) -> MCPError:
     )
 
 
+class Checkpointer(Protocol):
+    """A durable task's journal writes (`mrtr.tasks.checkpoints.Checkpoints`)."""
+
+    def after_step(self) -> None: ...
+
+    async def durable(self) -> None: ...
+
+
 class JournalDriver:
     """2026-07-28: asks and steps are served from, and recorded into, the journal.
 
     Args:
         probe: The call may become a task; stop (raise `BecomeTask`) at the first step or
             `continue_as_task()`, so every side effect happens inside the durable task.
-        checkpoint: Awaited after each finished step, as part of the step (durable tasks
-            persist the journal there, so a worker that dies after a step never repeats it;
-            the round cannot settle while the write is in flight).
+        checkpoint: A durable task's journal writes (`mrtr.tasks.checkpoints.Checkpoints`): told
+            of each finished step, and awaited before each new step's side effect, so a
+            worker that dies after a step never repeats it.
         dry_run: Never run a new step: hold the branch there instead (replay testing).
         shed: Where this round may hand its progress back to the client when the instance is
             overloaded (ephemeral rounds only).
@@ -73,7 +81,7 @@ class JournalDriver:
         replay: Replay,
         *,
         probe: bool = False,
-        checkpoint: Callable[[], Awaitable[None]] | None = None,
+        checkpoint: Checkpointer | None = None,
         dry_run: bool = False,
         shed: ShedPoint | None = None,
         step_limit: int | None = None,
@@ -121,11 +129,13 @@ class JournalDriver:
         replay.step_started()
         try:
             with outside_branch(), tracing.step_span(key, f"{self.flow_id}:{key}"):
+                if self._checkpoint is not None:
+                    await self._checkpoint.durable()  # every finished step is stored before this one runs
                 result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
                 value = to_journal(key, result, fn)
                 replay.record_step(key, digest, value)
                 if self._checkpoint is not None:
-                    await self._checkpoint()
+                    self._checkpoint.after_step()
         finally:
             replay.step_ended()
         logger.debug("flow %s: step %r ran and was journaled", replay.flow, key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from mrtr import branches, sdk, tracing
 from mrtr import journal as journal_codec
 from mrtr.asks import Ask, supports
 from mrtr.context import FlowContext
-from mrtr.drivers import BecomeTask, JournalDriver, LiveDriver, missing_capability
+from mrtr.drivers import BecomeTask, Checkpointer, JournalDriver, LiveDriver, missing_capability
 from mrtr.errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.replay import Replay
@@ -146,7 +146,7 @@ async def execute(
     *,
     request: Context[Any, Any] | None = None,
     probe: bool = False,
-    checkpoint: Callable[[], Awaitable[None]] | None = None,
+    checkpoint: Checkpointer | None = None,
     budget: int | None = None,
     dry_run: bool = False,
     state_cap: int | None = None,

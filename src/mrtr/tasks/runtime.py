@@ -35,6 +35,7 @@ from mrtr.errors import FlowError
 from mrtr.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr.spec import FlowSpec
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.tasks.checkpoints import Checkpoints
 from mrtr.tasks.engine import ConvertResult, PrincipalBinder
 from mrtr.tasks.lease_ops import LeaseOperations
 from mrtr.tasks.outcome import settle
@@ -300,8 +301,7 @@ class TaskRuntime(LeaseOperations):
             return
         spec, convert = entry
 
-        async def checkpoint() -> None:
-            await self._write(held, journal=journal_codec.encode(journal))
+        checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)))
 
         try:
             check_deadline(spec, journal)  # as inline: counted from the first round, never renewed
@@ -312,20 +312,25 @@ class TaskRuntime(LeaseOperations):
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
         try:
             outcome = await execute(
-                spec, journal, record.responses, capabilities, record.arguments, checkpoint=checkpoint
+                spec, journal, record.responses, capabilities, record.arguments, checkpoint=checkpoints
             )
         except asyncio.CancelledError:
             heartbeat.cancel()
             if held.cancel_seen or await self._cancel_requested(held):
+                with contextlib.suppress(LeaseLost):
+                    await checkpoints.settle()
                 await self._finish(held, status="cancelled", journal=journal_codec.encode(journal))
                 return
+            checkpoints.abandon()
             raise  # shutting down: leave the lease to run out so another instance resumes
         except LeaseLost:
+            checkpoints.abandon()
             logger.warning("task %s: lease lost to another worker; stopping", record.task_id)
             return
         finally:
             heartbeat.cancel()
         try:
+            await checkpoints.settle()  # a write in flight lands first; the final write carries the rest
             await self._settle(held, spec, convert, journal, outcome)
         except LeaseLost:
             logger.warning("task %s: lease lost before its outcome was saved", record.task_id)
@@ -334,10 +339,8 @@ class TaskRuntime(LeaseOperations):
         self, held: _Held, spec: FlowSpec, convert: ConvertResult, journal: Journal, outcome: Outcome
     ) -> None:
         settled = settle(spec, convert, outcome, held.record.task_id)  # shared with every engine
-        if settled.status == "input_required":
-            await self._finish(held, journal=journal_codec.encode(journal), **settled.changes())
-        else:
-            await self._finish(held, **settled.changes())
+        # The journal goes with every final write: it may hold steps not yet checkpointed.
+        await self._finish(held, journal=journal_codec.encode(journal), **settled.changes())
 
     async def _heartbeat(self, held: _Held, run: asyncio.Task[Any] | None) -> None:
         interval = min(1.0, self.lease / 3)
