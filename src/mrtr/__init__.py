@@ -11,8 +11,8 @@ Read top-down (the data path request -> engine -> journal -> result):
 - `context` (what a flow awaits), `asks` (questions on the wire), `errors`.
 - Under load and attack: `guard` (single-use rounds), `shedding` (state-only results).
 - `tasks/`: durable tasks — `wire`, `extension`, `engine` (the task-engine seam), `runtime` +
-  `lease_ops` (the lease runtime), `outcome`, `events` + `listen` + `watch` (task
-  notifications, served and followed), `seed_dialect`, `client`; `stores/`: where they live
+  `lease_ops` + `checkpoints` (the lease runtime), `outcome`, `events` + `listen` + `watch` +
+  `ahead` (task notifications, served and followed), `seed_dialect`, `client`; `stores/`: where they live
   (SQLite, Redis, PostgreSQL); `temporal/`: or on Temporal (`mrtr[temporal]`); `buses/`: listen
   events across a fleet, over Redis or PostgreSQL (`open_bus`).
 - Clients: `client` (`FlowClient`), `client_transport`, `client_connect`; `backoff` (retry waits,

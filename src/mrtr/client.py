@@ -184,7 +184,7 @@ class FlowClient:
     async def __aexit__(self, *exc: Any) -> None:
         """Close everything; an error raised in the `async with` body propagates unwrapped."""
         if self._session is not None and self._task_extension is not None and self._task_extension.feed is not None:
-            self._task_extension.feed.forget(self._session)
+            await self._task_extension.feed.close(self._session)
         stack, self._stack, self._session, self._client, self._legacy_http = self._stack, None, None, None, None
         if stack is not None:
             await stack.aclose()

@@ -62,6 +62,7 @@ class KeyBatch:
         self.ended = False
         self.changed = asyncio.Event()
         self.last_used = asyncio.get_running_loop().time()
+        self.runner: asyncio.Task[None] | None = None
 
     def take(self) -> str:
         self.in_use += 1
@@ -129,17 +130,22 @@ class KeysAhead:
             self._open(session, batches, tool)  # the next stream is acknowledged before it is needed
         return reservation
 
-    def forget(self, session: ClientSession) -> None:
-        """Close this session's batch streams (the session is closing)."""
+    async def close(self, session: ClientSession, wait: float = 2.0) -> None:
+        """Close this session's batch streams (the session is closing), waiting a little for them to end."""
+        runners = []
         for batches in self._batches.pop(session, {}).values():
             for batch in batches:
                 batch.closing = True
                 batch.changed.set()
+                if batch.runner is not None:
+                    runners.append(batch.runner)
+        if runners:
+            await asyncio.wait(runners, timeout=wait)
 
     def _open(self, session: ClientSession, batches: list[KeyBatch], tool: str) -> KeyBatch:
         batch = KeyBatch(tool, self.size)
         batches.append(batch)
-        runner = asyncio.get_running_loop().create_task(self._run(session, batches, batch))
+        runner = batch.runner = asyncio.get_running_loop().create_task(self._run(session, batches, batch))
         self._runners.add(runner)
         runner.add_done_callback(self._runners.discard)
         return batch

@@ -2,7 +2,8 @@
 
 A task is a flow whose journal lives in a `TaskStore` instead of `requestState`. The
 instance that creates a task runs it at once, holding a lease it renews while the flow
-runs; every finished step is checkpointed to the store before the flow goes on. When
+runs; every finished step is checkpointed to the store before the flow's next step runs or
+it waits on anything, or with the run's last write (`mrtr.tasks.checkpoints`). When
 the flow asks, the task parks in `input_required`; `tasks/update` answers make it
 `working` again, and whichever instance claims it next replays the flow from the journal.
 If a worker dies, its lease runs out and another instance's scanner claims the task and

@@ -141,9 +141,9 @@ class TaskFeed:
     def makes_tasks(self, session: ClientSession, tool: str) -> None:
         self.ahead.makes_tasks(session, tool)
 
-    def forget(self, session: ClientSession) -> None:
+    async def close(self, session: ClientSession) -> None:
         """The session is closing: close its batch streams."""
-        self.ahead.forget(session)
+        await self.ahead.close(session)
 
     def _batch_ended(self, batch: KeyBatch) -> None:
         for task_id in batch.task_ids.values():
