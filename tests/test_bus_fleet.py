@@ -323,3 +323,17 @@ async def test_a_redis_restart_ends_a_batch_stream_and_its_followers_carry_on(tm
         # One batch stream, ended by the gap; then each follower caught up and listened alone.
         assert count["subscriptions/listen"] >= 3, f"the followers listened again after the gap: {count}"
         assert count["tasks/get"] >= 2, f"each follower refetched after its stream ended: {count}"
+
+
+async def test_a_server_without_listening_ahead_is_followed_a_stream_per_task(tmp_path: Path) -> None:
+    settle("redis", await service_problem("redis"))
+    with fleet(tmp_path, REDIS_URL, labels=("A",), MRTR_NO_TASK_KEYS="1") as servers:
+        a = servers["A"].url
+        async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+            async with FlowClient(a, elicitation_callback=answer, tasks=True) as flows:
+                results = [await flows.call_tool("pipeline", {"job": f"o{i}", "slow": 0}) for i in range(4)]
+            assert [r.content[0].text for r in results] == [f"published DATA(O{i})" for i in range(4)]
+            count = await served(http, a)
+    assert count.get("tasks/get", 0) == 0, f"still no polls: {count}"
+    # One stream per task, and the one batch stream the server did not honour (asked once).
+    assert count["subscriptions/listen"] == 4 + 1, count
