@@ -235,9 +235,13 @@ class Ahead:
 
 
 async def _answer(conn: Conn, task_id: str) -> None:
+    """Answer the task's question and wait until it has completed, so no variant is timed while it runs."""
     task = await conn.request("tasks/get", {"taskId": task_id}, name=task_id)
     answers = {key: {"action": "accept", "content": {"go": True}} for key in task.get("inputRequests") or {}}
     await conn.request("tasks/update", {"taskId": task_id, "inputResponses": answers}, name=task_id)
+    async with asyncio.timeout(TIMEOUT):
+        while (await conn.request("tasks/get", {"taskId": task_id}, name=task_id))["status"] != "completed":
+            await asyncio.sleep(0.002)
 
 
 async def measure(

@@ -121,6 +121,7 @@ async def test_official_client_follows_a_task_transparently() -> None:
     assert result.content[0].text == "deleted a.txt" and not result.is_error
     assert runs == Counter(stat=1, delete=1), "steps run once although the flow replayed after the answer"
     statuses = [s.status for s in seen]
+    # `working` first: the state the create answered with, reported although the task may be asking by now.
     assert statuses[0] == "working" and "input_required" in statuses and statuses[-1] == "completed"
 
 
@@ -440,6 +441,40 @@ async def test_a_finished_step_is_stored_before_the_flow_waits_on_anything() -> 
         done = await wait_for(client.session, created.task_id, "completed")
     assert done["result"]["content"][0]["text"] == "one two"
     assert store.saved_steps[0] == sorted(decode(record.journal).steps), "one checkpoint, before the sleep"
+
+
+async def test_an_instance_shutting_down_keeps_the_steps_that_finished() -> None:
+    """A checkpoint write in flight when the instance stops lands; the next instance does not redo the step."""
+    store = _SlowSaves(SQLiteStore(":memory:"))
+    runs: Counter[str] = Counter()
+    stepped = asyncio.Event()
+
+    def lookup() -> str:
+        runs.update(["lookup"])
+        stepped.set()
+        return "found"
+
+    async def flow(ctx: mrtr.FlowContext) -> str:
+        found = await ctx.step("lookup", lookup)
+        await asyncio.sleep(0.5)
+        return found
+
+    first = mrtr.Flows(new_server("tasks-under-test"), store=store, task_lease=0.3)  # type: ignore[arg-type]
+    first.tool(task="required", name="lookup_then_wait")(flow)
+    created = await first.runtime.start(first.runtime.flows["lookup_then_wait"][0], {}, None, Journal.start())
+    await asyncio.wait_for(stepped.wait(), 5)
+    await asyncio.sleep(0)  # the checkpoint write has started (a save takes 50 ms here)
+    await first.runtime.close()  # shutting down mid-write
+    assert store.cancelled_writes == 0 and store.step_writes == 1, "the write landed"
+
+    second = mrtr.Flows(new_server("tasks-under-test"), store=store, task_lease=0.3)  # type: ignore[arg-type]
+    second.tool(task="required", name="lookup_then_wait")(flow)
+    async with asyncio.timeout(10):
+        while (done := await store.load(created["taskId"], time.time())) is None or done.status != "completed":
+            await second.runtime.scan_once()
+            await asyncio.sleep(0.05)
+    assert runs == Counter(lookup=1), "resumed past the step"
+    await second.runtime.close()
 
 
 async def test_a_task_of_a_flow_this_instance_does_not_know_is_left_for_one_that_does() -> None:

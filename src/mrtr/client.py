@@ -306,6 +306,7 @@ class FlowClient:
                     retry=self.retry,
                     feed=feed,
                     reservation=reservation,
+                    created=result,
                 )
             return result
         finally:

@@ -57,6 +57,13 @@ class Checkpoints:
         if self._writing is not None:
             await asyncio.shield(self._writing)
 
+    async def land(self, wait: float) -> None:
+        """The run stops early (the instance shuts down): store what finished, if it can within `wait` s."""
+        try:
+            await asyncio.wait_for(self.durable(), wait)
+        except (Exception, asyncio.CancelledError):  # gone or cancelled again: the lease runs out either way
+            self.abandon()
+
     def abandon(self) -> None:
         """The run stops without a final write (the instance shuts down): stop a write in flight."""
         self._dirty = False

@@ -181,6 +181,7 @@ async def follow_task(
     retry: RetryPolicy = NO_RETRY,
     feed: TaskFeed | None = None,
     reservation: Reservation | None = None,
+    created: CreatedTask | None = None,
 ) -> t.CallToolResult:
     """Follow a task to its end, answering its input requests; returns the tool's result.
 
@@ -197,6 +198,8 @@ async def follow_task(
         TaskCancelled: The task was cancelled.
     """
     follower = _Follower(session, task_id, answer, on_status, retry)
+    if created is not None:  # the first state this client saw: `on_status` hears of it first
+        await follower.report(created.model_dump(mode="json", by_alias=True, exclude_none=True))
     if feed is not None and feed.offered(session):
         try:
             async with contextlib.aclosing(feed.states(session, task_id, follower.fetch, reservation)) as states:
@@ -234,16 +237,22 @@ class _Follower:
     async def fetch(self) -> dict[str, Any]:
         return await resending(self.retry, partial(_polled, partial(get_task, self.session, self.task_id)))
 
+    async def report(self, task: dict[str, Any]) -> None:
+        """Tell `on_status` of a new status or message."""
+        status = task.get("status", "working")
+        if self.on_status is not None and (status, task.get("statusMessage")) != self.last:
+            self.last = (status, task.get("statusMessage"))
+            requests = tuple(task.get("inputRequests") or ())
+            hook = self.on_status(TaskSnapshot(self.task_id, status, self.last[1], requests, task))
+            if hook is not None:
+                await hook
+
     async def step(self, task: dict[str, Any]) -> t.CallToolResult | None:
         """Act on one state of the task: its result when it ended, else None (after answering what it asks)."""
         status = task.get("status", "working")
         requests = task.get("inputRequests") or {}
         self.just_answered = False
-        if self.on_status is not None and (status, task.get("statusMessage")) != self.last:
-            self.last = (status, task.get("statusMessage"))
-            hook = self.on_status(TaskSnapshot(self.task_id, status, self.last[1], tuple(requests), task))
-            if hook is not None:
-                await hook
+        await self.report(task)
         if status == "completed":
             return t.CallToolResult.model_validate(task.get("result") or {"content": []})
         if status == "failed":
@@ -332,6 +341,7 @@ class TasksClient(ClientExtension):
             on_status=self._on_status,
             retry=self._retry,
             feed=self.feed,
+            created=created,
         )
 
 

@@ -46,6 +46,7 @@ logger = tracing.get_logger(__name__)
 
 _CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
 _FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
+_LAND_WAIT = 2.0  # seconds a shutting-down run waits for its finished steps' checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,9 +197,6 @@ class TaskRuntime(LeaseOperations):
         for _ in range(3):  # a keyed task that expires between `create` and `load`: create again
             try:
                 await self.store.create(record)  # durable before the client hears of it
-                tracing.task_status(record.task_id, spec.name, "working")
-                await self.changed(record)
-                break
             except TaskExists:
                 if key is None:
                     raise
@@ -212,9 +210,12 @@ class TaskRuntime(LeaseOperations):
                         data={"reason": "idempotency_key_reused"},
                     ) from None
                 return {"resultType": "task", **task_fields(existing)}
-        self._launch(record)
-        self.ensure_scanning()
-        return {"resultType": "task", **task_fields(record)}
+            tracing.task_status(record.task_id, spec.name, "working")
+            await self.changed(record)
+            self._launch(record)
+            self.ensure_scanning()
+            return {"resultType": "task", **task_fields(record)}
+        raise MCPError(code=INTERNAL_ERROR, message="the task's id kept colliding with an expiring task; call again")
 
     # -- scanning for orphaned or resumable work -----------------------------------------
 
@@ -322,7 +323,7 @@ class TaskRuntime(LeaseOperations):
                     await checkpoints.settle()
                 await self._finish(held, status="cancelled", journal=journal_codec.encode(journal))
                 return
-            checkpoints.abandon()
+            await checkpoints.land(_LAND_WAIT)  # finished steps are kept, not run again
             raise  # shutting down: leave the lease to run out so another instance resumes
         except LeaseLost:
             checkpoints.abandon()
