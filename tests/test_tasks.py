@@ -494,8 +494,9 @@ async def test_a_task_of_a_flow_this_instance_does_not_know_is_left_for_one_that
         return "v1"
 
     spec = new.runtime.flows["added_in_v2"][0]
+    new.runtime._launch = lambda record: None  # type: ignore[method-assign]  # the v2 instance dies right after creating it
     created = await new.runtime.start(spec, {}, None, Journal.start())
-    await new.runtime.close()  # the v2 instance stops before running it: its lease lapses
+    await new.runtime.close()  # its lease lapses
     record = await store.load(created["taskId"], time.time())
     assert record is not None
     await store.save(record.copy(lease_owner=None, lease_until=0.0))

@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -211,8 +211,8 @@ class TaskRuntime(LeaseOperations):
                     ) from None
                 return {"resultType": "task", **task_fields(existing)}
             tracing.task_status(record.task_id, spec.name, "working")
+            self._launch(record)  # first: the run starts while the answer and the notification go out
             await self.changed(record)
-            self._launch(record)
             self.ensure_scanning()
             return {"resultType": "task", **task_fields(record)}
         raise MCPError(code=INTERNAL_ERROR, message="the task's id kept colliding with an expiring task; call again")
@@ -333,7 +333,7 @@ class TaskRuntime(LeaseOperations):
             heartbeat.cancel()
         try:
             await checkpoints.settle()  # a write in flight lands first; the final write carries the rest
-            await self._settle(held, spec, convert, journal, outcome)
+            await _landing(self._settle(held, spec, convert, journal, outcome))
         except LeaseLost:
             logger.warning("task %s: lease lost before its outcome was saved", record.task_id)
 
@@ -402,6 +402,17 @@ class TaskRuntime(LeaseOperations):
         await self._write(held, release=True, status=status, responses={}, **({"input_requests": {}} | changes))
         tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
         await self.changed(held.record)
+
+
+async def _landing(final_write: Awaitable[None]) -> None:
+    """The run's final write, carried to its end (bounded) even if the instance shuts down meanwhile."""
+    write = asyncio.ensure_future(final_write)
+    try:
+        await asyncio.shield(write)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(write), _LAND_WAIT)
+        raise
 
 
 class _Held:
