@@ -75,8 +75,8 @@ def fleet(
         with spawn_servers(specs, workdir) as servers:
             yield servers
     finally:
-        if bus.startswith("postgresql"):
-            asyncio.run(drop_namespace("postgres", f"{namespace}_bus"))
+        if bus.startswith("postgresql") or (not bus and (store or "").startswith("postgresql")):
+            asyncio.run(drop_namespace("postgres", f"{namespace}_bus"))  # explicit, or derived from the store
         if store is not None:  # the bus's by-reference keys share the store's Redis prefix
             asyncio.run(drop_namespace("redis" if store.startswith("redis") else "postgres", namespace))
 

@@ -5,11 +5,17 @@ round's state under a key only its own process holds, and the default task store
 file in the working directory. Both work with one instance and fail — after the user
 has answered — once a second instance (or a restart) serves the next round. `Flows`
 says so at start-up, through the standard `logging` module (logger `mrtr.fleet`).
+
+A third trap degrades instead of failing: a fleet sharing a Redis or PostgreSQL task
+store on the SDK's in-process bus acknowledges task listens whose changes happen on other
+instances, and its clients hear of them only at their next resync. `choose_bus` gives such
+a server a bus on the store's broker, and logs which bus every server uses.
 """
 
 from __future__ import annotations
 
 import logging
+import urllib.parse
 from typing import Any
 
 from mcp.server.mcpserver import MCPServer
@@ -36,3 +42,85 @@ def warn_about_default_store(path: str) -> None:
         "cannot see its tasks. Give the fleet one shared store: Flows(server, store=mrtr.open_store(url))",
         path,
     )
+
+
+def choose_bus(server: MCPServer[Any], store: object | None, *, fleet_bus: bool, engine_spans_fleet: bool) -> bool:
+    """Give a fleet's server a bus that reaches every instance; say at start-up which bus it uses.
+
+    A task store that other hosts share (Redis, PostgreSQL) means a fleet, and on a fleet
+    the SDK's in-process bus hears only this instance's changes: a listen stream held here
+    would wait in silence for a task another instance finishes. So, unless the server was
+    given a bus of its own (`MCPServer(subscriptions=...)`, which always wins), it gets one
+    on the store's own broker (`store.fleet_bus()`: same URL, the store's namespace).
+
+    Returns whether the server's bus carries every task change to this instance's
+    listeners. When it cannot (`fleet_bus=False`, a store whose connection options the
+    bus cannot copy, or an engine such as Temporal's whose changes happen in other
+    processes, on the in-process bus), `Flows` leaves task ids out of listen
+    acknowledgements, so clients poll instead of waiting on silence.
+    """
+    if not sdk.uses_default_bus(server):
+        logger.info("mrtr: listen streams and task notifications ride the server's own bus, %s", _describe(server))
+        return True
+    derive = getattr(store, "fleet_bus", None)
+    if derive is None:  # no task store yet, or one host's (SQLite): the in-process bus serves it
+        if engine_spans_fleet:
+            logger.warning(
+                "mrtr: server %r keeps the SDK's in-process bus, but its tasks change in other processes (%s): "
+                "listens are acknowledged without task ids, so clients poll. Give every instance one fleet bus: "
+                "MCPServer(..., subscriptions=mrtr.open_bus(url))",
+                server.name,
+                type(store).__name__ if store is not None else "the task engine's workers",
+            )
+            return False
+        if store is not None:
+            logger.info(
+                "mrtr: task notifications ride the SDK's in-process bus: they reach listeners of this process "
+                "only (processes sharing one SQLite file need MCPServer(subscriptions=mrtr.open_bus(url)))"
+            )
+        return True
+    where = _redacted(getattr(store, "url", None) or getattr(store, "dsn", ""))
+    if not fleet_bus:
+        logger.warning(
+            "mrtr: Flows(fleet_bus=False) keeps the SDK's in-process bus beside a shared store (%s): listens are "
+            "acknowledged without task ids and task clients poll every task_poll_interval",
+            where,
+        )
+        return False
+    bus = derive()
+    if bus is None:
+        logger.warning(
+            "mrtr: the task store (%s) was built with connection options a fleet bus cannot copy, so server %r "
+            "keeps the SDK's in-process bus: listens are acknowledged without task ids and task clients poll. "
+            "Give every instance one fleet bus: MCPServer(..., subscriptions=mrtr.open_bus(url))",
+            where,
+            server.name,
+        )
+        return False
+    sdk.set_subscription_bus(server, bus)
+    logger.info(
+        "mrtr: the task store is shared (%s), so listen streams and task notifications ride a fleet bus on the "
+        "same broker (%s %r); pass MCPServer(subscriptions=...) to choose another",
+        where,
+        type(bus).__name__,
+        getattr(bus, "channel", ""),
+    )
+    return True
+
+
+def _describe(server: MCPServer[Any]) -> str:
+    bus = sdk.subscription_bus(server)
+    channel = getattr(bus, "channel", None)
+    return f"{type(bus).__name__} {channel!r}" if channel else type(bus).__name__
+
+
+def _redacted(url: str) -> str:
+    """`url` without its password, for logs."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+
+
+__all__ = ["choose_bus", "warn_about_default_store", "warn_about_state_key"]

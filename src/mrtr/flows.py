@@ -92,6 +92,11 @@ class Flows:
             installs the extension itself when the first task flow is registered.
         dialects: Also serve the seeds' pre-standard wire shapes over streamable HTTP, any of
             `"sketch"`, `"draft"`, `"incomplete"`, `"saga"` (see `mrtr.dialects`); none by default.
+        fleet_bus: With a shared store (Redis, PostgreSQL) and no `MCPServer(subscriptions=...)`
+            of its own, the server gets a fleet bus on the store's broker, so a listen stream
+            hears of changes made on any instance (see `mrtr.fleet.choose_bus`). `False` keeps
+            the SDK's in-process bus: listens are then acknowledged without task ids, and task
+            clients poll. An explicit `subscriptions=` always wins.
     """
 
     def __init__(
@@ -113,6 +118,7 @@ class Flows:
         shed_when: Callable[[], bool] | None = None,
         tasks: TasksExtension | TaskEngine | None = None,
         dialects: Sequence[str] = (),
+        fleet_bus: bool = True,
     ) -> None:
         self.server = server
         fleet.warn_about_state_key(server)
@@ -135,6 +141,13 @@ class Flows:
         }
         self._runtime: TaskEngine | None = None
         self._seed_dialect = seed_dialect
+        engine = tasks.engine if isinstance(tasks, TasksExtension) else tasks
+        self._bus_hears_every_task = fleet.choose_bus(
+            server,
+            store if store is not None else getattr(engine, "store", None),
+            fleet_bus=fleet_bus,
+            engine_spans_fleet=engine is not None and not isinstance(engine, TaskRuntime),
+        )
         self.bus = sdk.subscription_bus(server)
         """The server's `SubscriptionBus` (`MCPServer(subscriptions=mrtr.open_bus(url))` on a fleet)."""
         # `subscriptions/listen` as the SDK serves it, plus the tasks extension's `taskIds`.
@@ -181,9 +194,10 @@ class Flows:
         engine = extension.engine
         if self.bus is not None and getattr(engine, "on_change", None) is None:
             engine.on_change = TaskEvents(self.bus).publish  # type: ignore[attr-defined]
-        # An engine that cannot report every change (Temporal's workers do not yet) leaves
-        # task ids out of the acknowledgement, so clients poll instead of waiting on silence.
-        if self._listen is not None and getattr(engine, "reports_every_change", True):
+        # A bus that cannot hear every change (an in-process bus on a fleet) or an engine that
+        # cannot report every change (Temporal's workers do not yet) leaves task ids out of
+        # the acknowledgement, so clients poll instead of waiting on silence.
+        if self._listen is not None and self._bus_hears_every_task and getattr(engine, "reports_every_change", True):
             self._listen.tasks = extension
 
     def streamable_http_app(self, **options: Any) -> Starlette:

@@ -70,6 +70,23 @@ def subscription_bus(server: MCPServer[Any]) -> SubscriptionBus:
     return _required(server, "_subscriptions", "MCPServer._subscriptions (the server's SubscriptionBus)")  # type: ignore[no-any-return]
 
 
+def uses_default_bus(server: MCPServer[Any]) -> bool:
+    """Whether the server kept the SDK's in-process bus (no `subscriptions=` of its own)."""
+    from mcp.server.subscriptions import InMemorySubscriptionBus
+
+    return type(subscription_bus(server)) is InMemorySubscriptionBus
+
+
+def set_subscription_bus(server: MCPServer[Any], bus: SubscriptionBus) -> None:
+    """Make `bus` the server's `SubscriptionBus`, as `MCPServer(subscriptions=bus)` would have.
+
+    Every request's `Context` is built with the server's current bus, so `ctx.notify_*`
+    publish on it from then on; `subscriptions/listen` is served by mrtr's handler on it.
+    """
+    subscription_bus(server)  # fails clearly if the SDK moved the attribute
+    server._subscriptions = bus  # type: ignore[attr-defined]
+
+
 def serves_listen(server: MCPServer[Any]) -> bool:
     """Whether the server answers `subscriptions/listen` (not built with `subscriptions=False`)."""
     handlers = _required(lowlevel_server(server), "_request_handlers", "Server._request_handlers")

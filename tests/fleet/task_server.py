@@ -8,6 +8,7 @@ MRTR_GUARD (a replay-guard store URL, namespaced like the store), MRTR_GUARD_LEA
 MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight), MRTR_SEED=1 (seed dialect).
 Optional (issue 16): MRTR_BUS (a fleet bus URL for `subscriptions/listen`, namespaced like the
 store), MRTR_PLAIN=1 (no `mrtr.Flows` at all: the SDK's own listen handler on that bus).
+Optional (issue 22): MRTR_FLEET_BUS=0 (`Flows(fleet_bus=False)`: no bus derived from a shared store).
 Prints `task-server ready: URL` once it listens.
 """
 
@@ -153,6 +154,7 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
         replay_guard=guard,
         max_inflight_rounds=int(max_inflight) if max_inflight else None,
         seed_dialect=os.environ.get("MRTR_SEED") == "1",
+        fleet_bus=os.environ.get("MRTR_FLEET_BUS", "1") == "1",
     )
 
     def counted(name: str) -> Any:

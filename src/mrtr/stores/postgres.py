@@ -15,12 +15,15 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from mrtr.stores.base import TaskExists, TaskRecord, round_verdict
+
+if TYPE_CHECKING:
+    from mrtr.buses.base import BrokerBus
 
 # Room for the "_claimable"/"_expiry" index suffixes inside Postgres's 63-byte names.
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
@@ -233,6 +236,21 @@ class PostgresStore:
     async def purge_rounds(self) -> int:
         count, _ = await self._execute(self._purge_rounds_sql, ())
         return count
+
+    def fleet_bus(self) -> BrokerBus | None:
+        """The fleet bus on this store's database: `mrtr.open_bus(dsn)` with this store's namespace
+        (`mrtr_bus` beside the default `mrtr_tasks`, else `<table>_bus`).
+
+        None when the store was given connection options beyond its DSN, or its table name
+        leaves no room for the suffix (the bus connects from the DSN alone).
+        """
+        connect = {k: v for k, v in self._connect_kwargs.items() if k != "autocommit"}
+        table = "mrtr_bus" if self.table == "mrtr_tasks" else f"{self.table}_bus"
+        if connect or len(table) > 48:
+            return None
+        from mrtr.buses.postgres import PostgresBus
+
+        return PostgresBus(self.dsn, table=table)
 
     async def close(self) -> None:
         self._closed = True

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
 from mrtr.stores.base import TaskExists, TaskRecord
+
+if TYPE_CHECKING:
+    from mrtr.buses.base import BrokerBus
 
 # Shared tail of `create` and `save`: write the record and make both indexes agree with it.
 # ARGV: 1 id, 2 json, 3 now, 4 claimable (0/1), 5 lease_until, 6 expires_at|"", 7 expire_ms|"".
@@ -142,6 +145,8 @@ class RedisStore:
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, prefix: str = "mrtr:", **redis_kwargs: Any) -> None:
         self.prefix = prefix
+        self.url = url
+        self._redis_kwargs = redis_kwargs
         self._redis = aioredis.Redis.from_url(url, decode_responses=True, **redis_kwargs)
         self._record_prefix = f"{prefix}task:"
         self._claim_key = f"{prefix}claimable"
@@ -152,6 +157,18 @@ class RedisStore:
         self._purge = self._redis.register_script(_PURGE)
         self._claim_round = self._redis.register_script(_CLAIM_ROUND)
         self._touch_round = self._redis.register_script(_TOUCH_ROUND)
+
+    def fleet_bus(self) -> BrokerBus | None:
+        """The fleet bus on this store's Redis: `mrtr.open_bus(url)` with this store's namespace.
+
+        None when the store was given connection options beyond its URL (the bus connects
+        from the URL alone, so it could not reach the same server the same way).
+        """
+        if self._redis_kwargs:
+            return None
+        from mrtr.buses.redis import RedisBus
+
+        return RedisBus(self.url, prefix=self.prefix)
 
     def _keys(self, task_id: str) -> list[str]:
         return [self._record_prefix + task_id, self._claim_key, self._expiry_key]
