@@ -7,12 +7,16 @@ instance every 2-4 s and restarts it. Meanwhile a load of three-round ephemeral 
 (`trip`) and durable task flows (`job`) runs through HAProxy, once per client mode:
 
 - `sdk`: the official `mcp.Client` (tasks followed by mrtr's `TasksClient` extension), no
-  retries of its own;
-- `mrtr`: `mrtr.client.FlowClient(tasks=True)`.
+  retries of its own; ONE client per worker shared by all that worker's concurrent flows
+  (`--clients` workers, `--concurrency` flows in flight in all), as an agent host would;
+- `mrtr`: `mrtr.client.FlowClient(tasks=True)`, once per fleet bus and client sharing:
+  - bus `plain`: the README's plain fleet recipe (a shared Redis store, no `subscriptions=`:
+    the bus comes from the store); `explicit`: `MCPServer(subscriptions=mrtr.open_bus(url))`;
+  - sharing `lane`: one client per lane (flow in flight); `shared`: one client for all lanes;
+    `workers`: `--clients` clients, as the sdk mode.
 
-In both modes ONE client per worker is shared by all that worker's concurrent flows
-(`--clients` workers, `--concurrency` flows in flight in all), as an agent host would; a
-client that breaks is counted and replaced. Each mode gets a fresh fleet and namespace.
+A client that breaks is counted and replaced. Each run gets a fresh fleet and namespace. The
+plain recipe's task median must stay within 2x of the explicit bus's (same sharing).
 
 Every side effect is a step that counts its runs per idempotency key in Redis and logs
 its instance, pid and start/end time. Printed per mode: flows completed / lost / wrong
@@ -63,6 +67,12 @@ KILL_WINDOW = 2.0
 (the round's response, or the task's checkpoint, was not out yet)."""
 
 
+BUSES = ("plain", "explicit")
+SHARING = ("lane", "shared", "workers")
+PLAIN_TASK_RATIO = 2.0
+"""The plain recipe's task median may be at most this many times the explicit bus's."""
+
+
 @dataclass(frozen=True)
 class Options:
     flows: int = 1000
@@ -73,6 +83,8 @@ class Options:
     min_kills: int = 10
     duration_cap: float = 600.0
     modes: tuple[str, ...] = MODES
+    buses: tuple[str, ...] = BUSES
+    sharing: tuple[str, ...] = ("lane", "shared")
     task_seconds: float = 0.3
     step_seconds: float = 0.02
     lease: float = 1.0
@@ -81,6 +93,33 @@ class Options:
     max_inflight: int = 6
     seed: int | None = None
     keep_logs: bool = False
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One run: which client, which fleet bus, how clients are shared among the lanes."""
+
+    mode: str
+    bus: str = "plain"
+    sharing: str = "workers"
+
+    def clients(self, options: Options) -> int:
+        return {"lane": options.concurrency, "shared": 1}.get(self.sharing, options.clients)
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}-{self.bus}-{self.sharing}"
+
+
+def variants(options: Options) -> list[Variant]:
+    """The runs: the sdk baseline once; mrtr's client per bus and sharing."""
+    out = []
+    for mode in options.modes:
+        if mode == "sdk":
+            out.append(Variant("sdk"))
+        else:
+            out += [Variant(mode, bus, sharing) for sharing in options.sharing for bus in options.buses]
+    return out
 
 
 @dataclass
@@ -97,6 +136,9 @@ class Duplicates:
 @dataclass
 class ModeReport:
     mode: str
+    bus: str
+    sharing: str
+    clients: int
     load: LoadResult
     duplicates: Duplicates
     tasks_in_store: int
@@ -109,6 +151,10 @@ class ModeReport:
     kills_skipped: int
     restart_failures: list[str]
     flows_per_second: float
+
+    @property
+    def task_median(self) -> float | None:
+        return self.load.task_median()
 
     def meets_target(self) -> bool:
         load, dup = self.load, self.duplicates
@@ -195,7 +241,10 @@ async def settle_tasks(redis: aioredis.Redis, namespace: str, seconds: float) ->
         await asyncio.sleep(0.5)
 
 
-async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng: random.Random) -> ModeReport:
+async def run_variant(
+    variant: Variant, options: Options, haproxy: str, workdir: Path, rng: random.Random
+) -> ModeReport:
+    mode = variant.mode
     namespace = f"mrtr_chaos_{secrets.token_hex(4)}"
     env = {
         "CHAOS_REDIS": REDIS_URL,
@@ -204,15 +253,17 @@ async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng
         "MRTR_TASK_LEASE": str(options.lease),
         "CHAOS_GUARD": "1" if options.guard else "0",
         "CHAOS_MAX_INFLIGHT": str(options.max_inflight),
+        "CHAOS_BUS": variant.bus,
     }
     redis = aioredis.Redis.from_url(REDIS_URL)
-    fleet = Fleet(workdir / mode, env)
+    fleet = Fleet(workdir / variant.label, env)
     fleet.workdir.mkdir()
     try:
         await anyio.to_thread.run_sync(fleet.start)  # not abandoned on cancel: close() sees every process
         with balancer(haproxy, fleet, fleet.workdir) as url:
             killer = Killer(fleet, options.kill_interval, rng)
-            load = Load(mode, url, options.flows, options.tasks, options.concurrency, options.clients)
+            clients = variant.clients(options)
+            load = Load(mode, url, options.flows, options.tasks, options.concurrency, clients)
             load.task_seconds = options.task_seconds
             result = await load.run(killer, options.min_kills, options.duration_cap)
             statuses = await settle_tasks(redis, namespace, options.settle)
@@ -225,6 +276,9 @@ async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng
                 stuck[status] = stuck.get(status, 0) + 1
         return ModeReport(
             mode=mode,
+            bus=variant.bus,
+            sharing=variant.sharing,
+            clients=clients,
             load=result,
             duplicates=analyse_duplicates(records, killer.kills),
             tasks_in_store=len(statuses),
@@ -248,15 +302,15 @@ async def run_mode(mode: str, options: Options, haproxy: str, workdir: Path, rng
 
 
 async def run(options: Options, on_report: Callable[[ModeReport], None] | None = None) -> list[ModeReport]:
-    """The whole benchmark: one fresh fleet per client mode; returns the reports (and hands
-    each to `on_report` as soon as its mode is done)."""
+    """The whole benchmark: one fresh fleet per variant; returns the reports (and hands
+    each to `on_report` as soon as its run is done)."""
     haproxy = await asyncio.to_thread(find_haproxy)
     rng = random.Random(options.seed)
     reports = []
     tmp = Path(tempfile.mkdtemp(prefix="mrtr-chaos-"))
     try:
-        for mode in options.modes:
-            reports.append(await run_mode(mode, options, haproxy, tmp, rng))
+        for variant in variants(options):
+            reports.append(await run_variant(variant, options, haproxy, tmp, rng))
             if on_report is not None:
                 on_report(reports[-1])
     finally:
@@ -270,7 +324,8 @@ async def run(options: Options, on_report: Callable[[ModeReport], None] | None =
 def render(report: ModeReport, options: Options) -> str:
     load, dup = report.load, report.duplicates
     lines = [
-        f"== mode {report.mode}: {options.clients} clients, {options.concurrency} flows in flight,"
+        f"== mode {report.mode}, bus {report.bus}, {report.clients} clients ({report.sharing}),"
+        f" {options.concurrency} flows in flight,"
         f" replay guard {'on' if options.guard else 'off'}, shedding past {options.max_inflight or '-'} rounds",
         f"  flows       completed {load.flows_ok} / lost {load.flows_lost} / wrong {load.flows_wrong}"
         f"  (of {load.flows_started} started)",
@@ -283,7 +338,8 @@ def render(report: ModeReport, options: Options) -> str:
         f" ({dup.new_key_after_kill} coincided with a kill)",
         f"  rounds shed {report.shed_rounds} (rounds with questions {report.input_rounds})",
         f"  kills {report.kills} (skipped {report.kills_skipped}); client breakages {load.client_breaks}",
-        f"  {report.flows_per_second:.1f} flows/s over {load.seconds:.1f} s",
+        f"  {report.flows_per_second:.1f} flows/s over {load.seconds:.1f} s;"
+        f" task median {_seconds(report.task_median)}",
     ]
     if load.lost_reasons:
         lines.append(f"  lost because: {dict(load.lost_reasons)}")
@@ -302,6 +358,41 @@ def render(report: ModeReport, options: Options) -> str:
     return "\n".join(lines)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def plain_vs_explicit(reports: list[ModeReport]) -> list[tuple[str, float | None, float | None, float | None]]:
+    """Per sharing: the plain recipe's task median, the explicit bus's, and their ratio."""
+    medians = {(r.sharing, r.bus): r.task_median for r in reports if r.mode == "mrtr"}
+    out = []
+    for sharing in dict.fromkeys(r.sharing for r in reports if r.mode == "mrtr"):
+        plain, explicit = medians.get((sharing, "plain")), medians.get((sharing, "explicit"))
+        ratio = plain / explicit if plain is not None and explicit else None
+        out.append((sharing, plain, explicit, ratio))
+    return out
+
+
+def render_summary(reports: list[ModeReport]) -> str:
+    lines = ["== summary (task median: tools/call to the right value, task flows that completed)"]
+    lines.append("  variant                    flows lost  tasks ok/lost  stuck  task median  target")
+    for r in reports:
+        label = f"{r.mode} {r.bus} {r.sharing}"
+        tasks = f"{r.load.tasks_ok}/{r.load.tasks_lost}"
+        verdict = "MET" if r.meets_target() else "missed"
+        median = _seconds(r.task_median)
+        lines.append(f"  {label:<26} {r.load.flows_lost:>10}  {tasks:>13}  {r.tasks_stuck:>5}  {median:>11}  {verdict}")
+    for sharing, plain, explicit, ratio in plain_vs_explicit(reports):
+        if ratio is None:
+            continue
+        verdict = "MET" if ratio <= PLAIN_TASK_RATIO else "missed"
+        lines.append(
+            f"  {sharing}: plain recipe {_seconds(plain)} vs explicit bus {_seconds(explicit)}:"
+            f" x{ratio:.2f} (target <= x{PLAIN_TASK_RATIO:g}) {verdict}"
+        )
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> tuple[Options, bool]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--flows", type=int, default=1000, help="ephemeral three-round flows per mode (a minimum)")
@@ -312,6 +403,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, bool]:
     parser.add_argument("--min-kills", type=int, default=10, help="keep flows coming until this many kills")
     parser.add_argument("--duration-cap", type=float, default=600.0, help="seconds of traffic per mode, at most")
     parser.add_argument("--modes", default=",".join(MODES), help=f"client modes, from {','.join(MODES)}")
+    parser.add_argument("--buses", default=",".join(BUSES), help="fleet buses for mrtr's client: plain,explicit")
+    parser.add_argument(
+        "--sharing", default="lane,shared", help="client sharing for mrtr's client, from lane,shared,workers"
+    )
     parser.add_argument("--task-seconds", type=float, default=0.3, help="how long a task's slow step sleeps")
     parser.add_argument("--no-guard", action="store_true", help="serve without the replay guard")
     parser.add_argument("--max-inflight", type=int, default=6, help="shed past this many rounds per instance (0: off)")
@@ -321,8 +416,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, bool]:
     args = parser.parse_args(argv)
     low, high = (float(x) for x in args.kill_every.split(","))
     modes = tuple(m for m in args.modes.split(",") if m)
-    if unknown := set(modes) - set(MODES):
-        parser.error(f"unknown modes {sorted(unknown)}")
+    buses = tuple(b for b in args.buses.split(",") if b)
+    sharing = tuple(x for x in args.sharing.split(",") if x)
+    for given, known, what in ((modes, MODES, "modes"), (buses, BUSES, "buses"), (sharing, SHARING, "sharing")):
+        if unknown := set(given) - set(known):
+            parser.error(f"unknown {what} {sorted(unknown)}")
     options = Options(
         flows=args.flows,
         tasks=args.tasks,
@@ -332,6 +430,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Options, bool]:
         min_kills=args.min_kills,
         duration_cap=args.duration_cap,
         modes=modes,
+        buses=buses,
+        sharing=sharing,
         task_seconds=args.task_seconds,
         guard=not args.no_guard,
         max_inflight=args.max_inflight,
@@ -362,7 +462,10 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("chaos: interrupted; servers, HAProxy and the Redis namespace are cleaned up", file=sys.stderr)
         return 130
-    return 0 if all(r.meets_target() for r in reports if r.mode == "mrtr") else 1
+    print(render_summary(reports), flush=True)
+    met = all(r.meets_target() for r in reports if r.mode == "mrtr")
+    close = all(ratio is None or ratio <= PLAIN_TASK_RATIO for *_, ratio in plain_vs_explicit(reports))
+    return 0 if met and close else 1
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import re
+import statistics
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -83,7 +84,12 @@ class LoadResult:
     break_reasons: dict[str, int] = field(default_factory=dict)
     lost_reasons: dict[str, int] = field(default_factory=dict)
     wrong_examples: list[str] = field(default_factory=list)
+    task_durations: list[float] = field(default_factory=list)
+    """Seconds from `tools/call` to the right value, per task flow that completed."""
     seconds: float = 0.0
+
+    def task_median(self) -> float | None:
+        return statistics.median(self.task_durations) if self.task_durations else None
 
     @property
     def lost(self) -> int:
@@ -172,6 +178,7 @@ class Load:
         else:
             r.tasks_started += 1
         token = _CURRENT_JOB.set(job)
+        started = time.monotonic()
         try:
             with anyio.fail_after(FLOW_TIMEOUT if job.kind == "flow" else TASK_TIMEOUT):
                 value = await self._call(client, job)
@@ -191,6 +198,7 @@ class Load:
                 r.flows_ok += 1
             else:
                 r.tasks_ok += 1
+                r.task_durations.append(time.monotonic() - started)
             return
         if job.kind == "flow":
             r.flows_wrong += 1

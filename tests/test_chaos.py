@@ -1,7 +1,8 @@
 """The chaos benchmark, short: mrtr's clients behind HAProxy while instances are SIGKILLed.
 
 `benchmarks/chaos.py` in miniature (100 flows + 10 task flows, at least 3 kills, mrtr's
-`FlowClient` only, one client per worker shared by its concurrent flows), run once per
+`FlowClient` only, one client per worker shared by its concurrent flows, the servers built by
+the README's plain fleet recipe), run once per
 module; each test asserts one part of the benchmark's target: no flow lost, no wrong
 value, no task stuck or created twice, every duplicate side effect explained by a kill of
 the process that ran the first copy. Plus the duplicate accounting itself, on records.
@@ -31,6 +32,8 @@ SHORT = Options(
     min_kills=3,
     duration_cap=40.0,
     modes=("mrtr",),
+    buses=("plain",),  # the README's plain fleet recipe: the bus comes from the store
+    sharing=("workers",),
     settle=10.0,
 )
 

@@ -20,7 +20,9 @@ Environment: MRTR_STATE_KEY (hex), MRTR_INSTANCE (label), CHAOS_REDIS (URL), CHA
 (key prefix of the store and the counters), CHAOS_PORT (port used when `--port 0` is given,
 so a restarted instance comes back where the balancer expects it), CHAOS_STEP_SECONDS,
 MRTR_TASK_LEASE (also the replay guard's lease), CHAOS_GUARD (1: replay guard on, the
-default), CHAOS_MAX_INFLIGHT (shed past this many rounds in flight; 0: no shedding).
+default), CHAOS_MAX_INFLIGHT (shed past this many rounds in flight; 0: no shedding), CHAOS_BUS
+(`plain`: the README's plain fleet recipe, no `subscriptions=`, so the bus comes from the store;
+`explicit`: `MCPServer(subscriptions=mrtr.open_bus(url))`).
 Prints `chaos-server ready: URL` once it listens.
 """
 
@@ -94,12 +96,23 @@ class SideEffects:
 
 
 def build_server(
-    key: bytes, redis_url: str, lease: float, *, guard: bool = True, max_inflight: int | None = None
+    key: bytes,
+    redis_url: str,
+    lease: float,
+    *,
+    guard: bool = True,
+    max_inflight: int | None = None,
+    bus: str = "plain",
 ) -> tuple[MCPServer, mrtr.Flows]:
     """The fleet's server: tasks in Redis; a replay guard there too (its lease as short as the
     tasks', so a round whose instance died is taken over quickly); shedding past
-    `max_inflight` rounds in flight."""
-    server = MCPServer(SERVER_NAME, request_state_security=RequestStateSecurity(keys=[key]))
+    `max_inflight` rounds in flight; `bus` as CHAOS_BUS."""
+    if bus not in ("plain", "explicit"):
+        raise ValueError(f"CHAOS_BUS must be 'plain' or 'explicit', not {bus!r}")
+    options: dict[str, Any] = {}
+    if bus == "explicit":
+        options["subscriptions"] = mrtr.open_bus(redis_url, namespace=NAMESPACE)
+    server = MCPServer(SERVER_NAME, request_state_security=RequestStateSecurity(keys=[key]), **options)
     replay_guard = open_guard(redis_url, namespace=f"{NAMESPACE}:guard", lease=lease) if guard else None
     flows = mrtr.Flows(
         server,
@@ -206,7 +219,8 @@ def main() -> None:
     guard = os.environ.get("CHAOS_GUARD", "1") == "1"
     max_inflight = int(os.environ.get("CHAOS_MAX_INFLIGHT", "0")) or None
     key = bytes.fromhex(os.environ["MRTR_STATE_KEY"])
-    _, flows = build_server(key, redis_url, lease, guard=guard, max_inflight=max_inflight)
+    bus = os.environ.get("CHAOS_BUS", "plain")
+    _, flows = build_server(key, redis_url, lease, guard=guard, max_inflight=max_inflight, bus=bus)
     app = RoundCounter(flows.streamable_http_app(), redis_url)
     asyncio.run(serve_http(app, port, READY_PREFIX, ready_suffix=f"instance={INSTANCE}"))
 

@@ -42,6 +42,7 @@ from mrtr.buses.events import BusGap, dumps, event_body, event_from_body
 logger = logging.getLogger(__name__)
 
 Listener = Callable[[Any], None]
+_CLOSE_WAIT = 2.0  # seconds closing may wait for the background tasks, then for the connections
 
 
 class BrokerBus:
@@ -118,13 +119,21 @@ class BrokerBus:
         return self._ready.is_set()
 
     async def close(self) -> None:
-        """Stop sending and listening (queued events are not flushed) and close the connections."""
+        """Stop sending and listening (queued events are not flushed) and close the connections.
+
+        Bounded (`_CLOSE_WAIT` per part): a connection to a broker that stopped answering must
+        not hold up an instance's shutdown.
+        """
         self._closed = True
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await self._close_backend()
+        if tasks:
+            await asyncio.wait(tasks, timeout=_CLOSE_WAIT)
+        try:
+            await asyncio.wait_for(self._close_backend(), _CLOSE_WAIT)
+        except Exception as exc:  # TimeoutError included: the process is leaving the broker anyway
+            logger.warning("bus: closing the broker connections failed (%s)", exc)
 
     async def __aenter__(self) -> BrokerBus:
         await self.start()
