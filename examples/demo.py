@@ -1,7 +1,10 @@
 """`make demo`: a flow whose rounds alternate between two servers, then a task that outlives one.
 
 Starts two instances of examples/deployer_server.py (labels A and B) on free 127.0.0.1
-ports, sharing a freshly generated state key and one SQLite task store in a temp dir.
+ports, sharing a freshly generated state key and one task store: the local Redis
+(127.0.0.1:6379, a fresh namespace, deleted at the end) when one answers, else a SQLite
+file in a temp dir. Each instance's start-up line says which bus its task notifications
+ride: with Redis, a fleet bus on the store's own broker (the README's plain fleet recipe).
 
 Part 1 drives the ephemeral `deploy` flow with examples/deployer_client.py so that
 consecutive rounds land on different processes, reads the servers' audit log to show
@@ -69,16 +72,72 @@ class Instance:
     stderr_path: Path
 
 
-async def spawn(label: str, key: str, workdir: Path, stack: AsyncExitStack) -> Instance:
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+
+
+@dataclass
+class Store:
+    """The task store both instances share, as the environment the deployer reads."""
+
+    description: str
+    env: dict[str, str]
+    namespace: str | None = None
+
+    async def close(self) -> None:
+        """Delete the demo's Redis keys (a SQLite file goes with the temp dir)."""
+        if self.namespace is None:
+            return
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(LOCAL_REDIS)
+        try:
+            keys = [key async for key in client.scan_iter(match=f"{self.namespace}:*")]
+            if keys:
+                await client.delete(*keys)
+        finally:
+            await client.aclose()
+
+
+async def choose_store(workdir: Path) -> Store:
+    """The local Redis when it answers (a fleet's store), else a SQLite file both processes open."""
+    try:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(LOCAL_REDIS, socket_connect_timeout=1, socket_timeout=1)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+    except Exception:  # no redis package or no server: the embedded store
+        return Store(
+            "one SQLite task store (no Redis on 127.0.0.1:6379)", {"MRTR_STORE": f"sqlite:///{workdir / 'tasks.db'}"}
+        )
+    namespace = f"mrtr_demo_{secrets.token_hex(4)}"
+    env = {"MRTR_STORE": LOCAL_REDIS, "MRTR_STORE_NAMESPACE": namespace}
+    return Store(f"one Redis task store ({LOCAL_REDIS}, namespace {namespace})", env, namespace)
+
+
+def bus_line(instance: Instance) -> str:
+    """What the instance logged at start-up about its bus (logger `mrtr.fleet`)."""
+    for line in instance.stderr_path.read_text().splitlines():
+        if line.startswith(("INFO mrtr.fleet:", "WARNING mrtr.fleet:")):
+            return line.split(":", 1)[1].strip()
+    return "(no start-up line about the bus)"
+
+
+async def spawn(label: str, key: str, workdir: Path, stack: AsyncExitStack, store: Store) -> Instance:
     """Start one deployer over HTTP on a free port; `stack` stops it on the way out, whatever happens."""
-    env = os.environ | {
-        "MRTR_STATE_KEY": key,
-        "MRTR_INSTANCE": label,
-        "MRTR_AUDIT_LOG": str(workdir / "audit.log"),
-        "MRTR_STORE": f"sqlite:///{workdir / 'tasks.db'}",  # one file, shared by both processes
-        "MRTR_TASK_LEASE": str(TASK_LEASE),
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = (
+        os.environ
+        | store.env
+        | {
+            "MRTR_STATE_KEY": key,
+            "MRTR_INSTANCE": label,
+            "MRTR_AUDIT_LOG": str(workdir / "audit.log"),
+            "MRTR_TASK_LEASE": str(TASK_LEASE),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     stderr_path = workdir / f"server-{label}.log"
     with stderr_path.open("wb") as stderr:
         process = await asyncio.create_subprocess_exec(
@@ -271,12 +330,15 @@ async def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mrtr-demo-") as tmp:
         workdir = Path(tmp)
         async with AsyncExitStack() as stack:
-            print("starting two deployer instances with one shared state key and one SQLite task store ...")
-            a = await spawn("A", key, workdir, stack)
-            b = await spawn("B", key, workdir, stack)
+            store = await choose_store(workdir)
+            stack.push_async_callback(store.close)
+            print(f"starting two deployer instances with one shared state key and {store.description} ...")
+            a = await spawn("A", key, workdir, stack, store)
+            b = await spawn("B", key, workdir, stack, store)
             for instance in (a, b):  # both boot in parallel; wait for each in turn
                 await wait_ready(instance)
             print(f"  instance A: {a.url}\n  instance B: {b.url}")
+            print(f"  A at start-up: {bus_line(a)}")
 
             script = {k: list(v) for k, v in SCENARIOS["production"].items()}
             print("\n=== 2026-07-28: one deploy flow, each round a new request to the other instance ===")

@@ -470,6 +470,7 @@ def main(argv: list[str] | None = None) -> None:
     where.add_argument("--stdio", action="store_true", help="serve over stdin/stdout")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mrtr.fleet").setLevel(logging.INFO)  # start-up facts: which bus this instance uses
     store, lease = load_store()
     server, flows = build_server(load_key(), store, lease)
     if args.stdio:
