@@ -1,11 +1,12 @@
 """The chaos benchmark, short: mrtr's clients behind HAProxy while instances are SIGKILLed.
 
 `benchmarks/chaos.py` in miniature (100 flows + 10 task flows, at least 3 kills, mrtr's
-`FlowClient` only, one client per worker shared by its concurrent flows, the servers built by
-the README's plain fleet recipe), run once per
-module; each test asserts one part of the benchmark's target: no flow lost, no wrong
-value, no task stuck or created twice, every duplicate side effect explained by a kill of
-the process that ran the first copy. Plus the duplicate accounting itself, on records.
+`FlowClient` only, the servers built by the README's plain fleet recipe: a shared Redis store
+and no `subscriptions=`), run once per module with one client per lane and once with one
+client shared by all lanes; each test asserts one part of the benchmark's target for both
+runs: no flow lost, no wrong value, no task stuck or created twice, every duplicate side
+effect explained by a kill of the process that ran the first copy. Plus the duplicate
+accounting itself, on records.
 
 Needs HAProxy (installed with apt-get when missing and running as root) and Redis on
 127.0.0.1:6379. Missing either fails under `CI=true` and skips with the reason otherwise.
@@ -33,7 +34,7 @@ SHORT = Options(
     duration_cap=40.0,
     modes=("mrtr",),
     buses=("plain",),  # the README's plain fleet recipe: the bus comes from the store
-    sharing=("workers",),
+    sharing=("lane", "shared"),
     settle=10.0,
 )
 
@@ -45,8 +46,8 @@ def _unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def chaos() -> ModeReport:
-    """One short chaos run for the whole module (about 10 s)."""
+def runs() -> list[ModeReport]:
+    """The short chaos runs for the whole module (about 20 s each)."""
     try:
         find_haproxy(install=True)
     except HaproxyUnavailable as exc:
@@ -55,37 +56,45 @@ def chaos() -> ModeReport:
         redis.Redis(host="127.0.0.1", port=6379, socket_connect_timeout=1).ping()
     except redis.RedisError as exc:
         _unavailable(f"Redis on 127.0.0.1:6379 unreachable: {exc}")
-    (report,) = asyncio.run(run(SHORT))
-    print(render(report, SHORT))
-    return report
+    reports = asyncio.run(run(SHORT))
+    for report in reports:
+        print(render(report, SHORT))
+    assert [(r.bus, r.sharing) for r in reports] == [("plain", "lane"), ("plain", "shared")]
+    assert [r.clients for r in reports] == [SHORT.concurrency, 1]
+    return reports
 
 
 @pytest.mark.slow
-def test_the_run_had_its_kills_and_its_load(chaos: ModeReport) -> None:
-    assert chaos.kills >= SHORT.min_kills, f"only {chaos.kills} kills: the run proved nothing"
-    assert chaos.load.flows_started >= SHORT.flows and chaos.load.tasks_started == SHORT.tasks
-    assert chaos.input_rounds >= 2 * SHORT.flows, "the servers saw fewer question rounds than the flows need"
-    assert chaos.shed_rounds > 0, "no round was shed: the run did not exercise shedding"
-    assert not chaos.restart_failures
+def test_the_run_had_its_kills_and_its_load(runs: list[ModeReport]) -> None:
+    for chaos in runs:
+        assert chaos.kills >= SHORT.min_kills, f"only {chaos.kills} kills: the run proved nothing"
+        assert chaos.load.flows_started >= SHORT.flows and chaos.load.tasks_started == SHORT.tasks
+        assert chaos.input_rounds >= 2 * SHORT.flows, "the servers saw fewer question rounds than the flows need"
+        assert chaos.shed_rounds > 0, "no round was shed: the run did not exercise shedding"
+        assert not chaos.restart_failures
 
 
 @pytest.mark.slow
-def test_no_flow_lost_and_no_wrong_value(chaos: ModeReport) -> None:
-    assert chaos.load.lost == 0, chaos.problems()
-    assert chaos.load.wrong == 0, chaos.problems()
-    assert chaos.load.client_breaks == 0, chaos.load.break_reasons
+def test_no_flow_lost_and_no_wrong_value(runs: list[ModeReport]) -> None:
+    for chaos in runs:
+        assert chaos.load.lost == 0, (chaos.sharing, chaos.problems())
+        assert chaos.load.wrong == 0, (chaos.sharing, chaos.problems())
+        assert chaos.load.client_breaks == 0, (chaos.sharing, chaos.load.break_reasons)
 
 
 @pytest.mark.slow
-def test_every_task_created_once_and_finished(chaos: ModeReport) -> None:
-    assert chaos.tasks_in_store == SHORT.tasks, "a resent task creation made a second task"
-    assert chaos.tasks_stuck == 0, chaos.problems()
+def test_every_task_created_once_and_finished(runs: list[ModeReport]) -> None:
+    for chaos in runs:
+        assert chaos.tasks_in_store == SHORT.tasks, f"{chaos.sharing}: a resent task creation made a second task"
+        assert chaos.tasks_stuck == 0, (chaos.sharing, chaos.problems())
+        assert len(chaos.load.task_durations) == SHORT.tasks, "every task flow's time was measured"
 
 
 @pytest.mark.slow
-def test_side_effects_repeat_only_where_a_kill_hit(chaos: ModeReport) -> None:
-    assert not chaos.duplicates.unexplained, chaos.problems()
-    assert chaos.meets_target()
+def test_side_effects_repeat_only_where_a_kill_hit(runs: list[ModeReport]) -> None:
+    for chaos in runs:
+        assert not chaos.duplicates.unexplained, (chaos.sharing, chaos.problems())
+        assert chaos.meets_target()
 
 
 def _run(key: str, flow: str, step: str, pid: int, start: float, end: float) -> dict[str, Any]:
