@@ -181,7 +181,7 @@ class Flows:
         engine = extension.engine
         if self.bus is not None and getattr(engine, "on_change", None) is None:
             engine.on_change = TaskEvents(self.bus).publish  # type: ignore[attr-defined]
-        # An engine that cannot report every change (Temporal's workers do not yet) leaves
+        # An engine that cannot report every change (`reports_every_change = False`) leaves
         # task ids out of the acknowledgement, so clients poll instead of waiting on silence.
         if self._listen is not None and getattr(engine, "reports_every_change", True):
             self._listen.tasks = extension
