@@ -366,3 +366,71 @@ async def test_cancel_ends_the_workflow_canceled_and_tasks_get_says_cancelled(
             description = await temporal.get_workflow_handle(done).describe()
             assert description.status == WorkflowExecutionStatus.COMPLETED
     assert len(fleet.steps("transform", "end")) == 2, "c2 was cancelled mid-step"
+
+
+async def follow_one_task(http: httpx2.AsyncClient, listen_on: str, create_on: str, job: str) -> None:
+    """A listener on `listen_on` hears the task's states (the question, the end) exactly as
+    `tasks/get` shows them, in version order, without asking for them."""
+    task_id = await create(http, create_on, job, 0)
+    async with buskit.listen(listen_on, {"taskIds": [task_id], "mrtr/taskSnapshots": True}) as stream:
+        assert stream.frames[0]["params"]["notifications"]["taskIds"] == [task_id], stream.frames[0]
+        asked = await stream.wait_for(is_task("input_required"), 20, "the question, pushed by a worker")
+        seen = await task_call(http, listen_on, "tasks/get", task_id)
+        assert without_meta(asked["params"]) == without_meta(seen), "exactly what tasks/get shows"
+        (key,) = asked["params"]["inputRequests"]
+        answers = {key: {"action": "accept", "content": {"publish": True}}}
+        await task_call(http, create_on, "tasks/update", task_id, inputResponses=answers)
+        done = await stream.wait_for(is_task("completed"), 20, "completion, pushed by a worker")
+        assert done["params"]["result"]["content"][0]["text"] == f"published DATA({job.upper()})"
+        assert without_meta(done["params"]) == without_meta(await task_call(http, listen_on, "tasks/get", task_id))
+        tasks = published(stream)
+    statuses = [p["status"] for p in tasks]
+    assert statuses[-1] == "completed" and statuses.count("input_required") == 1, statuses
+    versions = [p["_meta"]["mrtr/taskVersion"] for p in tasks]
+    assert versions == sorted(set(versions)), f"each state once, in order: {list(zip(statuses, versions, strict=True))}"
+
+
+async def test_a_listener_hears_every_state_the_workers_reach_without_polling(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    fleet = Fleet(temporal_address, tmp_path)
+    with fleet.run(["A"]) as servers:
+        url = servers["A"].url
+        async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
+            await follow_one_task(http, url, url, "n")
+            before = await served(http, url)
+            async with FlowClient(url, elicitation_callback=publish_yes, tasks=True) as flows:
+                for job in ("p", "q"):
+                    with anyio.fail_after(30):  # well inside the feed's resync (10 s) per state
+                        result = await flows.call_tool("pipeline", {"job": job, "slow": 0})
+                    assert result.content[0].text == f"published DATA({job.upper()})"
+            after = await served(http, url)
+    count = {m: after.get(m, 0) - before.get(m, 0) for m in after}
+    assert count.get("tasks/get", 0) == 0, f"every state pushed, none polled: {count}"
+    assert count["tasks/update"] == 2 and count["subscriptions/listen"] >= 1, count
+
+
+async def test_the_fleet_bus_carries_the_reports_of_a_worker_only_process(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A: an MCP server without a worker; W: a worker with no HTTP. Only the bus on Redis they
+    share brings A's listeners what W's workflows reach."""
+    problem = await service_problem("redis")
+    if problem is not None:
+        if in_ci():
+            pytest.fail(f"redis is not reachable: {problem}")
+        pytest.skip(f"redis is not reachable: {problem}")
+    fleet = Fleet(temporal_address, tmp_path)
+    with fleet.run(["A"], workers=("W",), MRTR_WORKER="0", MRTR_BUS=REDIS_URL) as servers:
+        url = servers["A"].url
+        async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
+            await follow_one_task(http, url, url, "w")
+            before = await served(http, url)
+            async with FlowClient(url, elicitation_callback=publish_yes, tasks=True) as flows:
+                with anyio.fail_after(30):
+                    result = await flows.call_tool("pipeline", {"job": "x", "slow": 0})
+            assert result.content[0].text == "published DATA(X)"
+            after = await served(http, url)
+    count = {m: after.get(m, 0) - before.get(m, 0) for m in after}
+    assert count.get("tasks/get", 0) == 0, f"every state pushed across processes, none polled: {count}"
+    assert {e["instance"] for e in fleet.audit()} == {"W"}, "every step ran on the worker-only process"
