@@ -279,7 +279,7 @@ class TemporalTasks(StateChanges):
             raise _unavailable(exc) from exc
         # Answer once the workflow has ended, so a `tasks/get` right after shows it cancelled;
         # bounded: with no worker up it ends (and reports) when one comes.
-        with contextlib.suppress(Exception, TimeoutError):
+        with contextlib.suppress(Exception):  # its ending (Canceled), or the bound
             await asyncio.wait_for(handle.result(), _CANCEL_WAIT)
 
     # -- the worker ----------------------------------------------------------------------
