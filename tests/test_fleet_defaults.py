@@ -154,11 +154,16 @@ def test_a_single_host_store_keeps_the_in_process_bus_and_serves_task_listens() 
     assert flows._listen is not None and flows._listen.tasks is not None
 
 
-def test_an_engine_whose_changes_happen_elsewhere_needs_a_fleet_bus(caplog: pytest.LogCaptureFixture) -> None:
-    server = _server()
+def test_an_engine_whose_workers_run_elsewhere_needs_a_fleet_bus(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="mrtr.fleet"):
-        hears = fleet_policy.choose_bus(server, None, fleet_bus=True, engine_spans_fleet=True)
-    assert hears is False and "subscriptions=mrtr.open_bus(url)" in caplog.text
+        hears = fleet_policy.choose_bus(_server(), None, fleet_bus=True, engine_spans_fleet=True, worker_here=False)
+    assert hears is False, "no worker here, no fleet bus: nothing would ever be heard"
+    assert "subscriptions=mrtr.open_bus(url)" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="mrtr.fleet"):
+        hears = fleet_policy.choose_bus(_server(), None, fleet_bus=True, engine_spans_fleet=True, worker_here=True)
+    assert hears is True, "this process's worker reports here"
+    assert "other instances and workers" in caplog.text, "and the start-up warning says what it misses"
 
 
 def test_logged_urls_hide_their_password() -> None:

@@ -6,6 +6,12 @@
 - A task parked on a question survives the restart of every worker (and MCP server).
 - A rolling upgrade whose new code puts a change behind `ctx.patched` keeps a task in flight
   on the old path, while tasks created on the new code take the new one.
+- `tasks/cancel` (of a parked task, and mid-step) ends the workflow Canceled in Temporal while
+  `tasks/get` answers `cancelled`; cancelling a finished task changes nothing.
+- Workers publish every state change: a listener hears `input_required`, `completed` and
+  `cancelled` exactly as `tasks/get` shows them, in version order, and mrtr's client follows
+  tasks with no `tasks/get` at all; across processes (a worker-only process, an MCP server
+  without a worker) the fleet bus on Redis carries them.
 
 The dev server is shared by the session (`temporal_address` in conftest.py); each test has
 its own task queue. Side effects are counted in an audit file every step appends to.
@@ -23,9 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as t
 import pytest
 from mcp import Client
+from temporalio.client import Client as TemporalClient
+from temporalio.client import WorkflowExecutionStatus
 
 from mrtr.client import FlowClient
 from mrtr.tasks.client import CreatedTask, TasksClient, cancel_task, get_task, update_task
@@ -41,7 +50,8 @@ from tests.conformance.harness import (
     tasks_failures,
 )
 from tests.servers import ServerProcess, ServerSpec, spawn_servers
-from tests.temporalkit import unique_queue
+from tests.storekit import REDIS_URL, service_problem
+from tests.temporalkit import in_ci, unique_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -243,12 +253,11 @@ async def test_principals_and_idempotency_keys_hold_on_any_instance(temporal_add
             assert reused.code == t.INVALID_PARAMS and reused.data == {"reason": "idempotency_key_reused"}
             task = await wait_status(alice_b.session, created.task_id, "input_required")
             (question,) = task["inputRequests"]
-            # Workers do not report state changes yet: a listen leaves the task out of its
-            # acknowledgement, which tells clients to poll rather than wait on silence.
+            # Workers report every state change: a listen accepts the task's id, on any instance.
             async with buskit.listen(f"{url_a}", {"taskIds": [created.task_id]}, token=TOKENS["alice"]) as stream:
                 ack = stream.frames[0]
                 assert ack["method"] == "notifications/subscriptions/acknowledged", ack
-                assert "taskIds" not in ack["params"]["notifications"], ack
+                assert ack["params"]["notifications"]["taskIds"] == [created.task_id], ack
             missing = "x" * len(created.task_id)
             unknown = await _refusal(get_task(bob.session, missing))
             for call in (
@@ -264,10 +273,11 @@ async def test_principals_and_idempotency_keys_hold_on_any_instance(temporal_add
             await answer(alice_b.session, created.task_id, publish=False)
             done = await wait_status(alice_a.session, created.task_id, "completed")
             assert done["result"]["content"][0]["text"] == "not published"
-            # mrtr's own client follows such tasks by polling, calls after the first included
-            # (it would watch their keys ahead where task notifications are offered).
+            # mrtr's own client, polling: B shares no bus with A's worker here, whose reports a
+            # listener on B would only hear of through a fleet bus (see the tests below).
             headers = {"authorization": f"Bearer {TOKENS['alice']}"}
-            async with FlowClient(url_b, elicitation_callback=publish_yes, tasks=True, headers=headers) as flows:
+            flows = FlowClient(url_b, elicitation_callback=publish_yes, tasks=True, headers=headers, listen=False)
+            async with flows:
                 for job in ("p", "q"):
                     with anyio.fail_after(60):
                         result = await flows.call_tool("pipeline", {"job": job, "slow": 0})
@@ -275,3 +285,152 @@ async def test_principals_and_idempotency_keys_hold_on_any_instance(temporal_add
             assert _same_as_unknown(
                 await _refusal(get_task(bob.session, created.task_id)), unknown, created.task_id, missing
             )
+
+
+# -- cancellation, and the workers' reports ----------------------------------------------------
+
+
+def is_task(status: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda f: f.get("method") == "notifications/tasks" and f["params"]["status"] == status
+
+
+def without_meta(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if k not in ("_meta", "resultType")}
+
+
+async def create(http: httpx2.AsyncClient, url: str, job: str, slow: float) -> str:
+    reply = await buskit.call(http, url, "tools/call", {"name": "pipeline", "arguments": {"job": job, "slow": slow}})
+    return str(reply["result"]["taskId"])
+
+
+async def task_call(http: httpx2.AsyncClient, url: str, method: str, task_id: str, **params: Any) -> dict[str, Any]:
+    reply = await buskit.call(http, url, method, {"taskId": task_id, **params}, name=task_id)
+    assert "result" in reply, reply
+    return reply["result"]  # type: ignore[no-any-return]
+
+
+async def served(http: httpx2.AsyncClient, url: str) -> dict[str, int]:
+    reply = await buskit.call(http, url, "tools/call", {"name": "requests", "arguments": {}}, name="requests")
+    return reply["result"]["structuredContent"]  # type: ignore[no-any-return]
+
+
+def published(stream: buskit.Listening) -> list[dict[str, Any]]:
+    return [f["params"] for f in stream.of("notifications/tasks")]
+
+
+async def test_cancel_ends_the_workflow_canceled_and_tasks_get_says_cancelled(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    fleet = Fleet(temporal_address, tmp_path)
+    temporal = await TemporalClient.connect(temporal_address)
+    with fleet.run(["A"]) as servers:
+        url = servers["A"].url
+        async with httpx2.AsyncClient(trust_env=False, timeout=30) as http, client(url) as session:
+            parked, busy, done = [
+                await create(http, url, job, slow) for job, slow in (("c1", 0), ("c2", 60), ("c3", 0))
+            ]
+            await answer(session.session, done, publish=False)
+            await wait_status(session.session, done, "completed")
+            await wait_status(session.session, parked, "input_required")
+
+            async def slow_step_started() -> bool:
+                return len(fleet.steps("transform", "start")) == 3  # c1's and c3's ended at once
+
+            await wait_until(slow_step_started, 20, "c2's slow step to start")
+            notifications = {"taskIds": [parked, busy], "mrtr/taskSnapshots": True}
+            async with buskit.listen(url, notifications) as stream:
+                assert stream.frames[0]["params"]["notifications"]["taskIds"] == [parked, busy]
+                for task_id in (parked, busy, done):
+                    assert (await task_call(http, url, "tasks/cancel", task_id))["resultType"] == "complete"
+
+                def both_cancelled(s: buskit.Listening) -> bool:
+                    return {p["taskId"] for p in published(s) if p["status"] == "cancelled"} == {parked, busy}
+
+                await stream.until(both_cancelled, 20, "both cancellations, pushed by the worker")
+            for task_id in (parked, busy):
+                seen = await wait_status(session.session, task_id, "cancelled")
+                assert "inputRequests" not in seen or not seen["inputRequests"], seen
+                (pushed,) = [p for p in published(stream) if p["taskId"] == task_id and p["status"] == "cancelled"]
+                assert without_meta(pushed) == without_meta(await task_call(http, url, "tasks/get", task_id)), (
+                    "pushed exactly as tasks/get shows it"
+                )
+                description = await temporal.get_workflow_handle(task_id).describe()
+                assert description.status == WorkflowExecutionStatus.CANCELED, (task_id, description.status)
+                assert (await description.memo())["mrtr.task"]["status"] == "cancelled"
+                # Cancelling again is an acknowledgement that changes nothing.
+                assert (await task_call(http, url, "tasks/cancel", task_id))["resultType"] == "complete"
+                assert (await task_call(http, url, "tasks/get", task_id))["status"] == "cancelled"
+            finished = await task_call(http, url, "tasks/get", done)
+            assert finished["status"] == "completed", "cancelling a finished task changes nothing"
+            assert finished["result"]["content"][0]["text"] == "not published"
+            description = await temporal.get_workflow_handle(done).describe()
+            assert description.status == WorkflowExecutionStatus.COMPLETED
+    assert len(fleet.steps("transform", "end")) == 2, "c2 was cancelled mid-step"
+
+
+async def follow_one_task(http: httpx2.AsyncClient, listen_on: str, create_on: str, job: str) -> None:
+    """A listener on `listen_on` hears the task's states (the question, the end) exactly as
+    `tasks/get` shows them, in version order, without asking for them."""
+    task_id = await create(http, create_on, job, 0)
+    async with buskit.listen(listen_on, {"taskIds": [task_id], "mrtr/taskSnapshots": True}) as stream:
+        assert stream.frames[0]["params"]["notifications"]["taskIds"] == [task_id], stream.frames[0]
+        asked = await stream.wait_for(is_task("input_required"), 20, "the question, pushed by a worker")
+        seen = await task_call(http, listen_on, "tasks/get", task_id)
+        assert without_meta(asked["params"]) == without_meta(seen), "exactly what tasks/get shows"
+        (key,) = asked["params"]["inputRequests"]
+        answers = {key: {"action": "accept", "content": {"publish": True}}}
+        await task_call(http, create_on, "tasks/update", task_id, inputResponses=answers)
+        done = await stream.wait_for(is_task("completed"), 20, "completion, pushed by a worker")
+        assert done["params"]["result"]["content"][0]["text"] == f"published DATA({job.upper()})"
+        assert without_meta(done["params"]) == without_meta(await task_call(http, listen_on, "tasks/get", task_id))
+        tasks = published(stream)
+    statuses = [p["status"] for p in tasks]
+    assert statuses[-1] == "completed" and statuses.count("input_required") == 1, statuses
+    versions = [p["_meta"]["mrtr/taskVersion"] for p in tasks]
+    assert versions == sorted(set(versions)), f"each state once, in order: {list(zip(statuses, versions, strict=True))}"
+
+
+async def test_a_listener_hears_every_state_the_workers_reach_without_polling(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    fleet = Fleet(temporal_address, tmp_path)
+    with fleet.run(["A"]) as servers:
+        url = servers["A"].url
+        async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
+            await follow_one_task(http, url, url, "n")
+            before = await served(http, url)
+            async with FlowClient(url, elicitation_callback=publish_yes, tasks=True) as flows:
+                for job in ("p", "q"):
+                    with anyio.fail_after(30):  # well inside the feed's resync (10 s) per state
+                        result = await flows.call_tool("pipeline", {"job": job, "slow": 0})
+                    assert result.content[0].text == f"published DATA({job.upper()})"
+            after = await served(http, url)
+    count = {m: after.get(m, 0) - before.get(m, 0) for m in after}
+    assert count.get("tasks/get", 0) == 0, f"every state pushed, none polled: {count}"
+    assert count["tasks/update"] == 2 and count["subscriptions/listen"] >= 1, count
+
+
+async def test_the_fleet_bus_carries_the_reports_of_a_worker_only_process(
+    temporal_address: str, tmp_path: Path
+) -> None:
+    """A: an MCP server without a worker; W: a worker with no HTTP. Only the bus on Redis they
+    share brings A's listeners what W's workflows reach."""
+    problem = await service_problem("redis")
+    if problem is not None:
+        if in_ci():
+            pytest.fail(f"redis is not reachable: {problem}")
+        pytest.skip(f"redis is not reachable: {problem}")
+    fleet = Fleet(temporal_address, tmp_path)
+    with fleet.run(["A"], workers=("W",), MRTR_WORKER="0", MRTR_BUS=REDIS_URL) as servers:
+        url = servers["A"].url
+        async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
+            await follow_one_task(http, url, url, "w")
+            before = await served(http, url)
+            async with FlowClient(url, elicitation_callback=publish_yes, tasks=True) as flows:
+                with anyio.fail_after(30):
+                    result = await flows.call_tool("pipeline", {"job": "x", "slow": 0})
+            assert result.content[0].text == "published DATA(X)"
+            after = await served(http, url)
+    count = {m: after.get(m, 0) - before.get(m, 0) for m in after}
+    assert count.get("tasks/get", 0) == 0, f"every state pushed across processes, none polled: {count}"
+    assert {e["instance"] for e in fleet.audit()} == {"W"}, "every step ran on the worker-only process"

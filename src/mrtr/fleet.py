@@ -44,7 +44,14 @@ def warn_about_default_store(path: str) -> None:
     )
 
 
-def choose_bus(server: MCPServer[Any], store: object | None, *, fleet_bus: bool, engine_spans_fleet: bool) -> bool:
+def choose_bus(
+    server: MCPServer[Any],
+    store: object | None,
+    *,
+    fleet_bus: bool,
+    engine_spans_fleet: bool = False,
+    worker_here: bool = True,
+) -> bool:
     """Give a fleet's server a bus that reaches every instance; say at start-up which bus it uses.
 
     A task store that other hosts share (Redis, PostgreSQL) means a fleet, and on a fleet
@@ -55,24 +62,34 @@ def choose_bus(server: MCPServer[Any], store: object | None, *, fleet_bus: bool,
 
     Returns whether the server's bus carries every task change to this instance's
     listeners. When it cannot (`fleet_bus=False`, a store whose connection options the
-    bus cannot copy, or an engine such as Temporal's whose changes happen in other
-    processes, on the in-process bus), `Flows` leaves task ids out of listen
-    acknowledgements, so clients poll instead of waiting on silence.
+    bus cannot copy, or an engine whose workers all run in other processes, e.g.
+    `TemporalTasks(worker=False)`, on the in-process bus), `Flows` leaves task ids out of
+    listen acknowledgements, so clients poll instead of waiting on silence. An engine that
+    may run elsewhere as well as here (Temporal with a worker in this process) keeps task
+    listens, with a warning: its other processes' changes need a fleet bus.
     """
     if not sdk.uses_default_bus(server):
         logger.info("mrtr: listen streams and task notifications ride the server's own bus, %s", _describe(server))
         return True
     derive = getattr(store, "fleet_bus", None)
     if derive is None:  # no task store yet, or one host's (SQLite): the in-process bus serves it
-        if engine_spans_fleet:
+        if engine_spans_fleet and not worker_here:
             logger.warning(
-                "mrtr: server %r keeps the SDK's in-process bus, but its tasks change in other processes (%s): "
-                "listens are acknowledged without task ids, so clients poll. Give every instance one fleet bus: "
-                "MCPServer(..., subscriptions=mrtr.open_bus(url))",
+                "mrtr: server %r keeps the SDK's in-process bus, but its tasks run in other processes (the task "
+                "engine's workers): listens are acknowledged without task ids, so clients poll. Give every "
+                "instance and worker one fleet bus: MCPServer(..., subscriptions=mrtr.open_bus(url))",
                 server.name,
-                type(store).__name__ if store is not None else "the task engine's workers",
             )
             return False
+        if engine_spans_fleet:
+            logger.warning(
+                "mrtr: server %r keeps the SDK's in-process bus: its listeners hear only what this process's "
+                "worker reports, not the task changes of other instances and workers (they are heard at the "
+                "client's next resync). Give every instance and worker one fleet bus: "
+                "MCPServer(..., subscriptions=mrtr.open_bus(url))",
+                server.name,
+            )
+            return True
         if store is not None:
             logger.info(
                 "mrtr: task notifications ride the SDK's in-process bus: they reach listeners of this process "

@@ -147,6 +147,7 @@ class Flows:
             store if store is not None else getattr(engine, "store", None),
             fleet_bus=fleet_bus,
             engine_spans_fleet=engine is not None and not isinstance(engine, TaskRuntime),
+            worker_here=getattr(engine, "run_worker_here", True),
         )
         self.bus = sdk.subscription_bus(server)
         """The server's `SubscriptionBus` (`MCPServer(subscriptions=mrtr.open_bus(url))` on a fleet)."""
@@ -194,8 +195,8 @@ class Flows:
         engine = extension.engine
         if self.bus is not None and getattr(engine, "on_change", None) is None:
             engine.on_change = TaskEvents(self.bus).publish  # type: ignore[attr-defined]
-        # A bus that cannot hear every change (an in-process bus on a fleet) or an engine that
-        # cannot report every change (Temporal's workers do not yet) leaves task ids out of
+        # A bus that cannot hear every change (the in-process bus on a fleet) or an engine that
+        # cannot report every change (`reports_every_change = False`) leaves task ids out of
         # the acknowledgement, so clients poll instead of waiting on silence.
         if self._listen is not None and self._bus_hears_every_task and getattr(engine, "reports_every_change", True):
             self._listen.tasks = extension

@@ -6,7 +6,9 @@ side effects), MRTR_FLOW_VERSION (`1` or `2`: the `release` flow before and afte
 guarded by `ctx.patched`), MRTR_HEARTBEAT (seconds of worker silence before a step is retried
 elsewhere) and MRTR_WORKER (`0`: an MCP server without a worker; `only`: a worker process
 with no HTTP, through `mrtr.temporal.run_worker`), MRTR_TOKENS (`name=token,...`: bearer
-auth, one principal per token, as tests/fleet/task_server.py).
+auth, one principal per token, as tests/fleet/task_server.py), MRTR_BUS (a fleet bus URL,
+namespaced by the task queue: workers publish task changes on it). The `requests` tool
+counts the requests the instance served, by method.
 Prints `temporal-server ready: URL` once it serves (a worker-only process: `worker://LABEL`).
 """
 
@@ -32,7 +34,17 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 import mrtr  # noqa: E402
 import mrtr.temporal  # noqa: E402
 from mrtr.temporal import TemporalTasks  # noqa: E402
-from tests.fleet.task_server import INSTANCE, Confirm, audit, fetch, publish, token_auth, transform  # noqa: E402
+from tests.fleet.task_server import (  # noqa: E402
+    INSTANCE,
+    REQUESTS,
+    Confirm,
+    audit,
+    count_requests,
+    fetch,
+    publish,
+    token_auth,
+    transform,
+)
 from tests.serving import serve_http  # noqa: E402
 
 READY = "temporal-server ready:"
@@ -48,11 +60,20 @@ def counted(name: str):  # type: ignore[no-untyped-def]
 
 def build_flows(client: Client, worker: bool) -> mrtr.Flows:
     auth = token_auth()
+    if bus_url := os.environ.get("MRTR_BUS"):
+        auth["subscriptions"] = mrtr.open_bus(bus_url, namespace=os.environ["MRTR_TASK_QUEUE"].replace("-", "_"))
     server = MCPServer(
         "temporal-fleet",
         request_state_security=RequestStateSecurity(keys=[bytes.fromhex(os.environ["MRTR_STATE_KEY"])]),
+        middleware=[count_requests],
         **auth,
     )
+
+    @server.tool()
+    async def requests() -> dict[str, int]:
+        """Requests this instance served so far, by method."""
+        return dict(REQUESTS)
+
     heartbeat = float(os.environ.get("MRTR_HEARTBEAT", "2"))
     engine = TemporalTasks(
         client,

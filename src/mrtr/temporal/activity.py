@@ -12,13 +12,16 @@ flow id). The activity otherwise ends where the flow asks (`input_required`) or 
 Flow errors are task outcomes, never activity failures: the activity fails (and Temporal
 retries it, per the task's retry policy) only when this worker cannot run the flow at all,
 e.g. a flow it does not serve during a rolling upgrade.
+
+The `mrtr.report` activity publishes a state the workflow has recorded, through the task
+engine's `on_change` (the bus of the server whose worker runs it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from mcp_types import INTERNAL_ERROR, ClientCapabilities
 from temporalio import activity
@@ -32,16 +35,29 @@ from mrtr.journal import JournalFormatError, JournalFromNewerVersion
 from mrtr.spec import FlowSpec
 from mrtr.tasks.engine import ConvertResult
 from mrtr.tasks.outcome import settle
-from mrtr.temporal.shapes import ADVANCE, Advance, Advanced
+from mrtr.temporal.shapes import ADVANCE, REPORT, Advance, Advanced, TaskState
 
 logger = tracing.get_logger(__name__)
 
 
 class Advancer:
-    """Holds the flows a worker serves; `advance` is the activity."""
+    """Holds the flows a worker serves and where it reports; `advance` and `report` are the activities."""
 
-    def __init__(self, flows: Mapping[str, tuple[FlowSpec, ConvertResult]]) -> None:
+    def __init__(
+        self,
+        flows: Mapping[str, tuple[FlowSpec, ConvertResult]],
+        on_state: Callable[[TaskState], Awaitable[None]] | None = None,
+    ) -> None:
         self.flows = flows
+        self.on_state = on_state
+
+    @activity.defn(name=REPORT)
+    async def report(self, state: TaskState) -> None:
+        """Publish `state`: the workflow task that recorded it is committed by now, so `tasks/get`
+        already shows it (a listener that acts on it finds the task as told)."""
+        tracing.bind_task(state.task_id)
+        if self.on_state is not None:
+            await self.on_state(state)
 
     @activity.defn(name=ADVANCE)
     async def advance(self, job: Advance) -> Advanced:

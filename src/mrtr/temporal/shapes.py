@@ -13,6 +13,8 @@ WORKFLOW = "mrtr.task"
 """The workflow type every MCP task runs as (one workflow per task, workflow id = task id)."""
 ADVANCE = "mrtr.advance"
 """The activity that advances a flow by one step (or to its next question, or to its end)."""
+REPORT = "mrtr.report"
+"""The activity that publishes a task state the workflow has just recorded (`notifications/tasks`)."""
 STATE_QUERY = "state"
 ANSWER_UPDATE = "answer"
 STATE_MEMO = "mrtr.task"
@@ -68,6 +70,8 @@ class TaskState:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     status_message: str | None = None
+    version: int = 0
+    """Counts the task's state changes (0 at creation): orders them for listeners (`mrtr/taskVersion`)."""
 
     @classmethod
     def initial(cls, start: TaskStart) -> TaskState:
@@ -122,6 +126,7 @@ class Answers:
 __all__ = [
     "ADVANCE",
     "ANSWER_UPDATE",
+    "REPORT",
     "STATE_MEMO",
     "STATE_QUERY",
     "WORKFLOW",

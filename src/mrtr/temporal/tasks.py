@@ -5,9 +5,16 @@ start a second run (with `mrtr/idempotencyKey` the id is derived from creator, t
 as on the lease runtime). Any MCP server instance serves `tasks/get` (the workflow's `state`
 query while it runs, its result once it has ended), `tasks/update` (the `answer` Workflow
 Update, which admits only answers to outstanding asks) and `tasks/cancel` (Temporal
-cancellation) for any task, through the Temporal client. Workers are the MCP server processes
-themselves (`worker=True`, the default: the worker runs while the server serves) and/or
-separate processes (`mrtr.temporal.run_worker`).
+cancellation: the workflow ends Canceled) for any task, through the Temporal client. Workers
+are the MCP server processes themselves (`worker=True`, the default: the worker runs while
+the server serves) and/or separate processes (`mrtr.temporal.run_worker`).
+
+Every state change is reported through `on_change` (the server's bus, as `notifications/tasks`)
+once it is committed: creation by the instance that starts the workflow, an answer's state by
+the instance that sends it, every other change (asking, completed, failed, cancelled) by the
+worker that runs the workflow's `mrtr.report` activity. On a fleet, `MCPServer(subscriptions=
+mrtr.open_bus(url))` carries them to listeners on every instance (a standalone worker's
+in-memory bus reaches nobody).
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from mrtr.temporal.workflow import TaskWorkflow
 logger = logging.getLogger(__name__)
 
 _TERMINAL_CACHE = 4096
+_CANCEL_WAIT = 2.0
 _NOT_THERE = {RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT}
 _ENDED_WITHOUT_RESULT = {
     WorkflowExecutionStatus.TERMINATED,
@@ -81,9 +89,9 @@ class TemporalTasks(StateChanges):
     workflow times out when its TTL runs out, and `tasks/get` no longer finds it from then on.
     """
 
-    reports_every_change = False
-    """State changes are reported (`on_change`) only where an MCP instance creates, answers or
-    cancels a task, not where a worker finishes a step: listening clients are told to poll."""
+    reports_every_change = True
+    """Every state change is reported (`on_change`), each with a larger `version` (the module
+    docstring says by whom): listen streams accept task ids."""
 
     def __init__(
         self,
@@ -228,12 +236,15 @@ class TemporalTasks(StateChanges):
         fields = memo.get(STATE_MEMO)
         if not isinstance(fields, dict):
             return None  # a workflow with this id that is not an mrtr task
-        state = TaskState(**{k: v for k, v in fields.items() if k in _STATE_FIELDS})  # newer fields: ignored
-        if description.status == WorkflowExecutionStatus.CANCELED:  # cancelled, not by tasks/cancel
-            state.status, state.input_requests = "cancelled", {}
+        state = _state(fields)
+        if _record(state).terminal:  # as recorded, however the workflow ended afterwards
+            return _record(state)
+        if description.status == WorkflowExecutionStatus.CANCELED:  # before its workflow could record it
+            state.status, state.input_requests, state.version = "cancelled", {}, state.version + 1
         elif description.status in _ENDED_WITHOUT_RESULT:  # terminated, or timed out past its TTL
             message = f"the task's workflow ended without a result ({description.status.name.lower()})"
             state.status, state.error = "failed", {"code": INTERNAL_ERROR, "message": message}
+            state.version += 1
         return _record(state)
 
     async def update(
@@ -241,44 +252,52 @@ class TemporalTasks(StateChanges):
     ) -> None:
         handle = self.client.get_workflow_handle(task_id)
         try:
-            await handle.execute_update(ANSWER_UPDATE, Answers(dict(answers), dict(asked)))
+            brought = await handle.execute_update(ANSWER_UPDATE, Answers(dict(answers), dict(asked)))
         except WorkflowUpdateFailedError:
             return  # nothing it answers is outstanding any more (answered meanwhile, or cancelled)
         except RPCError as exc:
             if exc.status in _NOT_THERE:
                 return
             raise _unavailable(exc) from exc
-        if self.on_change is not None:
-            record = await self.get(task_id)
-            if record is not None:
-                await self.changed(record)
+        if self.on_change is None:
+            return
+        if isinstance(brought, dict):  # the state the answers brought, as committed
+            await self.changed(_record(_state(brought)))
+        elif (record := await self.get(task_id)) is not None:  # a worker from before updates returned it
+            await self.changed(record)
 
     async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
         if known is not None and known.terminal:
             return  # idempotent, also on finished tasks
+        handle = self.client.get_workflow_handle(task_id)
         try:
-            await self.client.get_workflow_handle(task_id).cancel()
+            # The workflow records `cancelled` and ends Canceled; its worker reports the change.
+            await handle.cancel()
         except RPCError as exc:
             if exc.status in _NOT_THERE:
                 return  # it ended meanwhile
             raise _unavailable(exc) from exc
-        if self.on_change is not None:
-            record = await self.get(task_id)
-            if record is not None:
-                await self.changed(record)
+        # Answer once the workflow has ended, so a `tasks/get` right after shows it cancelled;
+        # bounded: with no worker up it ends (and reports) when one comes.
+        with contextlib.suppress(Exception):  # its ending (Canceled), or the bound
+            await asyncio.wait_for(handle.result(), _CANCEL_WAIT)
 
     # -- the worker ----------------------------------------------------------------------
 
     def new_worker(self) -> Worker:
         """A Temporal worker for this engine's task queue, running its workflow and step activity."""
         options: dict[str, Any] = {"workflow_runner": UnsandboxedWorkflowRunner()} | self.worker_options
+        advancer = Advancer(self.flows, self._report)
         return Worker(
             self.client,
             task_queue=self.task_queue,
             workflows=[TaskWorkflow],
-            activities=[Advancer(self.flows).advance],
+            activities=[advancer.advance, advancer.report],
             **options,
         )
+
+    async def _report(self, state: TaskState) -> None:
+        await self.changed(_record(state))
 
     def ensure_running(self) -> None:
         """Start this process's worker (with `worker=True`; idempotent; needs a running loop)."""
@@ -322,7 +341,12 @@ def _record(state: TaskState) -> TaskRecord:
         result=state.result,
         error=state.error,
         owner=state.owner,
+        version=state.version,
     )
+
+
+def _state(fields: Mapping[str, Any]) -> TaskState:
+    return TaskState(**{k: v for k, v in fields.items() if k in _STATE_FIELDS})  # newer fields: ignored
 
 
 def _digest(arguments: Mapping[str, Any]) -> str:
