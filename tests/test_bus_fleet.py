@@ -108,10 +108,11 @@ async def served(http: httpx2.AsyncClient, url: str) -> dict[str, int]:
     return reply["result"]["structuredContent"]  # type: ignore[no-any-return]
 
 
-async def test_a_listener_on_a_follows_a_task_that_b_runs_answers_and_completes(shared: dict[str, str]) -> None:
-    a, b = shared["A"], shared["B"]
+async def follow_across(a: str, b: str, job: str) -> list[dict[str, Any]]:
+    """A listener on A follows a task that B runs, asks, is answered on and completes; returns
+    the `notifications/tasks` it heard (each pushed state checked against `tasks/get`)."""
     async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
-        reply = await buskit.call(http, b, "tools/call", {"name": "pipeline", "arguments": {"job": "j", "slow": 0.3}})
+        reply = await buskit.call(http, b, "tools/call", {"name": "pipeline", "arguments": {"job": job, "slow": 0.3}})
         task_id = reply["result"]["taskId"]
         notifications = {"taskIds": [task_id], "mrtr/taskSnapshots": True}
         async with buskit.listen(a, notifications) as stream:
@@ -127,12 +128,16 @@ async def test_a_listener_on_a_follows_a_task_that_b_runs_answers_and_completes(
             done = await stream.wait_for(is_task("completed"), 10, "completion, pushed from B")
             final = await buskit.call(http, a, "tasks/get", {"taskId": task_id}, name=task_id)
             assert without_meta(done["params"]) == without_meta(final["result"])
-            assert done["params"]["result"]["content"][0]["text"] == "published DATA(J)"
-            tasks = [f["params"] for f in stream.of("notifications/tasks")]
-            assert [p["status"] for p in tasks] == ["working", "input_required", "working", "completed"]
-            versions = [p["_meta"]["mrtr/taskVersion"] for p in tasks]
-            assert versions == sorted(set(versions)), "each state once, in order"
-            assert all(p["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1" for p in tasks)
+            assert done["params"]["result"]["content"][0]["text"] == f"published DATA({job.upper()})"
+            return [f["params"] for f in stream.of("notifications/tasks")]
+
+
+async def test_a_listener_on_a_follows_a_task_that_b_runs_answers_and_completes(shared: dict[str, str]) -> None:
+    tasks = await follow_across(shared["A"], shared["B"], "j")
+    assert [p["status"] for p in tasks] == ["working", "input_required", "working", "completed"]
+    versions = [p["_meta"]["mrtr/taskVersion"] for p in tasks]
+    assert versions == sorted(set(versions)), "each state once, in order"
+    assert all(p["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1" for p in tasks)
 
 
 async def test_resources_updated_on_one_instance_reaches_listeners_on_the_others(shared: dict[str, str]) -> None:
