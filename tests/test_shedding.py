@@ -15,12 +15,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types as t
 import pytest
 from mcp import Client
 
 import mrtr
-from mrtr.shedding import LoadShedder
+from mrtr import client as client_module
+from mrtr.client import FlowClient
+from mrtr.shedding import SHEDDING_EXTENSION, LoadShedder, resends_state_only
 from tests.flowkit import manual_client, new_server, text_of
 from tests.servers import ServerSpec, spawn_servers
 
@@ -95,6 +98,57 @@ async def test_no_shedding_when_not_overloaded_or_for_legacy_clients() -> None:
     assert legacy_flows.shedder.shed == 0 and legacy_runs == Counter(one=1, two=1, three=1, four=1)
 
 
+CLAUDE_AI = t.Implementation(name="Anthropic/ClaudeAI", version="1.0.0")
+"""The claude.ai connector's clientInfo: it shows a state-only result as an error and never
+resends it (https://github.com/anthropics/claude-ai-mcp/issues/1027)."""
+
+
+async def test_a_client_that_does_not_resend_is_never_shed() -> None:
+    runs: Counter[str] = Counter()
+    server, flows = shedding_server(runs, [True])
+    async with Client(server, client_info=CLAUDE_AI) as client:
+        # Driven by hand: the first answer is what such a host would show its user.
+        result = await client.session.call_tool("chain", {}, allow_input_required=True)
+    assert isinstance(result, t.CallToolResult), "never a state-only result to a host that will not resend it"
+    assert text_of(result) == "one+two+three+four"
+    assert flows.shedder.shed == 0 and flows.shedder.kept == 1, "the over-signal round ran on, counted once"
+    assert runs == Counter(one=1, two=1, three=1, four=1)
+
+
+async def test_shed_clients_chooses_who_is_shed_to() -> None:
+    def ours(info: t.Implementation | None, capabilities: t.ClientCapabilities | None) -> bool:
+        return info is not None and info.name.startswith("acme-")
+
+    runs: Counter[str] = Counter()
+    server, flows = shedding_server(runs, [True], shed_clients=ours)
+    async with Client(server, client_info=t.Implementation(name="acme-agent", version="1")) as client:
+        first = await client.session.call_tool("chain", {}, allow_input_required=True)
+        assert isinstance(first, t.InputRequiredResult) and not first.input_requests, "acme's agent resends"
+    async with Client(server) as client:  # the SDK's default name, which the default policy sheds to
+        assert text_of(await client.session.call_tool("chain", {}, allow_input_required=True)) == ("one+two+three+four")
+    assert flows.shedder.shed == 1 and flows.shedder.kept == 1
+
+
+async def test_a_faulty_shed_clients_policy_runs_the_round_on() -> None:
+    def broken(info: t.Implementation | None, capabilities: t.ClientCapabilities | None) -> bool:
+        raise RuntimeError("policy bug")
+
+    runs: Counter[str] = Counter()
+    server, flows = shedding_server(runs, [True], shed_clients=broken)
+    async with Client(server) as client:
+        result = await client.session.call_tool("chain", {}, allow_input_required=True)
+    assert text_of(result) == "one+two+three+four" and flows.shedder.shed == 0
+
+
+def test_the_default_policy_sheds_only_to_clients_known_to_resend() -> None:
+    opted_in = t.ClientCapabilities(extensions={SHEDDING_EXTENSION: {}})
+    assert resends_state_only(t.Implementation(name="anything", version="1"), opted_in)
+    assert resends_state_only(t.Implementation(name="mcp", version="0.1.0"), None), "the Python SDK's default"
+    assert not resends_state_only(CLAUDE_AI, t.ClientCapabilities())
+    assert not resends_state_only(None, None), "an anonymous client may be a host that shows it as an error"
+    assert client_module.SHEDDING_EXTENSION == SHEDDING_EXTENSION, "the client declares the key the server reads"
+
+
 def test_signal_options() -> None:
     assert LoadShedder.from_options(None, None, None) is None
     shedder = LoadShedder(max_inflight_rounds=2)
@@ -150,14 +204,53 @@ async def test_shed_under_real_load_across_instances(tmp_path: Path) -> None:
             retried = await on_a.call_tool("work", {"slow": 0})
             assert text_of(retried) == "a done, b done"
             assert not hog.done(), "A was loaded throughout"
+            # A host that shows a state-only result as an error: never shed, the round runs on.
+            async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
+                reply = await http.post(servers["A"].url, json=as_claude_ai("work", {"slow": 0}), headers=HEADERS)
+            assert reply.status_code == 200, reply.text
+            body = reply.json() if "json" in reply.headers["content-type"] else sse_result(reply.text)
+            assert body["result"].get("resultType", "complete") == "complete", body
+            assert body["result"]["content"][0]["text"] == "a done, b done"
+            # mrtr's client under a name of its own: it declares `mrtr/shedding`, so it is shed to.
+            named = {"client_info": t.Implementation(name="acme-agent", version="1")}
+            async with FlowClient(servers["A"].url, client_options=named) as flows:
+                assert text_of(await flows.call_tool("work", {"slow": 0})) == "a done, b done"
             load_a = (await on_a.call_tool("load", {})).structured_content
-            assert load_a is not None and load_a["shed"] == 2, "both calls on the loaded A were shed once"
+            assert load_a is not None and load_a["shed"] == 3, "the three calls of resending clients were shed once"
+            assert load_a["kept"] == 1, "the host that does not resend was not"
             assert text_of(await hog) == "hog done"
     entries = [json.loads(line) for line in audit.read_text().splitlines()]
     starts = Counter((e["step"], e["instance"]) for e in entries if e["phase"] == "start")
     by_key = Counter(e["key"] for e in entries if e["phase"] == "start" and e["step"] == "a")
-    assert starts[("a", "A")] == 2 and starts[("b", "B")] == 1, starts
+    assert starts[("a", "A")] == 4 and starts[("b", "B")] == 1, starts
     assert all(n == 1 for n in by_key.values()), "no step a ran twice within one flow"
+
+
+HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "content-type": "application/json",
+    "mcp-protocol-version": "2026-07-28",
+    "mcp-method": "tools/call",
+    "mcp-name": "work",
+}
+
+
+def as_claude_ai(tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A `tools/call` as claude.ai's connector sends it: its clientInfo, no `mrtr/shedding`."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": CLAUDE_AI.model_dump(),
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    params = {"name": tool, "arguments": arguments, "_meta": meta}
+    return {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+
+
+def sse_result(text: str) -> dict[str, Any]:
+    for line in text.splitlines():
+        if line.startswith("data:") and '"id"' in line:
+            return json.loads(line.removeprefix("data:"))  # type: ignore[no-any-return]
+    raise AssertionError(f"no answer in the stream: {text[:200]}")
 
 
 async def test_shedding_inside_gather_loses_no_step() -> None:

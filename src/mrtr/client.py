@@ -56,6 +56,10 @@ McpSampleCallback = Callable[[Any, t.CreateMessageRequestParams], Awaitable[t.Cr
 McpRootsCallback = Callable[[Any], Awaitable[t.ListRootsResult]]
 
 IDEMPOTENCY_KEY_META = "mrtr/idempotencyKey"
+SHEDDING_EXTENSION = "mrtr/shedding"
+"""Declared on every 2026-07-28 request: this client resends a state-only `InputRequiredResult`
+at once, so an overloaded server may shed its rounds (`mrtr.shedding`; the same key, not
+imported: a client imports nothing of the server)."""
 """`_meta` key of a task-augmented `tools/call`: random per logical call, the same on every resend."""
 
 _RESULT_MODELS: dict[str, type[t.Result]] = {
@@ -251,7 +255,7 @@ class FlowClient:
         session = ClientSession(
             dispatcher=dispatcher,
             read_timeout_seconds=self.timeout,
-            extensions={e.identifier: e.settings() for e in extensions} or None,
+            extensions={SHEDDING_EXTENSION: {}} | {e.identifier: e.settings() for e in extensions},
             result_claims={e.identifier: tuple(e.claims()) for e in extensions if e.claims()} or None,
             notification_bindings=[b for e in extensions for b in e.notifications()] or None,
             **self._callbacks(),

@@ -28,7 +28,7 @@ from mrtr import tracing
 from mrtr.asks import Ask, BadAnswer, Capability, required_capability, supports
 from mrtr.branches import outside_branch
 from mrtr.replay import Replay, check_step_name, step_key
-from mrtr.shedding import ShedPoint
+from mrtr.spec import ShedCheck
 from mrtr.steps import StepInfo, arg_digest, call_step, to_journal
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class JournalDriver:
         probe: bool = False,
         checkpoint: Checkpointer | None = None,
         dry_run: bool = False,
-        shed: ShedPoint | None = None,
+        shed: ShedCheck | None = None,
         step_limit: int | None = None,
     ) -> None:
         self._shed = shed

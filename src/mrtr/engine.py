@@ -28,8 +28,8 @@ from mrtr.drivers import BecomeTask, Checkpointer, JournalDriver, LiveDriver, mi
 from mrtr.errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
 from mrtr.journal import Journal, JournalFormatError
 from mrtr.replay import Replay
-from mrtr.shedding import ShedPoint, run_round
-from mrtr.spec import TASKS_EXTENSION, FlowSpec, Limits, Services, TaskSupport
+from mrtr.shedding import run_round
+from mrtr.spec import TASKS_EXTENSION, FlowSpec, Limits, Services, ShedCheck, TaskSupport
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ async def execute(
     dry_run: bool = False,
     state_cap: int | None = None,
     base_size: int | None = None,
-    shed: ShedPoint | None = None,
+    shed: ShedCheck | None = None,
     step_limit: int | None = None,
 ) -> Outcome:
     """Run the flow once from the top against `journal`, until it ends or settles on asks.
@@ -285,7 +285,7 @@ async def _round_body(
         budget=journal_budget(spec, request, wire),
         state_cap=spec.limits.max_state_bytes,
         base_size=journal_codec.embedded_length(state) if state else None,
-        shed=services.shedder.point(journal) if services.shedder is not None else None,
+        shed=_shed_point(services, journal, wire, capabilities),
     )
     if outcome.parked:
         return _input_required(spec, request, outcome.replay)
@@ -294,6 +294,16 @@ async def _round_body(
     if outcome.error is not None:
         raise outcome.error
     return outcome.value
+
+
+def _shed_point(
+    services: Services, journal: Journal, wire: Any, capabilities: ClientCapabilities | None
+) -> ShedCheck | None:
+    """The round's shed point, told who the client is (only some resend a state-only result)."""
+    if services.shedder is None:
+        return None
+    client = wire.session.client_params
+    return services.shedder.point(journal, client.client_info if client is not None else None, capabilities)
 
 
 def _load_journal(spec: FlowSpec, state: str | None) -> Journal:

@@ -35,7 +35,7 @@ from mrtr.engine import run_flow
 from mrtr.errors import InputRefused
 from mrtr.guard import ReplayGuard, as_guard
 from mrtr.sdk import install_extension  # noqa: F401  (was defined here; kept importable)
-from mrtr.shedding import LoadShedder
+from mrtr.shedding import LoadShedder, ShedClients
 from mrtr.spec import FlowSpec, Limits, Services, TaskSupport
 from mrtr.static_resources import StaticResourceFlows
 from mrtr.stores import TaskStore
@@ -83,6 +83,11 @@ class Flows:
             this run on this instance.
         max_loop_lag: Shed load while the event loop runs timers this many seconds late.
         shed_when: Shed load while this callable returns True.
+        shed_clients: Which clients a round may be shed to, `(client_info, capabilities) ->
+            bool`; by default `mrtr.shedding.resends_state_only` (clients known to resend a
+            state-only result: those declaring `mrtr/shedding`, like mrtr's own, and the
+            official Python SDK's). Other clients' rounds run on (hosts such as claude.ai's
+            connector show a state-only result as an error and never resend it).
         tasks: The task engine: by default mrtr's lease runtime over `store`; or another
             `mrtr.tasks.engine.TaskEngine`, e.g. `mrtr.temporal.TemporalTasks(client,
             task_queue=...)` (tasks run as Temporal workflows; `store` and the lease options
@@ -116,6 +121,7 @@ class Flows:
         max_inflight_rounds: int | None = None,
         max_loop_lag: float | None = None,
         shed_when: Callable[[], bool] | None = None,
+        shed_clients: ShedClients | None = None,
         tasks: TasksExtension | TaskEngine | None = None,
         dialects: Sequence[str] = (),
         fleet_bus: bool = True,
@@ -123,7 +129,7 @@ class Flows:
         self.server = server
         fleet.warn_about_state_key(server)
         self.replay_guard = as_guard(replay_guard, server)
-        self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when)
+        self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when, shed_clients)
         self.services = Services(guard=self.replay_guard, shedder=self.shedder)
         """What this instance lends its flows' rounds (the engine sees only these shapes)."""
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)

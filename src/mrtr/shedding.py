@@ -18,17 +18,27 @@ carries on from the journal. mrtr uses that to shed load:
 - Shed rounds do not count toward `max_rounds` (the journal's round counter is unchanged).
 - Legacy clients (<= 2025-11-25) and durable tasks are never shed: the former cannot
   resend a round, the latter already survive their worker.
+- Only to clients that resend: some hosts show a state-only result as an error and never
+  resend it (claude.ai's connector, `clientInfo` `Anthropic/ClaudeAI`:
+  https://github.com/anthropics/claude-ai-mcp/issues/1027), so a round is shed only when the
+  request declares a client known to resend it at once (`shed_clients`, by default
+  `resends_state_only`: the `mrtr/shedding` capability extension, which mrtr's `FlowClient`
+  and CLI declare, or the official Python SDK's default `clientInfo` name `mcp`, which
+  `mcp.Client` and FastMCP's client send). For any other client an over-signal round runs
+  on, on this instance, and is counted in `kept`: the user gets the answer a little later
+  instead of an error (an overload error would fail the call in those hosts just the same).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from mcp_types import InputRequiredResult
+from mcp_types import ClientCapabilities, Implementation, InputRequiredResult
 
 from mrtr import tracing
 from mrtr.sdk import state_within_cap
@@ -38,6 +48,25 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
     from mrtr.journal import Journal
+
+logger = logging.getLogger(__name__)
+
+SHEDDING_EXTENSION = "mrtr/shedding"
+"""A client capability extension: "I resend a state-only `InputRequiredResult` at once"."""
+RESENDING_CLIENTS = frozenset({"mcp"})
+"""`clientInfo` names of clients known to resend state-only results: the official Python SDK's
+default (`mcp.Client`, and FastMCP's client, which drives rounds with it)."""
+
+ShedClients = Callable[[Implementation | None, ClientCapabilities | None], bool]
+"""Whether a request's client (its `clientInfo`, its capabilities) may be shed to."""
+
+
+def resends_state_only(client_info: Implementation | None, capabilities: ClientCapabilities | None) -> bool:
+    """The default `shed_clients`: the client declares `mrtr/shedding`, or is a known resender."""
+    if capabilities is not None and SHEDDING_EXTENSION in (capabilities.extensions or {}):
+        return True
+    return client_info is not None and client_info.name in RESENDING_CLIENTS
+
 
 _LAG_INTERVAL = 0.05
 _LAG_IDLE = 5.0  # the lag sampler stops this long after the last round, and restarts with the next
@@ -57,6 +86,8 @@ class LoadShedder:
         max_inflight_rounds: Shed while more MRTR rounds than this run on this instance.
         max_loop_lag: Shed while the event loop runs timers more than this many seconds late.
         shed_when: Shed while this returns True (your own signal: queue depth, memory...).
+        shed_clients: Which clients may be shed to (see the module docstring); by default
+            `resends_state_only`.
     """
 
     def __init__(
@@ -65,6 +96,7 @@ class LoadShedder:
         max_inflight_rounds: int | None = None,
         max_loop_lag: float | None = None,
         shed_when: Callable[[], bool] | None = None,
+        shed_clients: ShedClients | None = None,
     ) -> None:
         if max_inflight_rounds is not None and max_inflight_rounds < 1:
             raise ValueError("max_inflight_rounds must be at least 1")
@@ -73,9 +105,12 @@ class LoadShedder:
         self.max_inflight_rounds = max_inflight_rounds
         self.max_loop_lag = max_loop_lag
         self.shed_when = shed_when
+        self.shed_clients = shed_clients or resends_state_only
         self.inflight = 0
         self.shed = 0
         """Rounds this instance has shed so far."""
+        self.kept = 0
+        """Rounds that ran on although they would have been shed: their client does not resend."""
         self.lag = 0.0
         """The event loop's latest measured lag, seconds (sampled only with `max_loop_lag`)."""
         self._last_round = 0.0
@@ -87,10 +122,16 @@ class LoadShedder:
         max_inflight_rounds: int | None,
         max_loop_lag: float | None,
         shed_when: Callable[[], bool] | None,
+        shed_clients: ShedClients | None = None,
     ) -> LoadShedder | None:
         if max_inflight_rounds is None and max_loop_lag is None and shed_when is None:
             return None
-        return cls(max_inflight_rounds=max_inflight_rounds, max_loop_lag=max_loop_lag, shed_when=shed_when)
+        return cls(
+            max_inflight_rounds=max_inflight_rounds,
+            max_loop_lag=max_loop_lag,
+            shed_when=shed_when,
+            shed_clients=shed_clients,
+        )
 
     def overloaded(self) -> bool:
         if self.max_inflight_rounds is not None and self.inflight > self.max_inflight_rounds:
@@ -112,9 +153,22 @@ class LoadShedder:
         finally:
             self.inflight -= 1
 
-    def point(self, journal: Journal) -> ShedPoint:
-        """A shed point for one round, remembering how far the journal was when it began."""
-        return ShedPoint(self, journal)
+    def point(
+        self,
+        journal: Journal,
+        client_info: Implementation | None = None,
+        capabilities: ClientCapabilities | None = None,
+    ) -> ShedPoint:
+        """A shed point for one round, remembering how far the journal was when it began,
+        and whether the round's client may be shed to."""
+        return ShedPoint(self, journal, self._sheds_to(client_info, capabilities))
+
+    def _sheds_to(self, client_info: Implementation | None, capabilities: ClientCapabilities | None) -> bool:
+        try:
+            return bool(self.shed_clients(client_info, capabilities))
+        except Exception:  # a faulty policy must not fail the round: run it on
+            logger.exception("shed_clients raised; this round is not shed")
+            return False
 
     async def _sample_lag(self) -> None:
         while time.monotonic() - self._last_round < _LAG_IDLE:
@@ -128,10 +182,12 @@ class LoadShedder:
 class ShedPoint:
     """Decides, at a step boundary of one round, whether to end the round now."""
 
-    def __init__(self, shedder: LoadShedder, journal: Journal) -> None:
+    def __init__(self, shedder: LoadShedder, journal: Journal, resends: bool = True) -> None:
         self._shedder = shedder
         self._start = _progress(journal)
+        self._resends = resends
         self._tripped = False
+        self._kept = False
 
     def check(self, replay: Any) -> None:
         """Raise `ShedRound` if the instance is overloaded and shedding here loses nothing.
@@ -144,6 +200,11 @@ class ShedPoint:
         if not self._shedder.overloaded() or _progress(replay.journal) <= self._start:
             return
         if replay.running_steps:  # another branch's step is running: its result would be lost
+            return
+        if not self._resends:  # the client would show a state-only result as an error: run on
+            if not self._kept:
+                self._kept = True
+                self._shedder.kept += 1
             return
         self._tripped = True
         raise ShedRound
@@ -203,4 +264,14 @@ def shed_result(spec: FlowSpec, request: Context[Any, Any], journal: Journal) ->
     return InputRequiredResult(request_state=state)
 
 
-__all__ = ["LoadShedder", "ShedPoint", "ShedRound", "run_round", "shed_result"]
+__all__ = [
+    "RESENDING_CLIENTS",
+    "SHEDDING_EXTENSION",
+    "LoadShedder",
+    "ShedClients",
+    "ShedPoint",
+    "ShedRound",
+    "resends_state_only",
+    "run_round",
+    "shed_result",
+]

@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from mcp_types import ClientCapabilities
+from mcp_types import ClientCapabilities, Implementation
 
 from mrtr.asks import Capability
 from mrtr.journal import Journal
@@ -94,7 +94,12 @@ class LoadSignal(Protocol):
 
     def round(self) -> AbstractContextManager[None]: ...
 
-    def point(self, journal: Journal) -> ShedCheck: ...
+    def point(
+        self,
+        journal: Journal,
+        client_info: Implementation | None = None,
+        capabilities: ClientCapabilities | None = None,
+    ) -> ShedCheck: ...
 
 
 @dataclass

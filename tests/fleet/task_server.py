@@ -191,7 +191,9 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
     async def load() -> dict[str, int]:
         """This instance's shedding counters."""
         shedder = flows.shedder
-        return {"shed": shedder.shed if shedder else 0, "inflight": shedder.inflight if shedder else 0}
+        if shedder is None:
+            return {"shed": 0, "kept": 0, "inflight": 0}
+        return {"shed": shedder.shed, "kept": shedder.kept, "inflight": shedder.inflight}
 
     @flows.tool(task="required")
     async def pipeline(job: str, slow: float, ctx: mrtr.FlowContext) -> str:
