@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as t
 import pytest
 from mcp import Client
@@ -366,3 +367,92 @@ async def test_every_request_is_bounded_by_the_timeout_and_a_timeout_is_not_rese
         assert len(proxy.calls("tools/call")) == 1  # the server may still be working: no second run beside it
         quick = await flows.call_tool("slow", {"label": "u", "seconds": 0})
     assert quick.content[0].text.startswith("u done on")
+
+
+# -- your own HTTP stack (issue 22): an httpx2 client and an httpx2.Auth keep every guarantee ---------
+
+
+class CountingBearer(httpx2.Auth):
+    """An `httpx2.Auth` that signs every request (as an OAuth provider would) and counts them."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.signed = 0
+
+    def auth_flow(self, request: httpx2.Request) -> Any:
+        self.signed += 1
+        request.headers["authorization"] = f"Bearer {self.token}"
+        yield request
+
+
+def own_client() -> tuple[httpx2.AsyncClient, list[str]]:
+    """A caller's own client, with an event hook that records every request it sends."""
+    sent: list[str] = []
+
+    async def record(request: httpx2.Request) -> None:
+        sent.append(request.headers.get("mcp-method", "?"))
+
+    return httpx2.AsyncClient(trust_env=False, event_hooks={"request": [record]}), sent
+
+
+async def test_your_own_http_client_keeps_resending_a_round_after_a_502(fleet: dict[str, ServerProcess]) -> None:
+    def answering(params: dict[str, Any]) -> bool:
+        return "inputResponses" in params
+
+    http, sent = own_client()
+    bearer = CountingBearer("own-t0k")
+    async with http, running_proxy([s.url for s in fleet.values()]) as proxy:
+        proxy.inject("tools/call", "502", where=answering)  # round 2's answer: a gateway error
+        async with FlowClient(proxy.url, elicit=answer_word, retry=FAST, http_client=http, auth=bearer) as flows:
+            result = await flows.call_tool("three_rounds", {"name": "h"})
+        assert not http.is_closed, "the caller's client is the caller's to close"
+    assert result.content[0].text == "h:ok:ok"
+    calls = proxy.calls("tools/call")
+    assert [c.outcome.split()[0] for c in calls] == ["forwarded", "injected", "forwarded", "forwarded"]
+    assert calls[2].params["requestState"] == calls[1].params["requestState"], "resent unchanged"
+    assert sent.count("tools/call") == 4, "every request went through the caller's client"
+    assert bearer.signed == len(proxy.log) and {c.headers.get("authorization") for c in proxy.log} == {"Bearer own-t0k"}
+
+
+async def test_your_own_http_client_never_falls_back_to_legacy_on_a_502_at_discovery(
+    fleet: dict[str, ServerProcess],
+) -> None:
+    http, sent = own_client()
+    async with http, running_proxy([s.url for s in fleet.values()]) as proxy:
+        proxy.inject("server/discover", "502", times=2)
+        async with FlowClient(proxy.url, elicit=answer_word, retry=FAST, http_client=http) as flows:
+            assert flows.protocol_version == "2026-07-28"
+            result = await flows.call_tool("three_rounds", {"name": "d"})
+    assert result.content[0].text == "d:ok:ok"
+    assert [e.outcome for e in proxy.calls("server/discover")] == ["injected 502", "injected 502", "forwarded 200"]
+    assert not proxy.calls("initialize"), "no legacy fallback"
+    assert sent[:3] == ["server/discover"] * 3
+
+
+async def test_your_own_http_client_makes_one_task_when_its_create_task_result_is_lost(
+    fleet: dict[str, ServerProcess], fleet_dir: Path
+) -> None:
+    http, _ = own_client()
+    text = f"once-{os.getpid()}-{id(http)}"
+    async with http, running_proxy([s.url for s in fleet.values()]) as proxy:
+        proxy.inject("tools/call", "lose")  # the task is created; its CreateTaskResult never arrives
+        async with FlowClient(proxy.url, tasks=True, retry=FAST, http_client=http) as flows:
+            result = await flows.call_tool("remember", {"text": text})
+    assert result.content[0].text == f"noted {text}"
+    calls = proxy.calls("tools/call")
+    assert [c.outcome for c in calls] == ["answer lost (502)", "forwarded 200"]
+    assert _key(calls[0].params) == _key(calls[1].params), "the resend names the same task"
+    runs = [e for e in audit(fleet_dir / "audit.jsonl") if e.get("label") == text and e.get("phase") == "start"]
+    assert len(runs) == 1, f"one task, its step run once: {runs}"
+
+
+async def test_the_sdks_http_transport_is_refused_with_the_way_to_pass_your_client() -> None:
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient() as http:
+        with pytest.raises(TypeError, match=r"http_client=httpx2.AsyncClient"):
+            FlowClient(streamable_http_client("http://127.0.0.1:9/mcp", http_client=http))
+        # Pinned to the legacy handshake, which is the SDK's transport anyway: accepted.
+        FlowClient(streamable_http_client("http://127.0.0.1:9/mcp", http_client=http), mode="legacy")
+    with pytest.raises(TypeError, match="server URL"):
+        FlowClient(object(), http_client=httpx2.AsyncClient())

@@ -56,11 +56,11 @@ McpSampleCallback = Callable[[Any, t.CreateMessageRequestParams], Awaitable[t.Cr
 McpRootsCallback = Callable[[Any], Awaitable[t.ListRootsResult]]
 
 IDEMPOTENCY_KEY_META = "mrtr/idempotencyKey"
+"""`_meta` key of a task-augmented `tools/call`: random per logical call, the same on every resend."""
 SHEDDING_EXTENSION = "mrtr/shedding"
 """Declared on every 2026-07-28 request: this client resends a state-only `InputRequiredResult`
 at once, so an overloaded server may shed its rounds (`mrtr.shedding`; the same key, not
 imported: a client imports nothing of the server)."""
-"""`_meta` key of a task-augmented `tools/call`: random per logical call, the same on every resend."""
 
 _RESULT_MODELS: dict[str, type[t.Result]] = {
     "tools/call": t.CallToolResult,
@@ -135,11 +135,20 @@ class FlowClient:
     """Resends per round after transport failures, and consecutive state-only resends."""
     headers: Mapping[str, str] | None = None
     """HTTP headers added to every request (e.g. `Authorization`)."""
+    http_client: httpx2.AsyncClient | None = None
+    """Over HTTP, your own `httpx2.AsyncClient` (a proxy, mTLS, a custom CA, event hooks, a test
+    transport) under mrtr's transport: every retry guarantee above still holds. You own it:
+    `FlowClient` neither enters nor closes it. `timeout` still bounds each request."""
+    auth: httpx2.Auth | None = None
+    """Over HTTP, an `httpx2.Auth` for every request (OAuth with token refresh, signing...)."""
     on_round: Callable[[Round], Awaitable[None] | None] | None = None
     tasks: bool = False
     """Declare the tasks extension: a server may then answer with a durable task, followed here."""
     on_task: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None
     """Called with each new status of a task this client follows (for progress displays)."""
+    on_result: Callable[[str, Mapping[str, Any]], None] | None = None
+    """Over 2026-07-28 HTTP, called with each JSON-RPC result as it arrives (method, raw result),
+    before the session reads it: for wire displays such as `mrtr call`'s."""
     listen: bool = True
     """Follow tasks by listening for `notifications/tasks` where the server offers it (else poll)."""
     client_options: dict[str, Any] = field(default_factory=dict)
@@ -167,6 +176,14 @@ class FlowClient:
             )
         if self.max_rounds < 1 or self.timeout <= 0:
             raise ValueError("max_rounds must be >= 1 and timeout > 0")
+        if self.mode != "legacy" and _is_sdk_http_transport(self.server):
+            raise TypeError(
+                "FlowClient was given the SDK's streamable HTTP transport, which would bypass mrtr's own: no "
+                "resends after a 502 or a reset, and a failed server/discover taken for a legacy server. Give the "
+                "URL and your HTTP client instead: FlowClient(url, http_client=httpx2.AsyncClient(...), auth=...)"
+            )
+        if (self.http_client is not None or self.auth is not None) and not isinstance(self.server, str):
+            raise TypeError("http_client= and auth= apply to a server URL (HTTP), not to stdio or in-process servers")
 
     async def __aenter__(self) -> FlowClient:
         stack = AsyncExitStack()
@@ -232,12 +249,20 @@ class FlowClient:
         server = self.server
         if isinstance(server, str):  # legacy HTTP: watch for instances that do not know our session
             self._legacy_http = watch = SessionWatch()
-            http = httpx2.AsyncClient(
-                headers=dict(self.headers or {}),
-                timeout=httpx2.Timeout(self.timeout, read=max(self.timeout, 300.0)),
-                event_hooks={"response": [watch.on_response]},
-            )
-            await stack.enter_async_context(http)
+            if self.http_client is not None:  # the caller's client: hooked while we use it, not closed
+                http = self.http_client
+                http.headers.update(dict(self.headers or {}))
+                http.event_hooks["response"].append(watch.on_response)
+                stack.callback(http.event_hooks["response"].remove, watch.on_response)
+            else:
+                http = httpx2.AsyncClient(
+                    headers=dict(self.headers or {}),
+                    timeout=httpx2.Timeout(self.timeout, read=max(self.timeout, 300.0)),
+                    event_hooks={"response": [watch.on_response]},
+                )
+                await stack.enter_async_context(http)
+            if self.auth is not None:
+                http.auth = self.auth
             server = streamable_http_client(server, http_client=http)
         self._client = await stack.enter_async_context(Client(server, mode=mode, **self._callbacks(), **options))
         self._session = self._client.session
@@ -245,7 +270,14 @@ class FlowClient:
     async def _open_modern(self, stack: AsyncExitStack) -> bool:
         """Open a 2026-07-28 session over mrtr's transport; False if the server definitely is legacy."""
         dispatcher = await stack.enter_async_context(
-            RoundTripDispatcher(self.server, timeout=self.timeout, headers=self.headers)
+            RoundTripDispatcher(
+                self.server,
+                timeout=self.timeout,
+                headers=self.headers,
+                http_client=self.http_client,
+                auth=self.auth,
+                on_result=self.on_result,
+            )
         )
         options = dict(self.client_options)
         extensions = [*options.pop("extensions", ()), *self._extensions()]
@@ -449,8 +481,19 @@ def _parse_result(method: str, raw: dict[str, Any]) -> Any:
     return _RESULT_MODELS[method].model_validate(raw, by_name=False)
 
 
+def _is_sdk_http_transport(server: Any) -> bool:
+    """Whether `server` is the SDK's streamable HTTP client transport (or its transport class)."""
+    from mcp.client.streamable_http import StreamableHTTPTransport
+
+    if isinstance(server, StreamableHTTPTransport):
+        return True
+    func = getattr(server, "func", None)  # `streamable_http_client(...)` is an async context manager
+    return func is not None and func is getattr(streamable_http_client, "__wrapped__", None)
+
+
 __all__ = [
     "IDEMPOTENCY_KEY_META",
+    "SHEDDING_EXTENSION",
     "FlowClient",
     "GatewayError",
     "InputAbandoned",

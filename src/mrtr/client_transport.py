@@ -144,26 +144,45 @@ class RoundTripDispatcher:
         url: The server's MCP endpoint.
         timeout: Bound on each request, from connect to the last byte (`TransportTimeout` after it).
         headers: Added to every request (e.g. `Authorization`).
+        http_client: Your own `httpx2.AsyncClient` (a proxy, mTLS, a custom CA, event hooks, a
+            test transport): used as it is, and left open (its owner closes it).
+        auth: An `httpx2.Auth` applied to every request (e.g. OAuth with token refresh).
+        on_result: Called with each JSON-RPC result as it arrives, before the session reads it.
     """
 
-    def __init__(self, url: str, *, timeout: float = DEFAULT_TIMEOUT, headers: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        headers: Mapping[str, str] | None = None,
+        http_client: httpx2.AsyncClient | None = None,
+        auth: httpx2.Auth | None = None,
+        on_result: Callable[[str, Mapping[str, Any]], None] | None = None,
+    ):
         self.url = url
         self.timeout = timeout
-        self._http = httpx2.AsyncClient(headers=dict(headers or {}), timeout=httpx2.Timeout(timeout))
+        self._owns_http = http_client is None
+        self._http = http_client or httpx2.AsyncClient(timeout=httpx2.Timeout(timeout))
+        self._headers = dict(headers or {})
+        self._auth = auth
+        self._on_result = on_result
         self._ids = itertools.count(1)
         self._on_notify: OnNotify | None = None
         self._on_notify_intercept: OnNotifyIntercept | None = None
         self._closed = anyio.Event()
 
     async def __aenter__(self) -> RoundTripDispatcher:
-        await self._http.__aenter__()
+        if self._owns_http:
+            await self._http.__aenter__()
         return self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-        await self._http.__aexit__(exc_type, exc, tb)
+        if self._owns_http:
+            await self._http.__aexit__(exc_type, exc, tb)
 
     async def run(
         self,
@@ -199,6 +218,7 @@ class RoundTripDispatcher:
         request_id = opts.get("request_id", next(self._ids))
         message = t.JSONRPCRequest(jsonrpc="2.0", id=request_id, method=method, params=dict(params or {}))
         headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        headers.update(self._headers)
         headers.update(opts.get("headers") or {})
         timeout = min(opts.get("timeout", self.timeout), self.timeout)  # no wait past the client's timeout
         body = message.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -213,7 +233,9 @@ class RoundTripDispatcher:
                 None,
             )
         )
-        extra: dict[str, Any] = {"timeout": per_read} if per_read is not None else {}
+        extra: dict[str, Any] = {"timeout": per_read if per_read is not None else httpx2.Timeout(timeout)}
+        if self._auth is not None:
+            extra["auth"] = self._auth
         try:
             with anyio.fail_after(deadline):
                 async with self._http.stream("POST", self.url, json=body, headers=headers, **extra) as response:
@@ -234,7 +256,7 @@ class RoundTripDispatcher:
         if response.status_code >= 400 or content_type == "application/json":
             reply = _parse_reply(await response.aread()) if content_type == "application/json" else None
             if reply is not None:
-                return _unwrap(reply)
+                return self._unwrap(method, reply)
             if response.status_code == 404:  # the SDK's reading: a bare 404 means "no such method here"
                 raise MCPError(code=t.METHOD_NOT_FOUND, message="Not Found")
             raise GatewayError(f"{method}: HTTP {response.status_code}", status=response.status_code, method=method)
@@ -253,12 +275,18 @@ class RoundTripDispatcher:
                 logger.warning("%s: ignored an SSE event that is not JSON-RPC", method)
                 continue
             if isinstance(reply, t.JSONRPCResponse | t.JSONRPCError):
-                return _unwrap(reply)
+                return self._unwrap(method, reply)
             if isinstance(reply, t.JSONRPCNotification):
                 await self._deliver(reply, opts)
             else:
                 logger.warning("%s: ignored a server request %r (none exist on 2026-07-28)", method, reply.method)
         raise TransportError(f"{method}: response stream ended without an answer", method=method)
+
+    def _unwrap(self, method: str, reply: t.JSONRPCResponse | t.JSONRPCError) -> dict[str, Any]:
+        result = _unwrap(reply)
+        if self._on_result is not None:
+            self._on_result(method, result)
+        return result
 
     async def _deliver(self, notification: t.JSONRPCNotification, opts: CallOptions) -> None:
         params = notification.params

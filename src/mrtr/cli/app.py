@@ -62,7 +62,11 @@ def explain(exc: BaseException) -> tuple[int, str]:
         return EXIT_PROTOCOL, str(exc)
     import httpx2
 
-    if isinstance(exc, httpx2.TransportError | ConnectionError | TimeoutError):
+    from mrtr.client_transport import TransportError
+
+    if isinstance(exc, TransportError) and exc.status is not None:  # an HTTP status, no JSON-RPC answer
+        return EXIT_PROTOCOL, f"the server answered HTTP {exc.status}: {_one_line(exc)}"
+    if isinstance(exc, TransportError | httpx2.TransportError | ConnectionError | TimeoutError):
         return EXIT_UNREACHABLE, f"cannot reach the server: {_one_line(exc) or type(exc).__name__}"
     if isinstance(exc, httpx2.HTTPStatusError):
         return EXIT_PROTOCOL, f"the server answered HTTP {exc.response.status_code} ({exc.request.url})"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types as t
 from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -37,7 +38,7 @@ from mrtr.cli.answers import (
 )
 from mrtr.cli.errors import EXIT_OK, EXIT_TOOL_ERROR, Abandoned, UsageError
 from mrtr.cli.forms import CANCEL, FormRenderer
-from mrtr.cli.observe import ObservedTransport, WireView, http_transport
+from mrtr.cli.observe import ObservedTransport, WireView, http_transport, observed_http_client
 from mrtr.client import FlowClient, Round
 from mrtr.tasks.client import TaskSnapshot
 
@@ -256,8 +257,21 @@ def build_transport(request: CallRequest, view: WireView) -> Any:
 async def run_call(request: CallRequest, console: Console, out: Console, interactive: bool) -> int:
     """Drive the call; returns the exit code (errors are raised as `CliError`s)."""
     session = CallSession(request, console, interactive)
+    http: httpx2.AsyncClient | None = None
+    if request.url is not None and request.stdio is None and not request.legacy:
+        # 2026-07-28 over mrtr's own transport (resends after 502s and resets), observed.
+        http = observed_http_client(session.view)
+        server: Any = request.url
+        if not request.url.startswith(("http://", "https://")):
+            raise UsageError(
+                f"URL must start with http:// or https://, not {request.url!r} (or use --stdio 'command ...')"
+            )
+    else:
+        server = build_transport(request, session.view)
     client = FlowClient(
-        build_transport(request, session.view),
+        server,
+        http_client=http,
+        on_result=(lambda method, result: session.view.observe_result(result, method)) if http is not None else None,
         elicit=session.elicit,
         sample=None if session.sampling == "none" else session.sample,
         roots=session.list_roots if request.roots else None,
@@ -283,7 +297,13 @@ async def run_call(request: CallRequest, console: Console, out: Console, interac
                 result = await client.call_tool(request.tool or "", arguments)
     finally:
         session.close()
+        if http is not None:
+            await http.aclose()
     return show_result(result, out, request.output, console)
+
+
+def _page(cursor: str | None) -> t.PaginatedRequestParams | None:
+    return t.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
 
 
 async def _check_listed(client: FlowClient, kind: str, name: str) -> dict[str, Any] | None:
@@ -292,13 +312,13 @@ async def _check_listed(client: FlowClient, kind: str, name: str) -> dict[str, A
     cursor: str | None = None
     for _ in range(_LIST_PAGES):
         if kind == "tool":
-            page: Any = await client.client.list_tools(cursor=cursor)
+            page: Any = await client.session.list_tools(params=_page(cursor))
             for tool in page.tools:
                 if tool.name == name:
                     return tool.input_schema if isinstance(tool.input_schema, dict) else dict(tool.input_schema)
                 names.append(tool.name)
         else:
-            page = await client.client.list_prompts(cursor=cursor)
+            page = await client.session.list_prompts(params=_page(cursor))
             for prompt in page.prompts:
                 if prompt.name == name:
                     return None

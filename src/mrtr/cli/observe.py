@@ -10,7 +10,7 @@ Over HTTP an httpx response hook also reads the header naming the answering inst
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,10 +52,14 @@ class WireView:
     instance_header: str = "x-mrtr-instance"
 
     def observe(self, item: Any) -> None:
+        """A message read off an SDK transport (stdio, legacy HTTP)."""
         message = getattr(item, "message", None) if isinstance(item, SessionMessage) else None
         result = getattr(message, "result", None)
-        if not isinstance(result, dict):
-            return
+        if isinstance(result, dict):
+            self.observe_result(result)
+
+    def observe_result(self, result: Mapping[str, Any], method: str | None = None) -> None:
+        """A JSON-RPC result as it arrived (from mrtr's own HTTP transport, or `observe`)."""
         requests = result.get("inputRequests")
         if result.get("resultType") == "input_required":
             state = result.get("requestState")
@@ -161,8 +165,8 @@ class ObservedTransport:
         return await self._inner.__aexit__(*exc)
 
 
-def http_transport(url: str, view: WireView) -> ObservedTransport:
-    """Streamable HTTP with the SDK's default client settings, plus the instance-header hook."""
+def observed_http_client(view: WireView) -> httpx2.AsyncClient:
+    """The SDK's default HTTP client settings, plus a hook reading the answering instance's header."""
 
     async def on_response(response: httpx2.Response) -> None:
         instance = response.headers.get(view.instance_header)
@@ -171,7 +175,12 @@ def http_transport(url: str, view: WireView) -> ObservedTransport:
 
     client = sdk.http_client()
     client.event_hooks["response"].append(on_response)
-    return ObservedTransport(_OwningHttp(url, client), view)
+    return client
+
+
+def http_transport(url: str, view: WireView) -> ObservedTransport:
+    """Legacy (2025-11-25) streamable HTTP, observed: the SDK's transport over `observed_http_client`."""
+    return ObservedTransport(_OwningHttp(url, observed_http_client(view)), view)
 
 
 class _OwningHttp:
