@@ -212,3 +212,31 @@ async def test_fastmcp_client(
     mode = "legacy" if cell.era == "legacy" else "auto"
     argv = [str(fastmcp_python), str(peers.FASTMCP_SCRIPT), *target_args(cell, http_server), which, mode]
     check(await run_foreign([*argv, *stdio_tail(cell)]), cell.era, which)
+
+
+# -- fast-agent, a host answering without a person (its own Python 3.12 venv) --------------------
+
+
+@pytest.fixture(scope="session")
+def fastagent_python() -> Path:
+    """fast-agent's venv, or skipped (failed under CI) when no Python 3.12 is installed."""
+    try:
+        return peers.ensure_fastagent()
+    except peers.PeerUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI is set: the fast-agent interop cells must run)")
+        pytest.skip(str(exc))
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
+async def test_fast_agent_samples_and_cancels_without_a_person(
+    era: Era, http_server: ServerProcess, fastagent_python: Path
+) -> None:
+    """Its `passthrough` model answers the sampling (the reply is the prompt); its `auto-cancel`
+    elicitation mode cancels the form, which the flow catches and names."""
+    mode = "modern" if era == "2026-07-28" else "legacy"
+    report = await run_foreign([str(fastagent_python), str(peers.FASTAGENT_SCRIPT), http_server.url, mode])
+    assert report.protocol_version == VERSION_OF[era]
+    said = scenario.echo_prompt("ping")  # passthrough: the model's reply is the prompt it was sent
+    expected = scenario.echo_text(said, "not kept: the user cancelled the question")
+    assert (report.is_error, report.text) == (False, expected)

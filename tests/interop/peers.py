@@ -5,7 +5,8 @@ can never change what the rest of the suite runs against:
 
 - the TypeScript SDK client under Node 22 from `npx -p node@22.23.3` (the machine's own node
   may be older), installed with `npm ci` from the committed lock into `ts/node_modules`;
-- FastMCP's client in its own venv, `.venv-fastmcp`, from `fastmcp-requirements.txt`.
+- FastMCP's client in its own venv, `.venv-fastmcp`, from `fastmcp-requirements.txt`;
+- fast-agent in its own Python 3.12 venv, `.venv-fastagent`, from `fastagent-requirements.txt`.
 
 Both installs are skipped when a stamp says the pinned files have not changed, and run under
 a file lock, because colleagues may run the suite in the same tree at the same time.
@@ -36,6 +37,10 @@ TS_CLIENT = TS_DIR / "client.mjs"
 FASTMCP_SCRIPT = HERE / "fastmcp_client.py"
 FASTMCP_REQUIREMENTS = HERE / "fastmcp-requirements.txt"
 FASTMCP_VENV = HERE / ".venv-fastmcp"
+FASTAGENT_SCRIPT = HERE / "fastagent_client.py"
+FASTAGENT_REQUIREMENTS = HERE / "fastagent-requirements.txt"
+FASTAGENT_VENV = HERE / ".venv-fastagent"
+FASTAGENT_PYTHON = "3.12"
 INSTALL_LOCK = HERE / ".install.lock"
 
 NODE_SPEC = "node@22.23.3"
@@ -164,6 +169,38 @@ def ensure_fastmcp() -> Path:
             _run([sys.executable, "-m", "venv", FASTMCP_VENV], "python -m venv")
             pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
             _run([*pip, "-r", FASTMCP_REQUIREMENTS], "pip install fastmcp")
+            stamp.write_text(wanted)
+    return python
+
+
+def find_python(version: str) -> Path:
+    """An interpreter of `version` (fast-agent needs 3.12): on PATH, or one pyenv installed."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = [p / "bin" / "python" for p in sorted(root.glob(f"{version}.*"), reverse=True)]
+    if (found := shutil.which(f"python{version}")) is not None:
+        candidates.append(Path(found))  # may be a pyenv shim for a version that is not active: tried last
+    for candidate in candidates:
+        try:
+            ran = subprocess.run([candidate, "--version"], capture_output=True, text=True, timeout=30, check=False)
+        except OSError:
+            continue
+        if ran.returncode == 0 and ran.stdout.startswith(f"Python {version}."):
+            return candidate
+    raise PeerUnavailable(f"Python {version} is not installed (fast-agent needs it): pyenv install {version}")
+
+
+def ensure_fastagent() -> Path:
+    """fast-agent's own venv (Python 3.12), (re)built from the pinned requirements when they changed."""
+    python = FASTAGENT_VENV / "bin" / "python"
+    stamp = FASTAGENT_VENV / _STAMP
+    base = find_python(FASTAGENT_PYTHON)
+    with install_lock():
+        wanted = _digest(FASTAGENT_REQUIREMENTS.read_bytes(), str(base).encode())
+        if not (python.exists() and stamp.exists() and stamp.read_text() == wanted):
+            shutil.rmtree(FASTAGENT_VENV, ignore_errors=True)
+            _run([base, "-m", "venv", FASTAGENT_VENV], f"python{FASTAGENT_PYTHON} -m venv")
+            pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            _run([*pip, "-r", FASTAGENT_REQUIREMENTS], "pip install fast-agent-mcp")
             stamp.write_text(wanted)
     return python
 

@@ -101,3 +101,18 @@ def same_asks(seen: list[str], scenario: Scenario) -> bool:
     """`seen` is the expected sequence; the first round's two asks may come in either order."""
     expected = expected_asks(scenario)
     return sorted(seen[:2]) == sorted(expected[:2]) and seen[2:] == expected[2:]
+
+
+# -- `echo_and_confirm`: sampling, then one question (for clients with non-interactive modes) ------------
+
+
+def echo_prompt(word: str) -> str:
+    return f"echo {word}"
+
+
+def keep_question(said: str) -> str:
+    return f"Keep {said!r}?"
+
+
+def echo_text(said: str, verdict: str) -> str:
+    return f"sampled {said!r}; {verdict}"

@@ -60,6 +60,10 @@ class Item(BaseModel):
     done: bool = Field(default=False, description="Tick when the list is complete")
 
 
+class Keep(BaseModel):
+    keep: bool = Field(description="Keep what the model said")
+
+
 def save_list(items: list[str]) -> str:
     """The side effect: stands in for writing the list somewhere; counted, so a re-run shows."""
     step = mrtr.current_step()
@@ -90,6 +94,19 @@ def build_server(key: bytes) -> MCPServer:
         root = str(roots[0].uri) if roots else "(none)"
         # Reading SAVES here is a test probe, not flow logic: it is only used in the final answer.
         return scenario.final_text(title, owner.name, items, root, SAVES[ctx.flow_id])
+
+    @flows.tool()
+    async def echo_and_confirm(word: str, ctx: mrtr.FlowContext) -> str:
+        """Sample first (the client's "LLM" echoes a word), then ask whether to keep it; a refusal is
+        caught and named, so a client whose non-interactive mode can only cancel still completes."""
+        completion = await ctx.sample(scenario.echo_prompt(word), max_tokens=20)
+        said = completion.content.text if completion.content.type == "text" else "(not text)"
+        try:
+            keep = await ctx.elicit(scenario.keep_question(said), Keep)
+            verdict = "kept" if keep.keep else "dropped"
+        except mrtr.InputRefused as refused:
+            verdict = f"not kept: the user {refused.action} the question"
+        return scenario.echo_text(said, verdict)
 
     return server
 
