@@ -240,3 +240,42 @@ async def test_fast_agent_samples_and_cancels_without_a_person(
     said = scenario.echo_prompt("ping")  # passthrough: the model's reply is the prompt it was sent
     expected = scenario.echo_text(said, "not kept: the user cancelled the question")
     assert (report.is_error, report.text) == (False, expected)
+
+
+# -- a Node client on the Vercel AI SDK's `@ai-sdk/mcp` -----------------------------------------
+
+
+@pytest.fixture(scope="session")
+def aisdk_client() -> tuple[Path, str]:
+    """Node 22 + the pinned `@ai-sdk/mcp`, or skipped (failed under CI) without npx."""
+    try:
+        return peers.ensure_aisdk()
+    except peers.PeerUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI is set: the @ai-sdk/mcp interop cells must run)")
+        pytest.skip(str(exc))
+
+
+async def run_aisdk(aisdk_client: tuple[Path, str], http_server: ServerProcess) -> Report:
+    node, _ = aisdk_client
+    return await run_foreign([str(node), str(peers.AISDK_CLIENT), http_server.url])
+
+
+async def test_ai_sdk_client_answers_a_form_on_the_legacy_era(
+    aisdk_client: tuple[Path, str], http_server: ServerProcess
+) -> None:
+    """It speaks 2025-11-25 only, so the form reaches it as a server-to-client request: answered."""
+    report = await run_aisdk(aisdk_client, http_server)
+    assert report.protocol_version == VERSION_OF["legacy"]
+    assert report.asked == [scenario.keep_question("ping")], "the one question, asked once"
+    assert (report.is_error, report.text) == (False, scenario.keep_text("ping", "kept"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="@ai-sdk/mcp 1.0.102 speaks only 2025-11-25 (LATEST_PROTOCOL_VERSION, the initialize handshake): "
+    "it never sends a 2026-07-28 request, so it never meets an input_required result",
+)
+async def test_ai_sdk_client_on_2026_07_28(aisdk_client: tuple[Path, str], http_server: ServerProcess) -> None:
+    report = await run_aisdk(aisdk_client, http_server)
+    assert report.protocol_version == VERSION_OF["2026-07-28"]

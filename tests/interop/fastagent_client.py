@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -64,6 +65,7 @@ def main() -> None:
     url, era = sys.argv[1], sys.argv[2]
     try:
         with tempfile.TemporaryDirectory(prefix="mrtr-fastagent-") as tmp:
+            os.chdir(tmp)  # fast-agent keeps its sessions under ./.fast-agent: never in the project tree
             report = asyncio.run(run(url, era, Path(tmp)))
     except Exception as exc:
         print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))

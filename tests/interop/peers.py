@@ -37,6 +37,10 @@ TS_CLIENT = TS_DIR / "client.mjs"
 FASTMCP_SCRIPT = HERE / "fastmcp_client.py"
 FASTMCP_REQUIREMENTS = HERE / "fastmcp-requirements.txt"
 FASTMCP_VENV = HERE / ".venv-fastmcp"
+AISDK_DIR = HERE / "aisdk"
+AISDK_CLIENT = AISDK_DIR / "client.mjs"
+AISDK_PACKAGE = "@ai-sdk/mcp"
+AISDK_VERSION = "1.0.102"
 FASTAGENT_SCRIPT = HERE / "fastagent_client.py"
 FASTAGENT_REQUIREMENTS = HERE / "fastagent-requirements.txt"
 FASTAGENT_VENV = HERE / ".venv-fastagent"
@@ -171,6 +175,24 @@ def ensure_fastmcp() -> Path:
             _run([*pip, "-r", FASTMCP_REQUIREMENTS], "pip install fastmcp")
             stamp.write_text(wanted)
     return python
+
+
+def ensure_aisdk() -> tuple[Path, str]:
+    """Node 22 and `@ai-sdk/mcp` in `aisdk/node_modules` (npm ci from the committed lock); the node
+    binary and the installed version."""
+    out = _run(npx_command("command -v node"), f"npx -p {NODE_SPEC}")
+    node = Path(out.strip().splitlines()[-1])
+    stamp = AISDK_DIR / "node_modules" / _STAMP
+    with install_lock():
+        lock = AISDK_DIR / "package-lock.json"
+        wanted = _digest((AISDK_DIR / "package.json").read_bytes(), lock.read_bytes())
+        if not (stamp.exists() and stamp.read_text() == wanted):
+            _run(npx_command("npm ci --no-audit --no-fund"), "npm ci (aisdk)", cwd=AISDK_DIR)
+            stamp.write_text(wanted)
+    installed = json.loads((AISDK_DIR / "node_modules" / AISDK_PACKAGE / "package.json").read_text())["version"]
+    if installed != AISDK_VERSION:
+        raise InstallFailed(f"{AISDK_PACKAGE} {installed} installed, the matrix pins {AISDK_VERSION}")
+    return node, str(installed)
 
 
 def find_python(version: str) -> Path:

@@ -116,3 +116,8 @@ def keep_question(said: str) -> str:
 
 def echo_text(said: str, verdict: str) -> str:
     return f"sampled {said!r}; {verdict}"
+
+
+def keep_text(word: str, verdict: str) -> str:
+    """`keep_word`'s answer."""
+    return f"{word!r} {verdict}"

@@ -108,6 +108,12 @@ def build_server(key: bytes) -> MCPServer:
             verdict = f"not kept: the user {refused.action} the question"
         return scenario.echo_text(said, verdict)
 
+    @flows.tool()
+    async def keep_word(word: str, ctx: mrtr.FlowContext) -> str:
+        """One question and nothing else: for clients that answer forms but offer no sampling or roots."""
+        keep = await ctx.elicit(scenario.keep_question(word), Keep)
+        return scenario.keep_text(word, "kept" if keep.keep else "dropped")
+
     return server
 
 
