@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import anyio
 import mcp_types as t
@@ -41,6 +41,7 @@ from tests.servers import ServerProcess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
+T = TypeVar("T")
 Era = Literal["2026-07-28", "legacy"]
 Transport = Literal["http", "stdio"]
 VERSION_OF: dict[Era, str] = {"2026-07-28": "2026-07-28", "legacy": "2025-11-25"}
@@ -96,15 +97,20 @@ def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
         assert "Traceback" not in server.log(), server.log()
 
 
+def installed(ensure: Callable[[], T], cells: str) -> T:
+    """A foreign client, installed on first use; missing its runtime: skipped, or failed under CI."""
+    try:
+        return ensure()
+    except peers.PeerUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"{exc} (CI is set: {cells} must run)")
+        pytest.skip(str(exc))
+
+
 @pytest.fixture(scope="session")
 def ts_client() -> NodeRuntime:
     """Node 22 + the pinned TS client, installed once per session (npm ci), or skipped/failed without npx."""
-    try:
-        return peers.ensure_ts_client()
-    except peers.PeerUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"{exc} (CI is set: the TypeScript interop cells must run)")
-        pytest.skip(str(exc))
+    return installed(peers.ensure_ts_client, "the TypeScript interop cells")
 
 
 @pytest.fixture(scope="session")
@@ -220,12 +226,7 @@ async def test_fastmcp_client(
 @pytest.fixture(scope="session")
 def fastagent_python() -> Path:
     """fast-agent's venv, or skipped (failed under CI) when no Python 3.12 is installed."""
-    try:
-        return peers.ensure_fastagent()
-    except peers.PeerUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"{exc} (CI is set: the fast-agent interop cells must run)")
-        pytest.skip(str(exc))
+    return installed(peers.ensure_fastagent, "the fast-agent interop cells")
 
 
 @pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
@@ -248,12 +249,7 @@ async def test_fast_agent_samples_and_cancels_without_a_person(
 @pytest.fixture(scope="session")
 def aisdk_client() -> tuple[Path, str]:
     """Node 22 + the pinned `@ai-sdk/mcp`, or skipped (failed under CI) without npx."""
-    try:
-        return peers.ensure_aisdk()
-    except peers.PeerUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"{exc} (CI is set: the @ai-sdk/mcp interop cells must run)")
-        pytest.skip(str(exc))
+    return installed(peers.ensure_aisdk, "the @ai-sdk/mcp interop cells")
 
 
 async def run_aisdk(aisdk_client: tuple[Path, str], http_server: ServerProcess) -> Report:
