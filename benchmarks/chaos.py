@@ -9,7 +9,7 @@ instance every 2-4 s and restarts it. Meanwhile a load of three-round ephemeral 
 - `sdk`: the official `mcp.Client` (tasks followed by mrtr's `TasksClient` extension), no
   retries of its own; ONE client per worker shared by all that worker's concurrent flows
   (`--clients` workers, `--concurrency` flows in flight in all), as an agent host would;
-- `mrtr`: `mrtr.client.FlowClient(tasks=True)`, once per fleet bus and client sharing:
+- `mrtr`: `mrtr.client._flows.FlowClient(tasks=True)`, once per fleet bus and client sharing:
   - bus `plain`: the README's plain fleet recipe (a shared Redis store, no `subscriptions=`:
     the bus comes from the store); `explicit`: `MCPServer(subscriptions=mrtr.open_bus(url))`;
   - sharing `lane`: one client per lane (flow in flight); `shared`: one client for all lanes;
@@ -215,7 +215,7 @@ def analyse_duplicates(records: list[dict[str, Any]], kills: list[Kill]) -> Dupl
 
 async def tasks_in_store(redis: aioredis.Redis, namespace: str) -> dict[str, str]:
     """Every task record of the namespace and its status (orphans included)."""
-    from mrtr.stores.redis import RedisStore
+    from mrtr.stores._redis import RedisStore
 
     store = RedisStore(REDIS_URL, prefix=f"{namespace}:")
     try:

@@ -25,9 +25,7 @@ from benchmarks.chaos_fleet import Killer
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 
-from mrtr.client import FlowClient
-from mrtr.client_transport import NO_RETRY
-from mrtr.tasks.client import CreatedTask, TasksClient, TaskSnapshot
+from mrtr.client import NO_RETRY, CreatedTask, FlowClient, TasksClient, TaskSnapshot
 
 MODES = ("sdk", "mrtr")
 FLOW_TIMEOUT = 30.0

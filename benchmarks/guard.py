@@ -27,7 +27,7 @@ from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel
 
 import mrtr
-from mrtr.guard import ReplayGuard
+from mrtr._guard import ReplayGuard
 
 REDIS_URL = os.environ.get("MRTR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("MRTR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -54,9 +54,9 @@ def build(guard: ReplayGuard | None) -> MCPServer:
 
 
 def stores(tmp: str, token: str) -> dict[str, Callable[[], Any]]:
-    from mrtr.stores.postgres import PostgresStore
-    from mrtr.stores.redis import RedisStore
-    from mrtr.stores.sqlite import SQLiteStore
+    from mrtr.stores._postgres import PostgresStore
+    from mrtr.stores._redis import RedisStore
+    from mrtr.stores._sqlite import SQLiteStore
 
     return {
         "sqlite :memory:": lambda: SQLiteStore(":memory:"),

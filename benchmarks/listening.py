@@ -6,10 +6,10 @@ instance B, so every pushed state crosses the bus (Redis pub/sub or PostgreSQL N
 - poll: `tasks/get` on B every POLL seconds (the server's `pollIntervalMs`) until the state shows;
 - listen after create: once `tools/call` has answered, `subscriptions/listen` on B with
   `notifications.taskIds` and mrtr's snapshot opt-in, read until the state arrives (what
-  `mrtr.tasks.watch.TaskFeed` does for a task whose key it did not pick);
+  `mrtr.client._watch.TaskFeed` does for a task whose key it did not pick);
 - listen ahead: one stream on B opened before the tasks exist, with mrtr's `mrtr/taskKeys` for a
   batch of BATCH idempotency keys; each task is created with the next key and its states come on
-  that stream (what `FlowClient` does: `mrtr.tasks.ahead`). The next batch's stream is opened
+  that stream (what `FlowClient` does: `mrtr.client._ahead`). The next batch's stream is opened
   untimed when one runs out (the client opens it in the background before that).
 
 Timed from sending `tools/call` to seeing the state (and, ahead, to the `tools/call` answer too,
@@ -48,7 +48,7 @@ META = {
     "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}, "extensions": {TASKS_EXTENSION: {}}},
 }
 TIMEOUT = 30.0
-BATCH = 64  # keys per listen-ahead stream (mrtr.tasks.ahead.BATCH)
+BATCH = 64  # keys per listen-ahead stream (mrtr.client._ahead.BATCH)
 
 
 class Conn:

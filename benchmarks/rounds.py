@@ -72,7 +72,7 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from pydantic import BaseModel
 
 import mrtr
-import mrtr.flows
+import mrtr._flows
 
 VARIANTS = ("plain", "resolve", "mrtr", "floor")
 LABELS = {"plain": "(a) plain tool", "resolve": "(b) SDK Resolve", "mrtr": "(c) mrtr flow", "floor": "(d) floor (ref.)"}
@@ -128,7 +128,7 @@ def instrument_engines() -> None:
     """Time mrtr's `run_flow`, the SDK's `resolve_arguments` and the boundary's seal/unseal."""
     if _ORIGINALS:
         return
-    run_flow = _ORIGINALS["run_flow"] = mrtr.flows.run_flow
+    run_flow = _ORIGINALS["run_flow"] = mrtr._flows.run_flow
     resolve_arguments = _ORIGINALS["resolve_arguments"] = sdk_tool_base.resolve_arguments
     seal = _ORIGINALS["_seal"] = RequestStateBoundary._seal
     unseal = _ORIGINALS["_unseal"] = RequestStateBoundary._unseal
@@ -163,7 +163,7 @@ def instrument_engines() -> None:
         finally:
             SAMPLES["boundary:unseal"].append(time.perf_counter() - start)
 
-    mrtr.flows.run_flow = timed_run_flow  # type: ignore[assignment]
+    mrtr._flows.run_flow = timed_run_flow  # type: ignore[assignment]
     sdk_tool_base.resolve_arguments = timed_resolve_arguments  # type: ignore[assignment]
     RequestStateBoundary._seal = timed_seal  # type: ignore[method-assign]
     RequestStateBoundary._unseal = timed_unseal  # type: ignore[method-assign]
@@ -172,7 +172,7 @@ def instrument_engines() -> None:
 def uninstrument_engines() -> None:
     if not _ORIGINALS:
         return
-    mrtr.flows.run_flow = _ORIGINALS.pop("run_flow")
+    mrtr._flows.run_flow = _ORIGINALS.pop("run_flow")
     sdk_tool_base.resolve_arguments = _ORIGINALS.pop("resolve_arguments")
     RequestStateBoundary._seal = _ORIGINALS.pop("_seal")  # type: ignore[method-assign]
     RequestStateBoundary._unseal = _ORIGINALS.pop("_unseal")  # type: ignore[method-assign]
@@ -491,16 +491,16 @@ def report_states(mrtr_sizes: Sizes, rslv_sizes: Sizes, http_drift: int) -> None
 
 # Internals timed by `engine_breakdown`; any that a refactor renamed are skipped.
 _BREAKDOWN = (
-    ("mrtr.engine", "_load_journal"),
-    ("mrtr.journal", "decode"),
-    ("mrtr.context", "elicit_ask"),
-    ("mrtr.replay", "Replay.answer_for"),
-    ("mrtr.replay", "Replay._watch"),
-    ("mrtr.replay", "Replay.close"),
-    ("mrtr.engine", "journal_budget"),
-    ("mrtr.engine", "_input_required"),
-    ("mrtr.journal", "encode"),
-    ("mrtr.engine", "sealed_size"),
+    ("mrtr._engine.engine", "_load_journal"),
+    ("mrtr._engine.journal", "decode"),
+    ("mrtr._engine.context", "elicit_ask"),
+    ("mrtr._engine.replay", "Replay.answer_for"),
+    ("mrtr._engine.replay", "Replay._watch"),
+    ("mrtr._engine.replay", "Replay.close"),
+    ("mrtr._engine.engine", "journal_budget"),
+    ("mrtr._engine.engine", "_input_required"),
+    ("mrtr._engine.journal", "encode"),
+    ("mrtr._engine.sealing", "sealed_size"),
 )
 
 
@@ -532,7 +532,7 @@ def engine_breakdown(n: int) -> None:
 
         return timed_sync
 
-    run_flow = mrtr.flows.run_flow
+    run_flow = mrtr._flows.run_flow
 
     async def round_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any) -> Any:
         current[0] = _round(request.request_state is not None)
@@ -552,8 +552,8 @@ def engine_breakdown(n: int) -> None:
             continue
         restore.append((owner, attr, original))
         setattr(owner, attr, timed(qualname, original))
-    restore.append((mrtr.flows, "run_flow", run_flow))
-    mrtr.flows.run_flow = round_run_flow  # type: ignore[assignment]
+    restore.append((mrtr._flows, "run_flow", run_flow))
+    mrtr._flows.run_flow = round_run_flow  # type: ignore[assignment]
 
     async def run() -> None:
         bench = build_server(timed=False)

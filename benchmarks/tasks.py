@@ -107,8 +107,8 @@ from pydantic import BaseModel
 from starlette.applications import Starlette
 
 import mrtr
+from mrtr.client import TASKS_EXTENSION, CreatedTask, TasksClient, get_task
 from mrtr.stores import TaskRecord, TaskStore
-from mrtr.tasks.client import TASKS_EXTENSION, CreatedTask, TasksClient, get_task
 
 STORES = ("sqlite", "redis", "postgres")
 TEMPORAL = "temporal"
@@ -189,14 +189,14 @@ class TimedStore:
 def make_store(kind: str, target: str, namespace: str) -> TaskStore:
     """The real store for `kind`; `target` is a file path (SQLite) or a URL."""
     if kind == "sqlite":
-        from mrtr.stores.sqlite import SQLiteStore
+        from mrtr.stores._sqlite import SQLiteStore
 
         return SQLiteStore(target)
     if kind == "redis":
-        from mrtr.stores.redis import RedisStore
+        from mrtr.stores._redis import RedisStore
 
         return RedisStore(target, prefix=f"{namespace}:")
-    from mrtr.stores.postgres import PostgresStore
+    from mrtr.stores._postgres import PostgresStore
 
     return PostgresStore(target, table=namespace)
 
@@ -520,10 +520,10 @@ async def run_task(client: Client) -> TaskTiming:
     for polls in range(1, MAX_POLLS + 1):
         await asyncio.sleep(POLL)
         task = await get_task(client.session, created.task_id)
-        status = task.get("status")
+        status = task.status
         if status == "completed":
             done = time.perf_counter()
-            _check(t.CallToolResult.model_validate(task.get("result") or {}), "task")
+            _check(t.CallToolResult.model_validate(task.result or {}), "task")
             return TaskTiming(created.task_id, created_at - start, done - start, polls)
         if status != "working":
             raise RuntimeError(f"task {created.task_id} ended {status}: {task!r}")
@@ -541,7 +541,7 @@ def _check(result: t.CallToolResult, what: str) -> None:
 
 async def run_get(client: Client, task_id: str) -> None:
     task = await get_task(client.session, task_id)
-    if task.get("status") != "completed":
+    if task.status != "completed":
         raise RuntimeError(f"tasks/get on a completed task said {task!r}")
 
 
@@ -622,7 +622,7 @@ async def run_task_raw(client: RawClient) -> TaskTiming:
     for polls in range(1, MAX_POLLS + 1):
         await asyncio.sleep(POLL)
         task = await client.request("tasks/get", {"taskId": task_id}, name=task_id)
-        status = task.get("status")
+        status = task.status
         if status == "completed":
             done = time.perf_counter()
             if (task.get("result") or {}).get("structuredContent") != {"result": EXPECTED}:
@@ -642,7 +642,7 @@ async def run_inline_raw(client: RawClient) -> None:
 
 async def run_get_raw(client: RawClient, task_id: str) -> None:
     task = await client.request("tasks/get", {"taskId": task_id}, name=task_id)
-    if task.get("status") != "completed":
+    if task.status != "completed":
         raise RuntimeError(f"tasks/get on a completed task said {task!r}")
 
 
@@ -1248,8 +1248,8 @@ async def main(args: argparse.Namespace) -> int:
 
 
 async def _start_dev_server(stack: contextlib.AsyncExitStack) -> str:
-    """A headless in-memory Temporal dev server for this run (`mrtr.temporal.devserver`), stopped at the end."""
-    from mrtr.temporal.devserver import dev_server
+    """A headless in-memory Temporal dev server for this run (`mrtr.temporal._devserver`), stopped at the end."""
+    from mrtr.temporal._devserver import dev_server
 
     address = await asyncio.to_thread(stack.enter_context, dev_server())
     _DEV_SERVERS.add(address)

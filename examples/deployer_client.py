@@ -42,7 +42,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import TypeAdapter
 
-from mrtr.tasks.client import CreatedTask, TasksClient, get_task, update_task
+from mrtr.client import CreatedTask, TasksClient, get_task, update_task
 
 INSTANCE_HEADER = "x-mrtr-instance"
 MODERN = "2026-07-28"
@@ -336,7 +336,7 @@ async def follow_migration(
 ) -> t.CallToolResult:
     """Poll a task on `url` until it ends, printing each status change and answering its asks.
 
-    Written out by hand (rather than `mrtr.tasks.client.follow_task`) so that every
+    Written out by hand (rather than `mrtr.client._tasks.follow_task`) so that every
     `tasks/get` and `tasks/update` shows up in the output, with the instance that served it.
     Printed offsets count from `since` (a `time.monotonic()` value; default: now), so a
     caller can put them on one clock with its own output.
@@ -349,19 +349,19 @@ async def follow_migration(
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             task = await get_task(session, task_id)
-            status = task.get("status", "working")
-            current = (status, task.get("statusMessage"))
+            status = task.status
+            current = (status, task.status_message)
             if current != last:
                 message = f" ({current[1]})" if current[1] else ""
                 elapsed = time.monotonic() - started
                 out(f"  +{elapsed:4.1f}s tasks/get -> answered by instance {endpoint.last_instance}: {status}{message}")
                 last = current
             if status == "completed":
-                return t.CallToolResult.model_validate(task.get("result") or {"content": []})
+                return t.CallToolResult.model_validate(task.result or {"content": []})
             if status in ("failed", "cancelled"):
-                raise RuntimeError(f"task {task_id} ended {status}: {task.get('error') or task.get('statusMessage')}")
+                raise RuntimeError(f"task {task_id} ended {status}: {task.error or task.status_message}")
             # A parked task repeats its pending asks on every poll: answer each key once.
-            requests = (task.get("inputRequests") or {}) if status == "input_required" else {}
+            requests = (task.input_requests or {}) if status == "input_required" else {}
             fresh = {key: _INPUT_REQUEST.validate_python(raw) for key, raw in requests.items() if key not in answered}
             if fresh:
                 wire: dict[str, Any] = {}
@@ -374,7 +374,7 @@ async def follow_migration(
                 out(f"  tasks/update -> answered by instance {endpoint.last_instance}: accepted")
                 answered |= set(fresh)
                 continue
-            interval = task.get("pollIntervalMs")
+            interval = task.poll_interval_ms
             await asyncio.sleep(interval / 1000 if isinstance(interval, int) and interval > 0 else 0.5)
         raise TimeoutError(f"task {task_id} did not finish within {timeout:.0f}s")
 

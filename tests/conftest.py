@@ -20,7 +20,7 @@ def temporal_address() -> Iterator[str]:
         if in_ci():
             pytest.fail(f"{reason}; CI must run the Temporal tests, not skip them")
         pytest.skip(reason)
-    from mrtr.temporal.devserver import dev_server
+    from mrtr.temporal._devserver import dev_server
 
     with dev_server() as address:  # fails loudly (with the server's log) if it cannot start
         yield address

@@ -134,3 +134,10 @@ async def connect(server: MCPServer, transport: str, **options: Any) -> AsyncIte
         client = manual_client(streamable_http_client(url, http_client=http), **options)  # type: ignore[arg-type]
         async with client:
             yield client
+
+
+async def task_state(session: Any, task_id: str) -> dict[str, Any]:
+    """`tasks/get` as the JSON the server sent (camelCase), for assertions on the wire."""
+    from mrtr.client import get_task
+
+    return (await get_task(session, task_id)).model_dump(by_alias=True, mode="json", exclude_none=True)

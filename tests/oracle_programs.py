@@ -26,7 +26,7 @@ from mcp_types import CreateMessageResult, ListRootsResult, Root
 from pydantic import BaseModel
 
 import mrtr
-from mrtr.engine import TaskSupport
+from mrtr._engine.spec import TaskSupport
 
 # -- the program AST ------------------------------------------------------------------------
 

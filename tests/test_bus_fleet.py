@@ -25,8 +25,7 @@ import mcp_types as t
 import pytest
 from mcp import Client
 
-from mrtr.client import FlowClient
-from mrtr.tasks.client import TasksClient, follow_task
+from mrtr.client import FlowClient, TasksClient, follow_task
 from tests import buskit
 from tests.redis_proc import RedisProcess
 from tests.servers import ServerProcess, ServerSpec, spawn_servers

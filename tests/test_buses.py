@@ -126,7 +126,7 @@ async def test_a_listen_stream_whose_client_stopped_reading_is_ended_at_its_cap(
 
     from mcp_types import SubscriptionFilter, SubscriptionsListenRequestParams
 
-    from mrtr.tasks.listen import ListenHandler
+    from mrtr.tasks._listen import ListenHandler
 
     class StoppedReading:
         """The ack goes out; then every write hangs, as to a client that no longer reads."""
@@ -198,8 +198,8 @@ async def test_flows_publish_task_notifications_on_the_sdks_in_memory_bus() -> N
         assert statuses[0] == "working" and statuses[-1] == "completed" and "input_required" in statuses
         versions = [event.version for event in heard]
         assert versions == sorted(versions), "each state change once, in commit order"
-        from mrtr.tasks.client import get_task
+        from tests.flowkit import task_state
 
-        final = await get_task(client.session, task_id)
+        final = await task_state(client.session, task_id)
         final.pop("_meta", None), final.pop("resultType")
         assert heard[-1].task == final, "the notification is the task exactly as tasks/get shows it"

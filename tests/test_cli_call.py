@@ -22,7 +22,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from mrtr import journal as journal_codec
+from mrtr._engine import journal as journal_codec
 from tests.servers import ROOT, SERVER_SCRIPT, ServerSpec, http_servers, new_key, spawn_servers
 
 pytestmark = pytest.mark.slow

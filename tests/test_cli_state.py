@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 import mrtr
-from mrtr.cli.app import app
+from mrtr.cli._app import app
 from tests.flowkit import Driver, accept, manual_client, new_server
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mrtr import journal as journal_codec
-from mrtr.cli.app import app
-from mrtr.journal import Journal
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.journal import Journal
+from mrtr.cli._app import app
 from mrtr.stores import TaskRecord, TaskStore, open_store
 from tests.servers import ROOT
 from tests.storekit import drop_namespace, service_problem

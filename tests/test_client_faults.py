@@ -24,17 +24,17 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mrtr.client import (
-    IDEMPOTENCY_KEY_META,
+    IDEMPOTENCY_KEY,
     FlowClient,
     GatewayError,
     LegacySessionRejected,
     LoadShed,
     RetryPolicy,
     Round,
+    TasksClient,
     TransportError,
     TransportTimeout,
 )
-from mrtr.tasks.client import TasksClient
 from tests.faultproxy import FaultProxy, running_proxy
 from tests.servers import ServerProcess, ServerSpec, new_key, spawn_servers
 
@@ -85,7 +85,7 @@ async def answer_word(params: t.ElicitRequestParams) -> t.ElicitResult:
 
 
 def _key(params: dict[str, Any]) -> str | None:
-    return (params.get("_meta") or {}).get(IDEMPOTENCY_KEY_META)
+    return (params.get("_meta") or {}).get(IDEMPOTENCY_KEY)
 
 
 async def test_a_kill_under_a_shared_client_fails_only_the_killed_call_which_resends(tmp_path: Path) -> None:

@@ -17,10 +17,10 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 
 import mrtr
-from mrtr.dialects import draft, incomplete, saga, sketch
-from mrtr.dialects.http import MainEndpoint
-from mrtr.dialects.plumbing import DialectError, digest, unwrap_answer
-from mrtr.dialects.stdio import DialectMiddleware
+from mrtr._dialects import draft, incomplete, saga, sketch
+from mrtr._dialects.http import MainEndpoint
+from mrtr._dialects.plumbing import DialectError, digest, unwrap_answer
+from mrtr._dialects.stdio import DialectMiddleware
 from tests.dialects.clients import DraftClient, IncompleteClient, Reply, Rotor, SagaClient, SeedClient, SketchClient
 from tests.dialects.seedjson import load, names
 
@@ -87,7 +87,7 @@ def test_seed_001_draft_ephemeral_round_trips() -> None:
 
 @pytest.mark.parametrize("name", names("001-task-"))
 def test_seed_001_persistent_workflow_payloads_round_trip(name: str) -> None:
-    """The draft's task flow is served by `Flows(seed_dialect=True)`; its payloads still parse and rebuild here."""
+    """Seed 001's task flow is not served yet; its payloads still parse and rebuild here."""
     c = client(DraftClient)
     payload = load(name)
     assert isinstance(c, DraftClient)

@@ -23,9 +23,9 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 import mrtr
-from mrtr.stores.sqlite import SQLiteStore
-from mrtr.tasks.client import CreatedTask, TasksClient, get_task, update_task
-from tests.flowkit import Driver, accept, manual_client, new_server, text_of
+from mrtr.client import CreatedTask, TasksClient, update_task
+from mrtr.stores._sqlite import SQLiteStore
+from tests.flowkit import Driver, accept, manual_client, new_server, task_state, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +54,7 @@ async def answer_task_until_done(client: Client, task_id: str, *, limit: int = 4
     sent = 0
     async with asyncio.timeout(20):
         while sent < limit:
-            task = await get_task(client.session, task_id)
+            task = await task_state(client.session, task_id)
             if task["status"] in ("completed", "failed", "cancelled"):
                 return task, sent
             if task["status"] == "input_required":
@@ -69,7 +69,7 @@ async def answer_task_until_done(client: Client, task_id: str, *, limit: int = 4
 
 async def _still_asking(client: Client, task_id: str, answered: dict[str, Any]) -> bool:
     """Whether the task still waits on the questions just answered (it may already ask new ones)."""
-    task = await get_task(client.session, task_id)
+    task = await task_state(client.session, task_id)
     return task["status"] == "input_required" and task["inputRequests"].keys() == answered.keys()
 
 
@@ -150,7 +150,7 @@ async def test_a_task_obeys_its_deadline_exactly_as_an_inline_flow() -> None:
         created = await client.session.call_tool("survey", {}, allow_claimed=True)
         assert isinstance(created, CreatedTask)
         async with asyncio.timeout(10):
-            while (task := await get_task(client.session, created.task_id))["status"] != "input_required":
+            while (task := await task_state(client.session, created.task_id))["status"] != "input_required":
                 await asyncio.sleep(0.01)
         await asyncio.sleep(1.1)  # the user answers after the flow's deadline
         await update_task(

@@ -27,8 +27,8 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
 import mrtr
-from mrtr import fleet as fleet_policy
-from mrtr import sdk
+from mrtr import _fleet as fleet_policy
+from mrtr import _sdk as sdk
 from mrtr.client import FlowClient
 from tests import buskit
 from tests.storekit import POSTGRES_DSN, REDIS_URL

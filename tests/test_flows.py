@@ -432,7 +432,7 @@ async def test_state_size_cap_gives_a_clear_error() -> None:
 
 async def test_size_estimate_never_undercounts_the_real_sealed_token(monkeypatch: pytest.MonkeyPatch) -> None:
     """The cap is enforced on an estimate made before the SDK seals; check it against real tokens."""
-    import mrtr.sdk as sdk
+    import mrtr._engine.sealing as sdk
 
     estimates: list[int] = []
     real_estimate = sdk.sealed_size
@@ -630,9 +630,9 @@ async def test_a_round_leaves_no_reference_cycle_for_the_garbage_collector() -> 
 
     from mcp_types import ClientCapabilities
 
-    from mrtr import engine
-    from mrtr import journal as codec
-    from mrtr.journal import Journal
+    from mrtr._engine import engine
+    from mrtr._engine import journal as codec
+    from mrtr._engine.journal import Journal
 
     flows = mrtr.Flows(new_server())
 

@@ -17,8 +17,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 import mrtr
-from mrtr.guard import ReplayGuard
-from mrtr.stores.sqlite import SQLiteStore
+from mrtr._guard import ReplayGuard
+from mrtr.stores._sqlite import SQLiteStore
 from tests.flowkit import Driver, accept, manual_client, new_server, text_of
 
 pytestmark = pytest.mark.anyio
@@ -148,7 +148,7 @@ async def test_a_resend_while_the_round_is_still_running_gives_up_after_max_wait
 
 async def test_an_unreachable_guard_store_fails_closed_with_a_precise_error() -> None:
     runs: Counter[str] = Counter()
-    from mrtr.stores.redis import RedisStore
+    from mrtr.stores._redis import RedisStore
 
     guard = ReplayGuard(RedisStore("redis://127.0.0.1:1/0", socket_connect_timeout=1))  # nothing listens there
     async with manual_client(deploy_server(runs, guard)) as client:

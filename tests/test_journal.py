@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mrtr import journal as codec
-from mrtr.journal import Journal, JournalFormatError
+from mrtr._engine import journal as codec
+from mrtr._engine.journal import Journal, JournalFormatError
 
 
 def sample_journal(answers: int) -> Journal:

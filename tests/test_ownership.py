@@ -21,7 +21,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from mrtr.tasks.client import CreatedTask, TasksClient, cancel_task, get_task, update_task
+from mrtr.client import CreatedTask, TasksClient, cancel_task, get_task, update_task
+from tests.flowkit import task_state
 from tests.servers import ServerSpec, spawn_servers
 from tests.test_tasks import task_server, tasks_client
 
@@ -65,9 +66,11 @@ def fleet(tmp_path: Path) -> Any:
 
 
 async def seed_result(session: Any, task_id: str) -> Any:
-    from mrtr.tasks.client import _ANY, _TaskParams, _TaskRequest
+    from mrtr.client._tasks import _ANY, _TaskRequest
+    from mrtr.tasks import TaskRequestParams
 
-    return await session.send_request(_TaskRequest(method="tasks/result", params=_TaskParams(task_id=task_id)), _ANY)
+    request = _TaskRequest(method="tasks/result", params=TaskRequestParams(task_id=task_id))
+    return await session.send_request(request, _ANY)
 
 
 async def _refusal(call: Any) -> t.ErrorData:
@@ -92,7 +95,7 @@ async def test_another_principal_cannot_see_answer_or_cancel_a_task(fleet: tuple
         import anyio
 
         with anyio.fail_after(10):
-            while (task := await get_task(alice_b.session, task_id))["status"] != "input_required":
+            while (task := await task_state(alice_b.session, task_id))["status"] != "input_required":
                 await anyio.sleep(0.05)
         (key,) = task["inputRequests"]
         missing = "x" * len(task_id)
@@ -107,11 +110,11 @@ async def test_another_principal_cannot_see_answer_or_cancel_a_task(fleet: tuple
         ):
             assert _same_as_unknown(await _refusal(call), unknown, task_id, missing)
         # ... and changed nothing: alice still sees her question, answers it, gets her result
-        still = await get_task(alice_b.session, task_id)
+        still = await task_state(alice_b.session, task_id)
         assert still["status"] == "input_required" and list(still["inputRequests"]) == [key]
         await update_task(alice_b.session, task_id, {key: {"action": "accept", "content": {"publish": False}}})
         with anyio.fail_after(10):
-            while (done := await get_task(alice_a.session, task_id))["status"] != "completed":
+            while (done := await task_state(alice_a.session, task_id))["status"] != "completed":
                 await anyio.sleep(0.05)
         assert done["result"]["content"][0]["text"] == "not published"
         assert _same_as_unknown(await _refusal(get_task(bob.session, task_id)), unknown, task_id, missing)

@@ -32,9 +32,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 import mrtr
-from mrtr.stores.sqlite import SQLiteStore
-from mrtr.tasks.client import CreatedTask, TasksClient, get_task, update_task
-from tests.flowkit import new_server
+from mrtr.client import CreatedTask, TasksClient, update_task
+from mrtr.stores._sqlite import SQLiteStore
+from tests.flowkit import new_server, task_state
 from tests.oracle_programs import Node, programs, reference_run, register, user_reply
 from tests.test_replay_oracle import UNFIT
 
@@ -75,7 +75,7 @@ async def next_phase(client: Client, task_id: str) -> dict[str, Any]:
     """Poll (bounded) until the task leaves `working`."""
     with anyio.fail_after(PHASE_TIMEOUT):
         while True:
-            task = await get_task(client.session, task_id)
+            task = await task_state(client.session, task_id)
             if task["status"] != "working":
                 return task
             await asyncio.sleep(POLL)
@@ -140,7 +140,7 @@ async def answer_phase(
         with anyio.fail_after(PHASE_TIMEOUT), pytest.raises(MCPError) as refused:
             await update_task(client.session, task_id, {forms[0]: UNFIT})
         assert refused.value.error.code == INVALID_PARAMS
-        still = await get_task(client.session, task_id)
+        still = await task_state(client.session, task_id)
         assert still["status"] == "input_required" and set(still["inputRequests"]) == set(asked)
     with anyio.fail_after(PHASE_TIMEOUT):
         await update_task(client.session, task_id, responses)

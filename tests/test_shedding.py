@@ -21,9 +21,9 @@ import pytest
 from mcp import Client
 
 import mrtr
-from mrtr import client as client_module
+from mrtr._shedding import SHEDDING_EXTENSION, LoadShedder, resends_state_only
 from mrtr.client import FlowClient
-from mrtr.shedding import SHEDDING_EXTENSION, LoadShedder, resends_state_only
+from mrtr.client import _flows as client_module
 from tests.flowkit import manual_client, new_server, text_of
 from tests.servers import ServerSpec, spawn_servers
 

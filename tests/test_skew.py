@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import mrtr
-from mrtr.journal import Journal
+from mrtr._engine.journal import Journal
 from mrtr.stores import open_store
 from tests.flowkit import new_server
 from tests.storekit import drop_namespace

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
-from mrtr.stores.sqlite import SQLiteStore
+from mrtr.stores._sqlite import SQLiteStore
 from tests.storekit import drop_namespace, service_problem
 
 pytestmark = pytest.mark.anyio
@@ -71,11 +71,11 @@ async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         elif backend == "sqlite-file":
             store = SQLiteStore(str(tmp_path / "tasks.db"))
         elif backend == "redis":
-            from mrtr.stores.redis import RedisStore
+            from mrtr.stores._redis import RedisStore
 
             store = RedisStore(REDIS_URL, prefix=f"mrtr-test-{token}:")
         else:
-            from mrtr.stores.postgres import PostgresStore
+            from mrtr.stores._postgres import PostgresStore
 
             store = await PostgresStore(POSTGRES_DSN, table=f"mrtr_test_{token}", max_size=4).open()
         stores.append(store)
@@ -440,9 +440,9 @@ async def test_redis_expires_keys_and_drops_them_from_the_claimable_index(make_s
 
 async def test_open_store_picks_the_backend_from_the_url() -> None:
     from mrtr.stores import open_store
-    from mrtr.stores.postgres import PostgresStore
-    from mrtr.stores.redis import RedisStore
-    from mrtr.stores.sqlite import SQLiteStore
+    from mrtr.stores._postgres import PostgresStore
+    from mrtr.stores._redis import RedisStore
+    from mrtr.stores._sqlite import SQLiteStore
 
     memory = open_store("sqlite:///:memory:")
     assert isinstance(memory, SQLiteStore)
@@ -455,7 +455,7 @@ async def test_open_store_picks_the_backend_from_the_url() -> None:
         open_store("mysql://nope")
 
 
-# -- the replay guard's ledger (mrtr.guard.RoundLedger), on every store -------------------------
+# -- the replay guard's ledger (mrtr._guard.RoundLedger), on every store -------------------------
 
 
 async def test_round_ledger_claim_fork_finish(store: Any) -> None:

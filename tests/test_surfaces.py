@@ -191,6 +191,6 @@ def test_registration_errors_are_clear() -> None:
     with pytest.raises(TypeError, match="must be an async function"):
         flows.tool()(not_async)
     with pytest.raises(TypeError, match="explicit key"):
-        from mrtr.asks import elicit_ask
+        from mrtr._engine.asks import elicit_ask
 
         elicit_ask("x", Topic, None, True)

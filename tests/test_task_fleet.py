@@ -22,7 +22,8 @@ import mcp_types as t
 import pytest
 from mcp import Client
 
-from mrtr.tasks.client import CreatedTask, TasksClient, get_task, update_task
+from mrtr.client import CreatedTask, TasksClient, update_task
+from tests.flowkit import task_state
 from tests.servers import ServerSpec, spawn_servers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -119,7 +120,7 @@ async def test_a_killed_worker_loses_nothing(kind: str, tmp_path: Path) -> None:
             await wait_until(b_took_over, 15, "B's worker to adopt the orphaned task")
 
             async def parked() -> dict[str, Any] | None:
-                task = await get_task(on_b.session, task_id)  # B answers for the dead A
+                task = await task_state(on_b.session, task_id)  # B answers for the dead A
                 return task if task["status"] == "input_required" else None
 
             task = await wait_until(parked, 20, "B to take over and reach the question")
@@ -128,7 +129,7 @@ async def test_a_killed_worker_loses_nothing(kind: str, tmp_path: Path) -> None:
             await update_task(on_b.session, task_id, {key: {"action": "accept", "content": {"publish": True}}})
 
             async def completed() -> dict[str, Any] | None:
-                task = await get_task(on_b.session, task_id)
+                task = await task_state(on_b.session, task_id)
                 return task if task["status"] == "completed" else None
 
             done = await wait_until(completed, 10, "the task to complete")
@@ -157,7 +158,7 @@ async def test_any_instance_serves_get_update_and_cancel(tmp_path: Path) -> None
             created = await on_a.session.call_tool("pipeline", {"job": "j2", "slow": 0}, allow_claimed=True)
 
             async def parked() -> dict[str, Any] | None:
-                task = await get_task(on_b.session, created.task_id)
+                task = await task_state(on_b.session, created.task_id)
                 return task if task["status"] == "input_required" else None
 
             task = await wait_until(parked, 10, "the question")
@@ -165,7 +166,7 @@ async def test_any_instance_serves_get_update_and_cancel(tmp_path: Path) -> None
             await update_task(on_b.session, created.task_id, {key: {"action": "accept", "content": {"publish": False}}})
 
             async def completed() -> dict[str, Any] | None:
-                task = await get_task(on_a.session, created.task_id)
+                task = await task_state(on_a.session, created.task_id)
                 return task if task["status"] == "completed" else None
 
             done = await wait_until(completed, 10, "completion")

@@ -14,11 +14,19 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 import mrtr
-from mrtr.client import FlowClient
-from mrtr.journal import Journal, decode
-from mrtr.stores.sqlite import SQLiteStore
-from mrtr.tasks.client import CreatedTask, TaskCancelled, TasksClient, TaskSnapshot, cancel_task, get_task, update_task
-from tests.flowkit import accept, new_server, sampled
+from mrtr._engine.journal import Journal, decode
+from mrtr.client import (
+    CreatedTask,
+    FlowClient,
+    TaskCancelled,
+    TasksClient,
+    TaskSnapshot,
+    cancel_task,
+    get_task,
+    update_task,
+)
+from mrtr.stores._sqlite import SQLiteStore
+from tests.flowkit import accept, new_server, sampled, task_state
 
 pytestmark = pytest.mark.anyio
 
@@ -107,7 +115,7 @@ async def _unused(*args: Any) -> Any:
 async def wait_for(session, task_id: str, status: str, timeout: float = 5.0) -> dict[str, Any]:
     async with asyncio.timeout(timeout):
         while True:
-            task = await get_task(session, task_id)
+            task = await task_state(session, task_id)
             if task["status"] == status:
                 return task
             await asyncio.sleep(0.02)
@@ -154,7 +162,7 @@ async def test_every_kind_of_input_and_partial_updates() -> None:
             created.task_id,
             {keys["First name?"]: {"action": "accept", "content": {"name": "Ada"}}, "never-asked": {"roots": []}},
         )
-        partial = await get_task(client.session, created.task_id)  # read at once: the update is visible
+        partial = await task_state(client.session, created.task_id)  # read at once: the update is visible
         assert partial["status"] == "input_required"
         assert list(partial["inputRequests"]) == [keys["Last name?"]]
         # A wrong-schema answer is refused precisely and loses nothing.
@@ -163,7 +171,7 @@ async def test_every_kind_of_input_and_partial_updates() -> None:
                 client.session, created.task_id, {keys["Last name?"]: {"action": "accept", "content": {}}}
             )
         assert caught.value.error.code == t.INVALID_PARAMS
-        still = await get_task(client.session, created.task_id)
+        still = await task_state(client.session, created.task_id)
         assert list(still["inputRequests"]) == [keys["Last name?"]]
     # The client driver answers elicitation, sampling and roots alike.
     async with tasks_client(task_server(Counter())) as client:
@@ -196,7 +204,7 @@ async def test_without_the_extension() -> None:
             "requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}
         }
         with pytest.raises(MCPError) as caught:
-            await get_task(plain.session, "anything")
+            await task_state(plain.session, "anything")
         assert caught.value.error.code == t.MISSING_REQUIRED_CLIENT_CAPABILITY
     async with tasks_client(server) as client:
         for call in (get_task, cancel_task):
@@ -218,7 +226,7 @@ async def test_cancel_reaches_the_flow_and_is_idempotent() -> None:
         waiting = await client.session.call_tool("confirm_delete", {"filename": "c"}, allow_claimed=True)
         await wait_for(client.session, waiting.task_id, "input_required")
         await cancel_task(client.session, waiting.task_id)
-        cancelled = await get_task(client.session, waiting.task_id)
+        cancelled = await task_state(client.session, waiting.task_id)
         assert cancelled["status"] == "cancelled" and "inputRequests" not in cancelled
 
     created_ids: list[str] = []
@@ -274,7 +282,7 @@ async def test_expired_tasks_are_unknown() -> None:
         await wait_for(client.session, created.task_id, "completed")
         await asyncio.sleep(0.4)
         with pytest.raises(MCPError) as caught:
-            await get_task(client.session, created.task_id)
+            await task_state(client.session, created.task_id)
         assert caught.value.error.code == t.INVALID_PARAMS
 
 
@@ -305,7 +313,7 @@ async def test_seed_dialect_is_off_by_default_and_works_when_asked() -> None:
             )
         assert caught.value.error.code == t.METHOD_NOT_FOUND
 
-    async with tasks_client(task_server(Counter(), seed_dialect=True)) as client:
+    async with tasks_client(task_server(Counter(), dialects=["sep-2322-tasks"])) as client:
         created = await client.session.call_tool("confirm_delete", {"filename": "e"}, allow_claimed=True)
         await wait_for(client.session, created.task_id, "input_required")
         asked = await client.session.send_request(
@@ -322,7 +330,7 @@ async def test_seed_dialect_is_off_by_default_and_works_when_asked() -> None:
             )
             assert ack["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": created.task_id}
             if "nonsense" in content:
-                assert (await get_task(client.session, created.task_id))["status"] == "input_required"
+                assert (await task_state(client.session, created.task_id))["status"] == "input_required"
         final = await client.session.send_request(
             _SeedResult(method="tasks/result", params=_TaskParams(task_id=created.task_id)), any_dict
         )
@@ -520,7 +528,7 @@ async def test_a_task_of_a_flow_this_instance_does_not_know_is_left_for_one_that
 
 async def test_one_set_of_mcp_client_callbacks_answers_rounds_tasks_and_declares_capabilities() -> None:
     """mcp.Client's callbacks serve FlowClient, TasksClient and tasks_client alike (first-hour issue)."""
-    from mrtr.tasks.client import tasks_client
+    from mrtr.client import tasks_client
 
     seen: list[str] = []
 

@@ -36,8 +36,7 @@ from mcp import Client
 from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowExecutionStatus
 
-from mrtr.client import FlowClient
-from mrtr.tasks.client import CreatedTask, TasksClient, cancel_task, get_task, update_task
+from mrtr.client import CreatedTask, FlowClient, TasksClient, cancel_task, get_task, update_task
 from tests import buskit
 from tests.conformance.harness import (
     TASKS_ALWAYS_SKIPPED,
@@ -49,6 +48,7 @@ from tests.conformance.harness import (
     run_tasks_suite,
     tasks_failures,
 )
+from tests.flowkit import task_state
 from tests.servers import ServerProcess, ServerSpec, spawn_servers
 from tests.storekit import REDIS_URL, service_problem
 from tests.temporalkit import in_ci, unique_queue
@@ -137,7 +137,7 @@ async def wait_until(predicate: Callable[[], Awaitable[Any]], timeout: float, wh
 
 async def wait_status(session: Any, task_id: str, status: str, timeout: float = 20) -> dict[str, Any]:
     async def reached() -> dict[str, Any] | None:
-        task = await get_task(session, task_id)
+        task = await task_state(session, task_id)
         assert task["status"] in ("working", "input_required", status), task
         return task if task["status"] == status else None
 

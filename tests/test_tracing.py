@@ -20,7 +20,7 @@ from pydantic import BaseModel
 import mrtr
 import mrtr.tracing
 from mrtr.client import FlowClient
-from mrtr.stores.sqlite import SQLiteStore
+from mrtr.stores._sqlite import SQLiteStore
 from mrtr.tracing import LogContextFilter
 from tests.flowkit import new_server, sampled
 

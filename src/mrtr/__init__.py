@@ -1,45 +1,78 @@
 """mrtr: await-style multi round-trip flows for MCP servers that run on a stateless fleet.
 
-Read top-down (the data path request -> engine -> journal -> result):
+    from mcp.server.mcpserver import MCPServer
+    import mrtr
 
-- `flows`: `Flows` registers flow functions as the SDK's tools, prompts and resources.
-- `spec`: what a flow is (`FlowSpec`, `Limits`) and the shapes of the services it may use.
-- `engine`: one request (or one run of a task): load the journal, run, answer.
-- `replay` + `drivers`: one run against the journal; `branches` names concurrent tasks,
-  `quiescence` tells when a round is over, `steps` runs and journals side effects.
-- `journal`: what a flow remembers, and its compact encoding.
-- `context` (what a flow awaits), `asks` (questions on the wire), `errors`.
-- Under load and attack: `guard` (single-use rounds), `shedding` (state-only results).
-- `tasks/`: durable tasks — `wire`, `extension`, `engine` (the task-engine seam), `runtime` +
-  `lease_ops` + `checkpoints` (the lease runtime), `outcome`, `events` + `listen` + `watch` +
-  `ahead` (task notifications, served and followed), `seed_dialect`, `client`; `stores/`: where they live
-  (SQLite, Redis, PostgreSQL); `temporal/`: or on Temporal (`mrtr[temporal]`); `buses/`: listen
-  events across a fleet, over Redis or PostgreSQL (`open_bus`).
-- Clients: `client` (`FlowClient`), `client_transport`, `client_connect`; `backoff` (retry waits,
-  shared with the buses).
-- `sdk`: the one place mrtr touches the official SDK's internals. `tracing`, `testing`, `cli/`.
+    server = MCPServer("expenses", request_state_security=...)
+    flows = mrtr.Flows(server)
+
+    @flows.tool()
+    async def submit(ctx: mrtr.FlowContext, amount: float) -> str:
+        approval = await ctx.elicit(f"Approve {amount}?", Approval)
+        ...
+
+The server API is this module; the rest of the public surface is `mrtr.client` (everything
+a client needs), `mrtr.tasks` (the tasks extension and its runtime), `mrtr.stores` and
+`mrtr.buses` (where tasks and listen events live on a fleet), `mrtr.temporal`,
+`mrtr.testing`, `mrtr.tracing` and `mrtr.cli`. Modules whose names start with `_` are
+private. Names load on first use: `import mrtr` imports no engine and changes nothing.
 """
 
-from mrtr.asks import Capability
-from mrtr.buses import BrokerBus, open_bus
-from mrtr.context import FlowContext
-from mrtr.errors import (
-    Cancelled,
-    Declined,
-    FlowDefinitionError,
-    FlowError,
-    FlowExpired,
-    FlowSuspended,
-    InputRefused,
-    NondeterminismError,
-    StateTooLarge,
-    TooManyRounds,
-)
-from mrtr.flows import Flows
-from mrtr.guard import ReplayGuard, open_guard
-from mrtr.shedding import LoadShedder
-from mrtr.steps import StepInfo, current_step
-from mrtr.stores import TaskRecord, TaskStore, open_store
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mrtr._engine.asks import Capability
+    from mrtr._engine.context import FlowContext
+    from mrtr._engine.steps import StepInfo, current_step
+    from mrtr._errors import (
+        Cancelled,
+        Declined,
+        FlowDefinitionError,
+        FlowError,
+        FlowExpired,
+        FlowSuspended,
+        InputRefused,
+        NondeterminismError,
+        StateTooLarge,
+        TooManyRounds,
+    )
+    from mrtr._flows import Flows
+    from mrtr._guard import ReplayGuard, open_guard
+    from mrtr._shedding import LoadShedder
+    from mrtr.buses import BrokerBus, open_bus
+    from mrtr.stores import PostgresStore, RedisStore, SQLiteStore, TaskRecord, TaskStore, open_store
+
+_EXPORTS = {
+    "BrokerBus": "mrtr.buses",
+    "Cancelled": "mrtr._errors",
+    "Capability": "mrtr._engine.asks",
+    "Declined": "mrtr._errors",
+    "FlowContext": "mrtr._engine.context",
+    "FlowDefinitionError": "mrtr._errors",
+    "FlowError": "mrtr._errors",
+    "FlowExpired": "mrtr._errors",
+    "FlowSuspended": "mrtr._errors",
+    "Flows": "mrtr._flows",
+    "InputRefused": "mrtr._errors",
+    "LoadShedder": "mrtr._shedding",
+    "NondeterminismError": "mrtr._errors",
+    "PostgresStore": "mrtr.stores",
+    "RedisStore": "mrtr.stores",
+    "ReplayGuard": "mrtr._guard",
+    "SQLiteStore": "mrtr.stores",
+    "StateTooLarge": "mrtr._errors",
+    "StepInfo": "mrtr._engine.steps",
+    "TaskRecord": "mrtr.stores",
+    "TaskStore": "mrtr.stores",
+    "TooManyRounds": "mrtr._errors",
+    "current_step": "mrtr._engine.steps",
+    "open_bus": "mrtr.buses",
+    "open_guard": "mrtr._guard",
+    "open_store": "mrtr.stores",
+}
 
 __all__ = [
     "BrokerBus",
@@ -54,15 +87,15 @@ __all__ = [
     "Flows",
     "InputRefused",
     "LoadShedder",
-    "ReplayGuard",
+    "NondeterminismError",
     "PostgresStore",
     "RedisStore",
+    "ReplayGuard",
     "SQLiteStore",
-    "TaskRecord",
-    "TaskStore",
-    "NondeterminismError",
     "StateTooLarge",
     "StepInfo",
+    "TaskRecord",
+    "TaskStore",
     "TooManyRounds",
     "current_step",
     "open_bus",
@@ -73,10 +106,18 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> object:
-    # Store backends load their drivers (redis, psycopg) only when asked for.
-    if name in ("SQLiteStore", "RedisStore", "PostgresStore"):
-        from mrtr import stores
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mrtr' has no attribute {name!r}")
+    if name == "Flows":
+        from mrtr._sdk import track_default_keys
 
-        return getattr(stores, name)
-    raise AttributeError(f"module 'mrtr' has no attribute {name!r}")
+        track_default_keys()  # before the user's server is built: see `mrtr._sdk.uses_process_local_key`
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # resolved once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

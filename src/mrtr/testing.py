@@ -34,10 +34,10 @@ from mcp_types import (
     UrlElicitationCapability,
 )
 
-from mrtr import journal as journal_codec
-from mrtr.engine import execute
-from mrtr.flows import Flows
-from mrtr.journal import Journal
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.engine import execute
+from mrtr._engine.journal import Journal
+from mrtr._flows import Flows
 
 _EVERYTHING = ClientCapabilities(
     elicitation=ElicitationCapability(form=FormElicitationCapability(), url=UrlElicitationCapability()),

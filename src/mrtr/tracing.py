@@ -13,7 +13,8 @@ cost a context-variable lookup):
 - events on the current span for a replayed `requestState` refused, a request shed, and a
   task's status change.
 
-Logging: `get_logger(__name__)` is a standard module logger whose records carry
+Logging: `get_logger(name)` is a standard logger (named by role: `mrtr.engine`,
+`mrtr.tasks.runtime`, ...) whose records carry
 `flow_id` and `task_id` attributes (None outside a flow), taken from the flow being run;
 `LogContextFilter` stamps the same attributes on any record (attach it to a handler to
 use `%(flow_id)s` in a format shared with other libraries).
@@ -31,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode
 
-from mrtr.sdk import sealed_size
+from mrtr._engine.sealing import sealed_size
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
-    from mrtr.spec import FlowSpec
+    from mrtr._engine.spec import FlowSpec
 
 TRACER_NAME = "mrtr"
 _tracer = trace.get_tracer(TRACER_NAME)
@@ -149,8 +150,7 @@ def _finish_round(span: Span, spec: FlowSpec, replay: Any, before: set[str], req
             # What `_input_required` will seal: measured only when someone records the span.
             from dataclasses import replace
 
-            from mrtr import journal as journal_codec
-
+            from mrtr._engine import journal as journal_codec
             state = journal_codec.encode(replace(journal, rounds=journal.rounds + 1, pending=replay.pending()))
             span.set_attribute("mrtr.state.bytes", len(state))
             span.set_attribute("mrtr.state.sealed_bytes", sealed_size(state, request, spec.audience))

@@ -459,7 +459,7 @@ async def task_store(url: str | None) -> AsyncIterator[TaskStore]:
     """
     with contextlib.ExitStack() as files:
         if url is None:
-            from mrtr.stores.sqlite import SQLiteStore
+            from mrtr.stores._sqlite import SQLiteStore
 
             tmp = files.enter_context(tempfile.TemporaryDirectory(prefix="mrtr-conformance-tasks-"))
             store: TaskStore = SQLiteStore(str(Path(tmp) / "tasks.db"))

@@ -51,7 +51,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
     sys.path.insert(0, str(ROOT))
 
 import mrtr  # noqa: E402
-from mrtr.guard import open_guard  # noqa: E402
+from mrtr._guard import open_guard  # noqa: E402
 from tests.serving import serve_http  # noqa: E402
 
 SERVER_NAME = "chaos"

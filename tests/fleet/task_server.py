@@ -153,7 +153,7 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
         task_poll_interval=0.1,
         replay_guard=guard,
         max_inflight_rounds=int(max_inflight) if max_inflight else None,
-        seed_dialect=os.environ.get("MRTR_SEED") == "1",
+        dialects=["sep-2322-tasks"] if os.environ.get("MRTR_SEED") == "1" else (),
         fleet_bus=os.environ.get("MRTR_FLEET_BUS", "1") == "1",
     )
 

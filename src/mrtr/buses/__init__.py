@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mrtr.buses.base import BrokerBus
-from mrtr.buses.events import BusGap, TaskChanged
+from mrtr.buses._base import BrokerBus
+from mrtr.buses._events import BusGap, TaskChanged
 
 
 def open_bus(url: str, *, namespace: str | None = None, **options: Any) -> BrokerBus:
@@ -27,11 +27,11 @@ def open_bus(url: str, *, namespace: str | None = None, **options: Any) -> Broke
     its servers need no fleet bus (the SDK's in-memory default serves them).
     """
     if url.startswith(("redis://", "rediss://")):
-        from mrtr.buses.redis import RedisBus
+        from mrtr.buses._redis import RedisBus
 
         return RedisBus(url, prefix=f"{namespace}:" if namespace else "mrtr:", **options)
     if url.startswith(("postgresql://", "postgres://")):
-        from mrtr.buses.postgres import PostgresBus
+        from mrtr.buses._postgres import PostgresBus
 
         return PostgresBus(url, table=f"{namespace}_bus" if namespace else "mrtr_bus", **options)
     raise ValueError(
@@ -42,11 +42,11 @@ def open_bus(url: str, *, namespace: str | None = None, **options: Any) -> Broke
 
 def __getattr__(name: str) -> Any:
     if name == "RedisBus":
-        from mrtr.buses.redis import RedisBus
+        from mrtr.buses._redis import RedisBus
 
         return RedisBus
     if name == "PostgresBus":
-        from mrtr.buses.postgres import PostgresBus
+        from mrtr.buses._postgres import PostgresBus
 
         return PostgresBus
     raise AttributeError(name)

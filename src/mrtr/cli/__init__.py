@@ -5,7 +5,7 @@
     mrtr inspect-state TOKEN                unseal a requestState (key from $MRTR_STATE_KEY)
 
 Every failure ends with one line on stderr (`mrtr: ...`) and a documented exit code
-(`mrtr.cli.errors`); `MRTR_DEBUG=1` shows the traceback instead. Needs the `cli` extra
+(`mrtr.cli._errors`); `MRTR_DEBUG=1` shows the traceback instead. Needs the `cli` extra
 (`pip install "mrtr[cli]"`: typer, rich, PyYAML).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `mrtr` script."""
     try:
-        from mrtr.cli.app import app
+        from mrtr.cli._app import app
     except ImportError as exc:  # the `cli` extra is missing
         sys.stderr.write(f'mrtr: the command line needs the cli extra (pip install "mrtr[cli]"): {exc}\n')
         raise SystemExit(2) from None
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def __getattr__(name: str) -> Any:
     if name == "app":
-        from mrtr.cli.app import app
+        from mrtr.cli._app import app
 
         return app
     raise AttributeError(name)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mrtr.stores.base import TERMINAL, TaskExists, TaskRecord, TaskStatus, TaskStore, round_verdict
+from mrtr.stores._base import TERMINAL, TaskExists, TaskRecord, TaskStatus, TaskStore, round_verdict
 
 
 def open_store(url: str, *, namespace: str | None = None) -> TaskStore:
@@ -25,15 +25,15 @@ def open_store(url: str, *, namespace: str | None = None) -> TaskStore:
     PostgreSQL table, so several services can share one database.
     """
     if url.startswith("sqlite:///"):
-        from mrtr.stores.sqlite import SQLiteStore
+        from mrtr.stores._sqlite import SQLiteStore
 
         return SQLiteStore(url.removeprefix("sqlite:///"))
     if url.startswith(("redis://", "rediss://")):
-        from mrtr.stores.redis import RedisStore
+        from mrtr.stores._redis import RedisStore
 
         return RedisStore(url, prefix=f"{namespace}:" if namespace else "mrtr:")
     if url.startswith(("postgresql://", "postgres://")):
-        from mrtr.stores.postgres import PostgresStore
+        from mrtr.stores._postgres import PostgresStore
 
         return PostgresStore(url, table=namespace or "mrtr_tasks")
     raise ValueError(f"unknown task store URL {url!r}: expected sqlite:///PATH, redis://... or postgresql://...")
@@ -42,15 +42,15 @@ def open_store(url: str, *, namespace: str | None = None) -> TaskStore:
 def __getattr__(name: str) -> Any:
     # Backends import their drivers lazily so `import mrtr` never needs redis or psycopg.
     if name == "SQLiteStore":
-        from mrtr.stores.sqlite import SQLiteStore
+        from mrtr.stores._sqlite import SQLiteStore
 
         return SQLiteStore
     if name == "RedisStore":
-        from mrtr.stores.redis import RedisStore
+        from mrtr.stores._redis import RedisStore
 
         return RedisStore
     if name == "PostgresStore":
-        from mrtr.stores.postgres import PostgresStore
+        from mrtr.stores._postgres import PostgresStore
 
         return PostgresStore
     raise AttributeError(name)

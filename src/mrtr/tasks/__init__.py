@@ -1,47 +1,74 @@
-"""Durable tasks (the `io.modelcontextprotocol/tasks` extension, SEP-2663), split by role.
+"""Durable tasks: the `io.modelcontextprotocol/tasks` extension (SEP-2663) and its lease runtime.
 
-- `wire`: the extension's method parameters, the wire `Task` object, task identity.
-- `extension`: the SDK `Extension` serving `tasks/get`, `tasks/update`, `tasks/cancel`.
-- `engine`: the `TaskEngine` protocol every engine meets (the lease runtime, `mrtr.temporal`).
-- `runtime`: `TaskRuntime`, which runs flows as tasks under a lease and resumes them anywhere;
-  `lease_ops`: its reads, answers and cancels over the store.
-- `outcome`: where a run of a flow leaves its task (shared by the engines).
-- `seed_dialect`: SEP-2322's original `tasks/result` + `tasks/input_response`, opt-in.
-- `client`: following tasks from the client side (`TasksClient`, `follow_task`).
-
-Names load on first use, so a client importing `mrtr.tasks.client` pulls in no server code.
+`Flows(server, store=...)` wires all of this; these names are for building it by hand
+(`TasksExtension(engine)` for `MCPServer(extensions=[...])`), for writing a task engine of
+your own (`TaskEngine`), and for the wire shapes. Clients follow tasks with
+`mrtr.client` (`TasksClient`, `follow_task`), which imports none of this.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mrtr._wire import (
+        IDEMPOTENCY_KEY,
+        TASKS_EXTENSION,
+        TERMINAL,
+        CreateTaskResult,
+        DetailedTask,
+        Task,
+        TaskRequestParams,
+        TaskStatus,
+        UpdateTaskParams,
+    )
+    from mrtr.tasks._extension import TasksExtension
+    from mrtr.tasks._records import detailed_view, task_view
+    from mrtr.tasks._runtime import LeaseLost, TaskRuntime
+    from mrtr.tasks._seam import EngineOptions, TaskEngine
 
 _EXPORTS = {
-    "TasksExtension": "extension",
-    "TaskRuntime": "runtime",
-    "TaskEngine": "engine",
-    "LeaseLost": "runtime",
-    "TaskRequestParams": "wire",
-    "UpdateTaskParams": "wire",
-    "IDEMPOTENCY_KEY": "wire",
-    "TASKS_EXTENSION": "wire",
-    "task_fields": "wire",
-    "TasksClient": "client",
-    "CreatedTask": "client",
-    "TaskSnapshot": "client",
-    "TaskCancelled": "client",
-    "follow_task": "client",
-    "get_task": "client",
-    "update_task": "client",
-    "cancel_task": "client",
+    "IDEMPOTENCY_KEY": "mrtr._wire",
+    "TASKS_EXTENSION": "mrtr._wire",
+    "TERMINAL": "mrtr._wire",
+    "CreateTaskResult": "mrtr._wire",
+    "DetailedTask": "mrtr._wire",
+    "Task": "mrtr._wire",
+    "TaskRequestParams": "mrtr._wire",
+    "TaskStatus": "mrtr._wire",
+    "UpdateTaskParams": "mrtr._wire",
+    "EngineOptions": "mrtr.tasks._seam",
+    "LeaseLost": "mrtr.tasks._runtime",
+    "TaskEngine": "mrtr.tasks._seam",
+    "TaskRuntime": "mrtr.tasks._runtime",
+    "TasksExtension": "mrtr.tasks._extension",
+    "detailed_view": "mrtr.tasks._records",
+    "task_view": "mrtr.tasks._records",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "CreateTaskResult",
+    "DetailedTask",
+    "EngineOptions",
+    "IDEMPOTENCY_KEY",
+    "LeaseLost",
+    "TASKS_EXTENSION",
+    "TERMINAL",
+    "Task",
+    "TaskEngine",
+    "TaskRequestParams",
+    "TaskRuntime",
+    "TaskStatus",
+    "TasksExtension",
+    "UpdateTaskParams",
+    "detailed_view",
+    "task_view",
+]
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'mrtr.tasks' has no attribute {name!r}")
-    return getattr(import_module(f"mrtr.tasks.{module}"), name)
+    return getattr(import_module(module), name)

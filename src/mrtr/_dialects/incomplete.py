@@ -1,0 +1,43 @@
+"""Seed 002, the C# reference: `result_type: "incomplete"`, negotiated by protocol version.
+
+A client opts in by naming the experimental version `2026-06-XX` in `initialize` (the
+server answers with that version) and then sends it as `MCP-Protocol-Version` on every
+request, as the C# client does in stateless mode. The result is an ordinary JSON-RPC
+`result` discriminated by `result_type`; retries carry `inputResponses` and
+`requestState` in `params`, as on every `RequestParams` in the C# SDK.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mrtr._dialects.plumbing import invalid, unwrap_answer
+
+NAME = "incomplete"
+VERSION = "2026-06-XX"
+"""The experimental protocol version the C# SDK negotiates MRTR with."""
+
+
+def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    params = message.get("params") or {}
+    responses = params.get("inputResponses", params.get("input_responses"))
+    state = params.get("requestState", params.get("request_state"))
+    if state is not None and not isinstance(state, str):
+        raise invalid("requestState must be the string the server sent", "malformed_request_state")
+    if responses is None:
+        return {}, state
+    if not isinstance(responses, dict):
+        raise invalid("inputResponses must be an object keyed like inputRequests", "malformed_answers")
+    # Lenient: an InputResponse may be the bare result or wrapped as {"result": ...}.
+    answers = {key: answer for key, value in responses.items() if (answer := unwrap_answer(value)) is not None}
+    return answers, state
+
+
+def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
+    incomplete: dict[str, Any] = {"result_type": "incomplete"}
+    if result.get("inputRequests"):
+        incomplete["inputRequests"] = dict(result["inputRequests"])
+    if result.get("requestState"):
+        incomplete["requestState"] = result["requestState"]
+    return {"jsonrpc": "2.0", "id": request_id, "result": incomplete}

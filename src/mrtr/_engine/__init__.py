@@ -1,0 +1,1 @@
+"""The engine: one round of a flow against its journal (private; see `mrtr`)."""

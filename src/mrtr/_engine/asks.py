@@ -1,0 +1,351 @@
+"""Asks: the questions a flow puts to the client, rendered once for both protocol eras.
+
+An ask knows its wire request (`elicitation/create`, `sampling/createMessage`,
+`roots/list`), a digest of exactly what the client was shown, the wire key it goes out
+under, which client capability it needs, and how to turn the client's answer into the
+value the flow receives. Keys are derived from the question itself, so a question keeps
+its key across rounds, instances and redeploys, and a reworded question gets a new one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import weakref
+from collections.abc import Callable
+from typing import Any, Literal
+
+from mcp_types import (
+    ClientCapabilities,
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    ElicitationCapability,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitRequestURLParams,
+    ElicitResult,
+    FormElicitationCapability,
+    InputRequest,
+    ListRootsRequest,
+    ListRootsResult,
+    RootsCapability,
+    SamplingCapability,
+    UrlElicitationCapability,
+)
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
+
+from mrtr._errors import FlowDefinitionError
+from mrtr._sdk import PrimitiveSchemaDefinition
+
+AskKind = Literal["elicit", "elicit_url", "sample", "roots"]
+
+Capability = Literal["elicitation", "elicitation.form", "elicitation.url", "sampling", "sampling.tools", "roots"]
+
+
+class BadAnswer(Exception):
+    """The client's answer does not fit the question; the question is asked again."""
+
+
+class Ask:
+    """One question, identified by a digest of exactly what the client is shown.
+
+    The wire request is built only when the question actually goes out (most replays
+    find it answered), from parts that are cheap to hash on every replay.
+    """
+
+    __slots__ = ("_build", "_fields", "_request", "allow_preanswer", "digest", "explicit_key", "kind", "schema")
+
+    def __init__(
+        self,
+        kind: AskKind,
+        build: Callable[[], InputRequest],
+        digest: str,
+        explicit_key: str | None,
+        allow_preanswer: bool,
+        schema: type[BaseModel] | None = None,
+    ) -> None:
+        if allow_preanswer and explicit_key is None:
+            raise TypeError("allow_preanswer=True needs an explicit key=: a client can only pre-answer a key it knows")
+        self.kind = kind
+        self._build = build
+        self._request: InputRequest | None = None
+        self.digest = digest
+        self.explicit_key = explicit_key
+        self.allow_preanswer = allow_preanswer
+        self.schema = schema
+        self._fields = _field_names(schema) if schema is not None else frozenset()
+
+    @property
+    def request(self) -> InputRequest:
+        """Built on first use and kept: asks are immutable, and cached ones are shared."""
+        if self._request is None:
+            self._request = self._build()
+        return self._request
+
+    @property
+    def capability(self) -> Capability:
+        return _CAPABILITY[self.kind]
+
+    def derived_key(self, occurrence: int) -> str:
+        """Stable wire key: kind + question digest, + a counter when asked again in one run."""
+        base = f"{self.kind}_{self.digest[:10]}"
+        return base if occurrence == 1 else f"{base}_{occurrence}"
+
+    def wire_request(self) -> dict[str, Any]:
+        return self.request.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def accept(self, answer: Any) -> Any:
+        """Validate a wire answer and return the JSON to journal: what the question asked for, no more.
+
+        Raises:
+            BadAnswer: The answer is of the wrong kind or fails the requested schema.
+        """
+        if self.kind == "elicit" and type(answer) is dict and answer.get("action") == "accept":
+            # The usual answer: a form accepted with just the form's fields. The form's own
+            # schema admits only values the wire's ElicitResult admits, so one validation does.
+            content = answer.get("content")
+            if type(content) is dict and content.keys() <= self._fields:
+                self._validate_form(content)
+                return {"action": "accept", "content": content}
+        if self.kind in ("elicit", "elicit_url"):
+            try:
+                result = ElicitResult.model_validate(answer)
+            except ValidationError:
+                raise BadAnswer("not an elicitation result") from None
+            if result.action != "accept" or self.kind == "elicit_url":
+                return {"action": result.action}
+            if result.content is None:
+                raise BadAnswer("accepted without content")
+            validated = self._validate_form(result.content)
+            # Journal the fields the form asked for: junk the client added stays out. Content
+            # with no field beyond the form's (the usual case) is journaled as it came.
+            content = result.content
+            if not content.keys() <= self._fields:
+                content = validated.model_dump(mode="json", by_alias=True, exclude_unset=True)
+            return {"action": "accept", "content": content}
+        model = CreateMessageResult if self.kind == "sample" else ListRootsResult
+        try:
+            parsed = model.model_validate(answer)
+        except ValidationError:
+            raise BadAnswer(f"not a {model.__name__}") from None
+        return parsed.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def _validate_form(self, content: dict[str, Any]) -> BaseModel:
+        assert self.schema is not None
+        try:
+            return self.schema.model_validate(content)
+        except ValidationError as exc:
+            fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"]) or "the form"
+            raise BadAnswer(f"content does not match the requested schema ({fields})") from None
+
+
+_CAPABILITY: dict[AskKind, Capability] = {
+    "elicit": "elicitation.form",
+    "elicit_url": "elicitation.url",
+    "sample": "sampling",
+    "roots": "roots",
+}
+
+
+# Every round replays every ask, so what an ask costs to build matters. Questions often
+# carry client text, so caches are bounded in bytes, not just entries: schemas by class,
+# held weakly (only code creates classes), and asks only for short questions.
+_schemas: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], bytes]] = weakref.WeakKeyDictionary()
+
+
+def elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_preanswer: bool) -> Ask:
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        raise FlowDefinitionError(not_a_model(schema))
+    if len(message) > _SHORT:
+        return _elicit_ask(message, schema, key, allow_preanswer)
+    # Short questions (most are) are cached: at most _CACHED asks of at most _SHORT characters.
+    ident = (message, schema, key, allow_preanswer)
+    ask = _recent.get(ident)
+    if ask is None:
+        ask = _recent[ident] = _elicit_ask(message, schema, key, allow_preanswer)
+        if len(_recent) > _CACHED:
+            del _recent[next(iter(_recent))]
+    return ask
+
+
+_SHORT = 256
+_CACHED = 4096
+_recent: dict[tuple[str, type[BaseModel], str | None, bool], Ask] = {}
+
+
+def _elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_preanswer: bool) -> Ask:
+    rendered, canonical = _schema_of(schema)
+
+    def build() -> InputRequest:
+        return ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=rendered))
+
+    return Ask("elicit", build, _digest(b"elicit", canonical, message.encode()), key, allow_preanswer, schema)
+
+
+def elicit_url_ask(message: str, url: str, key: str | None) -> Ask:
+    # The 2026-07-28 wire correlates through requestState; the id stays for older peers.
+    elicitation_id = key or hashlib.sha256(f"{message}\0{url}".encode()).hexdigest()[:16]
+
+    def build() -> InputRequest:
+        params = ElicitRequestURLParams(message=message, url=url, elicitation_id=elicitation_id)
+        return ElicitRequest(params=params)
+
+    digest = _digest(b"elicit_url", message.encode(), url.encode(), elicitation_id.encode())
+    return Ask("elicit_url", build, digest, key, False, None)
+
+
+def sample_ask(params: CreateMessageRequestParams, key: str | None, allow_preanswer: bool) -> Ask:
+    request = CreateMessageRequest(params=params)
+    rendered = json.dumps(
+        request.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True, separators=(",", ":")
+    )
+    return Ask("sample", lambda: request, _digest(b"sample", rendered.encode()), key, allow_preanswer, None)
+
+
+_ROOTS = ListRootsRequest()
+
+
+def roots_ask(key: str | None, allow_preanswer: bool) -> Ask:
+    return Ask("roots", lambda: _ROOTS, _ROOTS_DIGEST, key, allow_preanswer, None)
+
+
+def _digest(*parts: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(b"\0".join(parts)).digest()[:12]).decode()
+
+
+_ROOTS_DIGEST = _digest(b"roots")
+
+
+_fields: weakref.WeakKeyDictionary[type[BaseModel], frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _field_names(schema: type[BaseModel]) -> frozenset[str]:
+    """Every name a form field may arrive under (its name and its alias)."""
+    names = _fields.get(schema)
+    if names is None:
+        fields = schema.model_fields
+        names = _fields[schema] = frozenset(fields) | {f.alias for f in fields.values() if f.alias}
+    return names
+
+
+def _schema_of(schema: type[BaseModel]) -> tuple[dict[str, Any], bytes]:
+    cached = _schemas.get(schema)
+    if cached is None:
+        try:
+            rendered = render_form_schema(schema)
+        except TypeError as exc:
+            raise FlowDefinitionError(str(exc)) from None
+        canonical = json.dumps(rendered, sort_keys=True, separators=(",", ":")).encode()
+        cached = _schemas[schema] = (rendered, canonical)
+    return cached
+
+
+SUPPORTED_FIELDS = (
+    "form fields may be str (also date, datetime, EmailStr, AnyUrl: string formats), int, float, bool, "
+    "a Literal or Enum/StrEnum of strings (a choice), or a list of those (several choices); "
+    "any of them optional with a default"
+)
+
+
+def not_a_model(schema: object) -> str:
+    return (
+        f"ctx.elicit takes a pydantic model class as its schema, not {type(schema).__name__} {schema!r:.80}; "
+        "declare `class Answer(BaseModel): ...` and pass Answer"
+    )
+
+
+class _FormJsonSchema(GenerateJsonSchema):
+    """The spec's form fields have no `anyOf` or null type: `T | None` renders as `T`, optional by its default.
+
+    The same rule as the SDK's `render_elicitation_schema`.
+    """
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        result = super().default_schema(schema)
+        if result.get("default") is None:
+            result.pop("default", None)
+        return result
+
+
+_FIELD = TypeAdapter[PrimitiveSchemaDefinition](PrimitiveSchemaDefinition)
+
+
+def render_form_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    """`requestedSchema` for a model, with Enum fields inlined as the spec's string enums.
+
+    Pydantic renders an `Enum` as a `$ref` into `$defs`, which a form cannot hold; its
+    values are copied into the field (the SDK's renderer rejects them). Every field is
+    then checked against the spec's `PrimitiveSchemaDefinition`, as the SDK does.
+
+    Raises:
+        TypeError: A field no elicitation form can show; the message lists what can.
+    """
+    rendered = schema.model_json_schema(schema_generator=_FormJsonSchema)
+    definitions = rendered.pop("$defs", {})
+    properties: dict[str, Any] = rendered.get("properties", {})
+    for name, prop in properties.items():
+        prop = properties[name] = _inline(prop, definitions)
+        if "items" in prop:
+            prop["items"] = _inline(prop["items"], definitions)
+        prop.setdefault("title", schema.model_fields[name].title or name.replace("_", " ").title())
+        try:
+            _FIELD.validate_python(prop)
+            if "enum" in prop.get("items", prop) and prop.get("items", prop).get("type") != "string":
+                raise ValueError("forms offer choices of strings only")
+        except (ValidationError, ValueError):
+            raise TypeError(
+                f"{schema.__name__}.{name} renders as {prop!r}, which no elicitation form can show; {SUPPORTED_FIELDS}"
+            ) from None
+    return rendered
+
+
+def _inline(prop: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+    ref = prop.get("$ref")
+    if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
+        return prop
+    target = {k: v for k, v in definitions.get(ref.removeprefix("#/$defs/"), {}).items() if k != "title"}
+    return target | {k: v for k, v in prop.items() if k != "$ref"}
+
+
+def supports(capabilities: ClientCapabilities | None, capability: Capability) -> bool:
+    """Whether this request's declared capabilities allow `capability`.
+
+    A bare `elicitation: {}` means form mode only (the spec's rule for pre-mode clients).
+    """
+    if capabilities is None:
+        return False
+    if capability.startswith("elicitation"):
+        elicitation = capabilities.elicitation
+        if elicitation is None:
+            return False
+        if capability == "elicitation.url":
+            return elicitation.url is not None
+        if capability == "elicitation.form":
+            return elicitation.form is not None or elicitation.url is None
+        return True
+    if capability.startswith("sampling"):
+        sampling = capabilities.sampling
+        if sampling is None:
+            return False
+        return capability == "sampling" or sampling.tools is not None
+    return capabilities.roots is not None
+
+
+def required_capability(capability: Capability) -> dict[str, Any]:
+    """The `requiredCapabilities` payload of a -32021 error for `capability`."""
+    required = {
+        "elicitation": ClientCapabilities(elicitation=ElicitationCapability()),
+        "elicitation.form": ClientCapabilities(elicitation=ElicitationCapability(form=FormElicitationCapability())),
+        "elicitation.url": ClientCapabilities(elicitation=ElicitationCapability(url=UrlElicitationCapability())),
+        "sampling": ClientCapabilities(sampling=SamplingCapability()),
+        "sampling.tools": ClientCapabilities(sampling=SamplingCapability()),
+        "roots": ClientCapabilities(roots=RootsCapability()),
+    }[capability]
+    return required.model_dump(mode="json", by_alias=True, exclude_none=True)

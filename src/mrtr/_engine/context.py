@@ -1,0 +1,256 @@
+"""`FlowContext`: what a flow function awaits to ask the client or run a side effect.
+
+The same methods work in both protocol eras. Under 2026-07-28 they are served from the
+journal (or park the flow until the client answers); under 2025-11-25 and earlier they
+become ordinary server-to-client requests through the SDK session, and steps simply run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+
+from mcp_types import (
+    CreateMessageRequestParams,
+    CreateMessageResult,
+    IncludeContext,
+    ListRootsResult,
+    ModelPreferences,
+    Root,
+    SamplingMessage,
+    TextContent,
+)
+from pydantic import BaseModel
+
+from mrtr._engine.asks import Ask, Capability, elicit_ask, elicit_url_ask, roots_ask, sample_ask
+from mrtr._engine.steps import StepInfo, current_step, return_adapter
+from mrtr._errors import Cancelled, Declined
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import Context
+
+logger = logging.getLogger("mrtr.context")
+
+M = TypeVar("M", bound=BaseModel)
+P = ParamSpec("P")
+T = TypeVar("T")
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+T5 = TypeVar("T5")
+
+
+class Driver(Protocol):
+    """How asks and steps are served: from a journal (stateless rounds) or live (legacy)."""
+
+    flow_id: str
+
+    def supports(self, capability: Capability) -> bool: ...
+
+    async def ask(self, ask: Ask) -> tuple[str, Any]:
+        """The wire key of `ask` and its journaled/received answer (validated by `Ask.accept`)."""
+        ...
+
+    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The step's result as JSON (journaled, or freshly computed and journaled)."""
+        ...
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the new path of a code change named `patch_id`."""
+        ...
+
+    async def continue_as_task(self) -> None:
+        """Hand over to a durable task here, if this call is becoming one."""
+        ...
+
+
+class FlowContext:
+    """Handed to every flow function. Asks and steps are the only non-deterministic doors.
+
+    The determinism contract: a flow re-runs from the top every round, so code between
+    awaits on this object must compute the same thing every time. Anything that reads
+    a clock, a random source, or the outside world goes through `ctx.step`.
+    """
+
+    def __init__(self, driver: Driver, request: Context[Any, Any] | None) -> None:
+        self._driver = driver
+        self._request = request
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """`FlowContext` is never an argument: reached only when a flow is registered the SDK's way."""
+        raise TypeError(
+            "a mrtr.FlowContext parameter only works in a flow: register the function with @flows.tool() "
+            "(or @flows.prompt() / @flows.resource(), where flows = mrtr.Flows(server)), not @server.tool()"
+        )
+
+    @property
+    def flow_id(self) -> str:
+        """Unique per flow, stable across its rounds: use it to correlate out-of-band work."""
+        return self._driver.flow_id
+
+    @property
+    def request(self) -> Context[Any, Any]:
+        """The SDK's per-request `Context` (headers, session, lifespan) for this round."""
+        if self._request is None:
+            raise RuntimeError("this flow runs outside an MCP request")
+        return self._request
+
+    def client_supports(self, capability: Capability) -> bool:
+        """Whether *this request* declared `capability` (e.g. "elicitation", "sampling", "roots").
+
+        Use it to degrade gracefully; asking for an undeclared capability fails the call
+        with -32021 MissingRequiredClientCapability.
+        """
+        return self._driver.supports(capability)
+
+    async def elicit(
+        self, message: str, schema: type[M], *, key: str | None = None, allow_preanswer: bool = False
+    ) -> M:
+        """Ask the user to fill a form; returns the validated model.
+
+        Raises:
+            Declined: The user declined.
+            Cancelled: The user dismissed the form.
+        """
+        wire_key, answer = await self._driver.ask(elicit_ask(message, schema, key, allow_preanswer))
+        _raise_if_refused(answer, message, wire_key)
+        return schema.model_validate(answer["content"])
+
+    async def elicit_url(self, message: str, url: str, *, key: str | None = None) -> None:
+        """Send the user to `url` (URL-mode elicitation). Returns once they consent.
+
+        Acceptance is consent only: the interaction itself happens out of band, so check
+        its outcome afterwards (typically in a step keyed by `ctx.flow_id`).
+        """
+        wire_key, answer = await self._driver.ask(elicit_url_ask(message, url, key))
+        _raise_if_refused(answer, message, wire_key)
+
+    async def sample(
+        self,
+        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        *,
+        max_tokens: int,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: list[str] | None = None,
+        model_preferences: ModelPreferences | None = None,
+        include_context: IncludeContext | None = None,
+        metadata: dict[str, Any] | None = None,
+        key: str | None = None,
+        allow_preanswer: bool = False,
+    ) -> CreateMessageResult:
+        """Ask the client's LLM for a completion (`sampling/createMessage`)."""
+        if isinstance(prompt, str):
+            messages = [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))]
+        else:
+            messages = [m if isinstance(m, SamplingMessage) else SamplingMessage.model_validate(m) for m in prompt]
+        params = CreateMessageRequestParams(
+            messages=messages,
+            max_tokens=max_tokens,
+            system_prompt=system_prompt,
+            temperature=temperature,
+            stop_sequences=stop_sequences,
+            model_preferences=model_preferences,
+            include_context=include_context,
+            metadata=metadata,
+        )
+        _, answer = await self._driver.ask(sample_ask(params, key, allow_preanswer))
+        return CreateMessageResult.model_validate(answer)
+
+    async def list_roots(self, *, key: str | None = None, allow_preanswer: bool = False) -> list[Root]:
+        """The client's roots (`roots/list`)."""
+        _, answer = await self._driver.ask(roots_ask(key, allow_preanswer))
+        return ListRootsResult.model_validate(answer).roots
+
+    @overload
+    async def step(self, name: str, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+    @overload
+    async def step(self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+    async def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run `fn(*args, **kwargs)` at most once per flow and journal its result.
+
+        Replays return the journaled value. The value is what a JSON round trip of the
+        result gives back, validated against `fn`'s return annotation when it has one,
+        on the first run as on every replay, so both behave the same. A step that raises
+        is not journaled: the error propagates, and a later round runs the step again.
+        Inside `fn`, `mrtr.current_step().idempotency_key` names this step stably.
+        """
+        value = await self._driver.step(name, fn, args, kwargs)
+        adapter = return_adapter(fn)
+        return value if adapter is None else adapter.validate_python(value)
+
+    def patched(self, patch_id: str) -> bool:
+        """Branch around a code change while flows started by the old code are in flight.
+
+        True for a flow that reaches this point under the new code (and from then on, on
+        every replay: the decision is journaled); False for a flow whose journal shows the
+        old code already went past this point, so it finishes on the old path:
+
+            if ctx.patched("ask-region"):
+                region = await ctx.elicit("Which region?", Region)   # new code
+            else:
+                region = Region(name="eu")                          # what old flows did
+
+        Once no flow started before the change can still be in flight, drop the old branch
+        and keep the `patched` call until then. Temporal's `workflow.patched`, for rounds.
+        """
+        return self._driver.patched(patch_id)
+
+    async def continue_as_task(self) -> None:
+        """Mark where a task-enabled flow stops asking inline and continues as a durable task.
+
+        Asks before this point are ordinary MRTR rounds of the `tools/call`; from here the
+        call returns a task and the rest runs on a worker (SEP-2663's composition rule). A
+        task-enabled flow also switches at its first step or at its end. Outside a call
+        that is becoming a task (no task support, or the client did not opt in) it does
+        nothing.
+        """
+        await self._driver.continue_as_task()
+
+    async def checkpoint(self) -> None:
+        """Offer a shed point: an overloaded instance may end the round here and hand the
+        journal to the client, whose retry carries on (maybe elsewhere). No-op otherwise."""
+        shed_point = getattr(self._driver, "shed_point", None)
+        if shed_point is not None:
+            shed_point()
+
+    @overload
+    async def gather(self, a1: Awaitable[T1], /) -> tuple[T1]: ...
+    @overload
+    async def gather(self, a1: Awaitable[T1], a2: Awaitable[T2], /) -> tuple[T1, T2]: ...
+    @overload
+    async def gather(self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], /) -> tuple[T1, T2, T3]: ...
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4], /
+    ) -> tuple[T1, T2, T3, T4]: ...
+    @overload
+    async def gather(
+        self, a1: Awaitable[T1], a2: Awaitable[T2], a3: Awaitable[T3], a4: Awaitable[T4], a5: Awaitable[T5], /
+    ) -> tuple[T1, T2, T3, T4, T5]: ...
+    @overload
+    async def gather(self, *aws: Awaitable[T]) -> list[T]: ...
+
+    async def gather(self, *aws: Awaitable[Any]) -> Any:
+        """Await several asks/steps at once; every unanswered ask goes out in one round.
+
+        Results come in order, as a list; typed like `asyncio.gather` (a tuple of each
+        awaitable's type for up to five), so `a, b = await ctx.gather(x, y)` is typed.
+        """
+        return list(await asyncio.gather(*aws))
+
+
+def _raise_if_refused(answer: dict[str, Any], message: str, key: str) -> None:
+    action = answer.get("action")
+    if action == "decline":
+        raise Declined(message, key=key)
+    if action == "cancel":
+        raise Cancelled(message, key=key)
+
+
+__all__ = ["Driver", "FlowContext", "StepInfo", "current_step"]  # StepInfo, current_step: see mrtr._engine.steps

@@ -1,0 +1,414 @@
+"""Run a flow: one request of an ephemeral flow, or one run of a durable task.
+
+request -> `run_flow` -> `execute` (a `Replay` of the journal, served by a `JournalDriver`)
+-> flow function -> the value, an `InputRequiredResult` whose `requestState` is the
+encoded journal (the SDK's `RequestStateBoundary` seals it on the way out and verifies it
+on the way back in), or — for a task-enabled call — a durable task that takes over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequiredResult
+from mcp_types.version import is_version_at_least
+
+from mrtr import _sdk as sdk
+from mrtr import tracing
+from mrtr._engine import branches, sealing
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.asks import Ask, supports
+from mrtr._engine.context import FlowContext
+from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver, LiveDriver, missing_capability
+from mrtr._engine.journal import Journal, JournalFormatError
+from mrtr._engine.replay import Replay
+from mrtr._engine.spec import FlowSpec, Services, ShedCheck
+from mrtr._errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
+from mrtr._shedding import run_round
+from mrtr._wire import TASKS_EXTENSION
+
+logger = logging.getLogger("mrtr.engine")
+
+_STATELESS_VERSION = "2026-07-28"
+
+__all__ = [
+    "Outcome",
+    "TaskCreated",
+    "execute",
+    "run_flow",
+]
+
+
+@dataclass
+class Outcome:
+    """How one run of a flow against its journal ended."""
+
+    replay: Replay
+    parked: bool = False
+    """Settled with asks outstanding (`replay.parked`)."""
+    became_task: bool = False
+    value: Any = None
+    error: BaseException | None = None
+    would_run: list[str] = field(default_factory=list)
+    """Steps a dry run reached but did not run (replay testing)."""
+
+
+class TaskCreated(MCPError):
+    """Carries a `CreateTaskResult` out of the SDK's tool call to the tasks extension.
+
+    The SDK passes `MCPError`s through its tool wrapper untouched; the extension's
+    `tools/call` interceptor catches this one and answers with `result` instead.
+    """
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(code=INTERNAL_ERROR, message="task created outside the tasks extension")
+        self.result = result
+
+
+async def run_flow(
+    spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any], services: Services | None = None
+) -> Any:
+    """Run one request of `spec`; returns the flow's value or an `InputRequiredResult`.
+
+    `services` are what the instance lends the flow (task creation, replay guard, load
+    shedding); the engine only knows their shapes (`mrtr._engine.spec`).
+    """
+    services = services or _NO_SERVICES
+    # Read the request once, from the SDK's plain per-request context: the pydantic
+    # `Context` properties cost more per access than the rest of a round's bookkeeping.
+    wire = sdk.request_wire(request)
+    version = wire.protocol_version
+    capabilities = wire.session.client_capabilities
+    modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
+    for capability in spec.requires:  # in round 1, before the user answers anything
+        if not supports(capabilities, capability):
+            raise missing_capability(capability)
+    probe = False
+    if spec.task != "never":
+        declared = modern and declares_tasks(capabilities)
+        if spec.task == "required" and not declared:
+            raise MCPError(
+                code=-32021,
+                message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        if declared and not spec.mrtr_first:
+            raise TaskCreated(await _tasks(spec, services).start(spec, arguments, capabilities, Journal.start()))
+        probe = declared
+    if not modern:
+        return await call_flow(spec, FlowContext(LiveDriver(request, spec.name), request), arguments)
+    try:
+        return await _run_round(spec, services, request, wire, capabilities, arguments, probe)
+    except FlowError as exc:
+        raise as_protocol_error(spec, exc) from exc
+
+
+_NO_SERVICES = Services()
+
+
+def _tasks(spec: FlowSpec, services: Services) -> Any:
+    if services.tasks is None:
+        raise RuntimeError(f"flow {spec.name!r} can become a task, but no task engine was given")
+    return services.tasks
+
+
+def as_protocol_error(spec: FlowSpec, exc: FlowError) -> MCPError:
+    code = INVALID_PARAMS if isinstance(exc, FlowExpired | TooManyRounds) else INTERNAL_ERROR
+    return MCPError(code=code, message=str(exc), data={"reason": exc.reason, "flow": spec.name})
+
+
+def declares_tasks(capabilities: ClientCapabilities | None) -> bool:
+    return capabilities is not None and TASKS_EXTENSION in (capabilities.extensions or {})
+
+
+async def call_flow(spec: FlowSpec, ctx: FlowContext, arguments: Mapping[str, Any]) -> Any:
+    kwargs = dict(arguments)
+    if spec.ctx_param is not None:
+        kwargs[spec.ctx_param] = ctx
+    return await spec.fn(**kwargs)
+
+
+async def execute(
+    spec: FlowSpec,
+    journal: Journal,
+    answers: Mapping[str, Any],
+    capabilities: ClientCapabilities | None,
+    arguments: Mapping[str, Any],
+    *,
+    request: Context[Any, Any] | None = None,
+    probe: bool = False,
+    checkpoint: Checkpointer | None = None,
+    budget: int | None = None,
+    dry_run: bool = False,
+    state_cap: int | None = None,
+    base_size: int | None = None,
+    shed: ShedCheck | None = None,
+    step_limit: int | None = None,
+) -> Outcome:
+    """Run the flow once from the top against `journal`, until it ends or settles on asks.
+
+    Every task the flow started is cancelled and awaited before this returns.
+    """
+    branches.install(asyncio.get_running_loop())
+    replay = Replay(
+        journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap, base_size=base_size
+    )
+    driver = JournalDriver(
+        replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run, shed=shed, step_limit=step_limit
+    )
+    if tracing.enabled():
+        with tracing.round_span(spec, replay, request):
+            await _run(spec, replay, driver, request, arguments)
+    else:  # the common case, kept free of context-manager machinery: every round runs it
+        token = tracing.bind_flow(journal.flow_id)
+        try:
+            await _run(spec, replay, driver, request, arguments)
+        finally:
+            tracing.unbind_flow(token)
+    outcome = Outcome(replay, would_run=driver.would_run)
+    ending = replay.ending
+    if replay.settled:
+        outcome.parked = True
+    elif isinstance(ending, asyncio.CancelledError):
+        raise asyncio.CancelledError
+    elif probe or isinstance(ending, BecomeTask):
+        # Probing ends at the first side effect, or at the end: either way a task takes over.
+        outcome.became_task = True
+    elif isinstance(ending, BaseException):
+        outcome.error = ending
+    else:
+        outcome.value = ending
+    replay.release()
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("flow %s (%s): this run %s", spec.name, journal.flow_id, _ending(outcome))
+    return outcome
+
+
+def _ending(outcome: Outcome) -> str:
+    if outcome.parked:
+        return f"settled, waiting for {sorted(outcome.replay.parked)}"
+    if outcome.became_task:
+        return "continues as a durable task"
+    if outcome.error is not None:
+        return f"raised {type(outcome.error).__name__}: {outcome.error}"
+    return "returned"
+
+
+async def _run(
+    spec: FlowSpec,
+    replay: Replay,
+    driver: JournalDriver,
+    request: Context[Any, Any] | None,
+    arguments: Mapping[str, Any],
+) -> None:
+    """Run the flow as the root of its branches, in this task; tear down all it started.
+
+    The flow's body runs in the calling task rather than a task of its own: a round is
+    short, and a task (its creation and the loop passes around it) would cost as much as
+    the rest of the round's bookkeeping. Its outcome is left in `replay.ending`.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    cancels_before = task.cancelling()
+    replay.root_task = replay.root.task = task
+    replay.adopt(task, replay.root)
+    token = branches.current_branch.set(replay.root)
+    try:
+        replay.ending = await call_flow(spec, FlowContext(driver, request), arguments)
+    except (KeyboardInterrupt, SystemExit):
+        replay.flow_ended = True
+        await replay.close()
+        raise
+    except BaseException as exc:  # the flow's own outcome, or the round settling (read in `execute`)
+        replay.ending = exc
+    finally:
+        replay.flow_ended = True
+        branches.current_branch.reset(token)
+    # Settling cancelled this task to unwind the flow, and flow code may have left cancel
+    # requests of its own on it (Python 3.11's TaskGroup does): none of them is the
+    # request's. A cancellation of the request itself ended the flow with CancelledError,
+    # which `execute` re-raises unless the round settled anyway.
+    for _ in range(task.cancelling() - cancels_before):
+        task.uncancel()
+    await replay.close()
+
+
+async def _run_round(
+    spec: FlowSpec,
+    services: Services,
+    request: Context[Any, Any],
+    wire: Any,
+    capabilities: ClientCapabilities | None,
+    arguments: Mapping[str, Any],
+    probe: bool,
+) -> Any:
+    # `params` already passed the SDK's validation (malformed inputResponses are -32602
+    # before we run) and the boundary's unsealing (requestState is our plaintext).
+    params: Mapping[str, Any] = wire.params or {}
+    state = params.get("requestState")
+    journal = _load_journal(spec, state)
+    answers = params.get("inputResponses") or {}
+    # The round runs under the instance's replay guard and load shedding (mrtr._shedding.run_round).
+    body = _round_body(spec, services, request, wire, capabilities, arguments, probe, journal, answers, state)
+    return await run_round(spec, services, request, params, journal, answers, body)
+
+
+async def _round_body(
+    spec: FlowSpec,
+    services: Services,
+    request: Context[Any, Any],
+    wire: Any,
+    capabilities: ClientCapabilities | None,
+    arguments: Mapping[str, Any],
+    probe: bool,
+    journal: Journal,
+    answers: Mapping[str, Any],
+    state: str | None,
+) -> Any:
+    outcome = await execute(
+        spec,
+        journal,
+        answers,
+        capabilities,
+        arguments,
+        request=request,
+        probe=probe,
+        budget=journal_budget(spec, request, wire),
+        state_cap=spec.limits.max_state_bytes,
+        base_size=journal_codec.embedded_length(state) if state else None,
+        shed=_shed_point(services, journal, wire, capabilities),
+    )
+    if outcome.parked:
+        return _input_required(spec, request, outcome.replay)
+    if outcome.became_task:
+        raise TaskCreated(await _tasks(spec, services).start(spec, arguments, capabilities, journal))
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.value
+
+
+def _shed_point(
+    services: Services, journal: Journal, wire: Any, capabilities: ClientCapabilities | None
+) -> ShedCheck | None:
+    """The round's shed point, told who the client is (only some resend a state-only result)."""
+    if services.shedder is None:
+        return None
+    client = wire.session.client_params
+    return services.shedder.point(journal, client.client_info if client is not None else None, capabilities)
+
+
+def _load_journal(spec: FlowSpec, state: str | None) -> Journal:
+    if not state:
+        return Journal.start()
+    try:
+        journal = journal_codec.decode(state)
+    except JournalFormatError as exc:
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message="requestState is not a journal this server can read; start the call again without it",
+            data={"reason": "incompatible_request_state", "flow": spec.name},
+        ) from exc
+    check_deadline(spec, journal)
+    return journal
+
+
+def check_deadline(spec: FlowSpec, journal: Journal) -> None:
+    """The flow's deadline counts from its first round and is never renewed (inline and task alike)."""
+    if time.time() > journal.started_at + spec.limits.deadline:
+        raise FlowExpired(
+            f"flow {spec.name!r} passed its {spec.limits.deadline:g}s deadline; start the call again without state"
+        )
+
+
+def _input_required(spec: FlowSpec, request: Context[Any, Any], replay: Replay) -> InputRequiredResult:
+    journal = replay.journal
+    close_round(spec, replay)
+    state = sealing.state_within_cap(journal, request, spec.audience, spec.limits.max_state_bytes, spec.name)
+    return InputRequiredResult(input_requests=wire_asks(replay), request_state=state)
+
+
+def close_round(spec: FlowSpec, replay: Replay) -> None:
+    """Count a round that ends waiting for the client, and remember what it asked.
+
+    Inline rounds and task rounds alike. A question that changes every time it is answered
+    (its text holds a clock or a random value) would be asked forever, each answer
+    wasted: a single change is a legitimate rolling upgrade, but twice in a row it is
+    nondeterminism, reported as such before the round cap is reached.
+    """
+    journal = replay.journal
+    unused = replay.unused_answers()
+    journal.reworded = journal.reworded + 1 if unused and replay.parked else 0
+    if journal.reworded >= 2:
+        new = [key for key in replay.parked if key not in journal.pending] or list(replay.parked)
+        raise NondeterminismError(
+            f"flow {spec.name!r} asked {_describe(replay.parked[new[0]])} (key {new[0]!r}) instead of the "
+            f"question just answered ({unused[0]!r}), twice in a row: the question changes between runs. "
+            "Compute its changing parts (clocks, random values, I/O) in a ctx.step so every replay asks the same"
+        )
+    journal.rounds += 1
+    if journal.rounds > spec.limits.max_rounds:
+        raise TooManyRounds(f"flow {spec.name!r} needed more than {spec.limits.max_rounds} rounds of client input")
+    journal.pending = replay.pending()
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "flow %s (%s): round %d ends waiting for %s",
+            spec.name,
+            journal.flow_id,
+            journal.rounds,
+            sorted(replay.parked),
+        )
+
+
+def _describe(ask: Ask) -> str:
+    params = getattr(ask.request, "params", None)
+    message = getattr(params, "message", None)
+    return f"{ask.kind} {message!r}" if isinstance(message, str) else f"a new {ask.kind} request"
+
+
+def wire_asks(replay: Replay) -> dict[str, Any]:
+    """The parked asks as `inputRequests`; a re-asked question says why, so the client can show it.
+
+    The reason goes in the form's message (what a person sees; it is not part of the
+    question's identity) and in `_meta["mrtr/reaskReason"]` (raw wire clients see it; the
+    official SDK client drops unknown `_meta` keys when it parses an input request).
+    """
+    asks: dict[str, Any] = {}
+    for key, ask in replay.parked.items():
+        request = ask.request
+        reason = replay.reasked.get(key)
+        if reason is not None and request.params is not None:
+            update: dict[str, Any] = {"meta": {"mrtr/reaskReason": reason}}
+            if ask.kind == "elicit":
+                update["message"] = f"{request.params.message}\n\n(Asked again: {reason}.)"
+            request = request.model_copy(update={"params": request.params.model_copy(update=update)})
+        asks[key] = request
+    return asks
+
+
+def journal_budget(spec: FlowSpec, request: Context[Any, Any], wire: Any = None) -> int:
+    """Bytes the encoded journal may take so that the sealed state stays under the cap.
+
+    An eighth of the cap stays free for what the round adds after the flow ran (the
+    pending asks, the round counter), so the final check never fails after steps ran.
+    """
+    cap = spec.limits.max_state_bytes
+    wire = wire if wire is not None else sdk.request_wire(request)
+    key = (spec.name, spec.audience, wire.method, cap)
+    budget = _budgets.get(key)
+    if budget is None:  # the envelope is the same for every round of a flow, but for its target
+        if len(_budgets) > 1024:
+            _budgets.clear()
+        budget = _budgets[key] = (cap - sealing.sealed_size("", request, spec.audience, target="")) * 3 // 4 - cap // 8
+    params = wire.params or {}
+    target = str(params.get("uri" if wire.method == "resources/read" else "name", ""))
+    return budget - len(target) * 2  # escaped, as the envelope holds it
+
+
+_budgets: dict[tuple[str, str, str, int], int] = {}

@@ -1,0 +1,109 @@
+"""What a registered flow is, and what an instance lends the engine to run it.
+
+Plain data and small protocols, imported by every layer (engine, task runtime, guard,
+shedding, tracing) and importing none of them: the engine depends on these shapes, never
+on the services behind them (Temporal-style inversion), so no module imports back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from mcp_types import ClientCapabilities, Implementation
+
+from mrtr._engine.asks import Capability
+from mrtr._engine.journal import Journal
+
+TaskSupport = Literal["never", "optional", "required"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-flow limits. The deadline counts from the flow's first round and never renews."""
+
+    max_rounds: int = 25
+    deadline: float = 3600.0
+    max_state_bytes: int = 64 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_rounds < 1:
+            raise ValueError("max_rounds must be at least 1")
+        if not (math.isfinite(self.deadline) and self.deadline > 0):
+            raise ValueError("deadline must be a positive number of seconds")
+        if self.max_state_bytes < 256:
+            raise ValueError("max_state_bytes below 256 cannot hold a sealed journal")
+
+
+@dataclass(frozen=True, slots=True)
+class FlowSpec:
+    """A registered flow: the user's function and how to call it. Data only, no services."""
+
+    name: str
+    fn: Callable[..., Any]
+    ctx_param: str | None
+    limits: Limits
+    audience: str
+    task: TaskSupport = "never"
+    mrtr_first: bool = False
+    """Task calls ask inline (MRTR rounds) until the first step or `continue_as_task()`."""
+    requires: tuple[Capability, ...] = ()
+    """Client capabilities every request must declare (checked before the flow runs)."""
+
+    @property
+    def request_param(self) -> str:
+        """Where the SDK injects its `Context`: the flow's own ctx parameter, or a hidden one."""
+        return self.ctx_param or "mrtr_request"
+
+
+class TaskStarter(Protocol):
+    """Turns a call into a durable task (`mrtr.tasks.TaskRuntime`, or another engine)."""
+
+    async def start(
+        self,
+        spec: FlowSpec,
+        arguments: Mapping[str, Any],
+        capabilities: ClientCapabilities | None,
+        journal: Journal,
+    ) -> dict[str, Any]:
+        """Create the task durably and start it; returns the wire `CreateTaskResult`."""
+        ...
+
+
+class RoundGuard(Protocol):
+    """Makes each round single-use fleet-wide (`mrtr._guard.ReplayGuard`)."""
+
+    async def guarded(
+        self, spec: FlowSpec, journal: Journal, state: str, answers: Mapping[str, Any], body: Awaitable[Any]
+    ) -> Any: ...
+
+
+class ShedCheck(Protocol):
+    def check(self, replay: Any) -> None:
+        """Raise `mrtr._shedding.ShedRound` to end the round here (the instance is overloaded)."""
+        ...
+
+
+class LoadSignal(Protocol):
+    """Decides when an overloaded instance hands rounds back (`mrtr._shedding.LoadShedder`)."""
+
+    def round(self) -> AbstractContextManager[None]: ...
+
+    def point(
+        self,
+        journal: Journal,
+        client_info: Implementation | None = None,
+        capabilities: ClientCapabilities | None = None,
+    ) -> ShedCheck: ...
+
+
+@dataclass
+class Services:
+    """What one `Flows` lends the engine: task creation, the replay guard, load shedding."""
+
+    tasks: TaskStarter | None = None
+    guard: RoundGuard | None = None
+    shedder: LoadSignal | None = None

@@ -1,0 +1,312 @@
+"""Single-use rounds: a replay guard so each round's `requestState` is consumed at most once.
+
+Without a guard, state is only *authentic* (the SDK seals it, binds it to the request,
+principal, audience and a TTL): a client may send one round's state again within its TTL,
+and every step after that round runs again (under the same idempotency keys), or answer it
+twice with different answers and run both branches. With `Flows(server, replay_guard=...)`
+every round is recorded in a shared ledger (Redis, PostgreSQL or SQLite, the same stores as
+tasks) before any flow code runs:
+
+- A round is `(flow_id, rounds)` of the unsealed journal, plus a digest of the state itself
+  (a shed round hands out a new state for the same `rounds`: it is a new round).
+- The first arrival *claims* it atomically, recording a digest of its `inputResponses` and
+  an in-flight lease (on the ledger's clock) that it renews while the round runs.
+- Other answers for a claimed round are a fork: -32602, `reason: "request_state_forked"`.
+- The same answers again (a client retrying after a lost response) get the stored outcome
+  of the first run, so no step runs twice; past `max_outcome_bytes` the outcome is not kept
+  and the resend gets -32602, `reason: "request_state_consumed"`.
+- The same answers while the first run is still going wait (up to `max_wait`) for its
+  outcome, or take the round over once its lease lapsed (the instance died); still busy
+  after `max_wait`: -32602, `reason: "request_state_in_flight"` (retry later).
+- The ledger unreachable: -32603, `reason: "replay_guard_unavailable"` (fail closed).
+- Entries expire with the flow's deadline or the state's TTL, whichever comes first.
+
+A round with no `requestState` (a flow's first) starts a new flow and is not guarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, InputRequiredResult
+
+from mrtr import _sdk as sdk
+from mrtr import tracing
+from mrtr._errors import Cancelled, Declined, FlowError, InputRefused
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from mrtr._engine.journal import Journal
+    from mrtr._engine.spec import FlowSpec
+
+FORKED = "request_state_forked"
+CONSUMED = "request_state_consumed"
+IN_FLIGHT = "request_state_in_flight"
+UNAVAILABLE = "replay_guard_unavailable"
+
+logger = logging.getLogger("mrtr.guard")
+
+_PURGE_EVERY = 256  # claims between sweeps of expired rounds (SQL ledgers; Redis expires keys itself)
+
+
+class RoundLedger(Protocol):
+    """The store side of the guard (`SQLiteStore`, `RedisStore`, `PostgresStore` implement it).
+
+    Leases are compared on the ledger's own clock (Redis `TIME`, PostgreSQL `now()`, the
+    SQLite host's clock), never on the calling instance's.
+    """
+
+    async def claim_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        """Atomically claim a round, returning one of:
+
+        - `("claimed", None)`: absent or expired (inserted), or in flight with the same
+          digest under a lapsed lease (taken over by `owner`);
+        - `("forked", None)`: claimed with another digest;
+        - `("done", outcome)`: finished with the same digest;
+        - `("busy", None)`: in flight with the same digest under a live lease;
+        - `("retry", None)`: it vanished mid-call; claim again.
+        """
+        ...
+
+    async def renew_round(self, round_id: str, owner: str, lease: float) -> bool: ...
+
+    async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
+        """Record the outcome iff `owner` still holds the round and none is recorded."""
+        ...
+
+    async def purge_rounds(self) -> int: ...
+
+    async def close(self) -> None: ...
+
+
+class ReplayGuard:
+    """Enforces single-use rounds against a shared `RoundLedger`.
+
+    Args:
+        ledger: Where rounds are recorded; share it across the fleet.
+        lease: Seconds a round may run without its instance renewing the claim before a
+            resend of the same round may take it over.
+        max_wait: Seconds a resend waits for the first run of its round to finish.
+        max_outcome_bytes: Largest outcome kept for resends (JSON bytes).
+        state_ttl: Seconds a round's state is accepted at all (the SDK's
+            `RequestStateSecurity.ttl`); `Flows` fills it in from the server.
+    """
+
+    def __init__(
+        self,
+        ledger: RoundLedger,
+        *,
+        lease: float = 10.0,
+        max_wait: float = 30.0,
+        max_outcome_bytes: int = 64 * 1024,
+        state_ttl: float | None = None,
+    ) -> None:
+        if lease <= 0 or max_wait < 0:
+            raise ValueError("lease must be positive and max_wait not negative")
+        self.ledger = ledger
+        self.lease = lease
+        self.max_wait = max_wait
+        self.max_outcome_bytes = max_outcome_bytes
+        self.state_ttl = state_ttl
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._claims = 0
+
+    async def guarded(
+        self,
+        spec: FlowSpec,
+        journal: Journal,
+        state: str,
+        answers: Mapping[str, Any],
+        body: Coroutine[Any, Any, Any],
+    ) -> Any:
+        """Run `body` (one round of `spec`) at most once fleet-wide; see the module docstring."""
+        round_id = f"{journal.flow_id}:{journal.rounds}:{_digest(state)[:22]}"
+        try:
+            outcome = await self._claim(spec, journal, round_id, _digest(_canonical(answers)))
+        except BaseException:
+            body.close()
+            raise
+        if outcome is not None:
+            body.close()
+            return _replayed(spec, outcome)
+        renewing = asyncio.get_running_loop().create_task(self._renew(round_id))
+        try:
+            value = await body
+        except asyncio.CancelledError:
+            raise  # this instance is going away mid-round: the lease lapses, a resend takes over
+        except BaseException as exc:
+            await self._finish(round_id, _error_outcome(spec, exc))
+            raise
+        finally:
+            renewing.cancel()
+        await self._finish(round_id, _value_outcome(value))
+        return value
+
+    async def _claim(self, spec: FlowSpec, journal: Journal, round_id: str, digest: str) -> dict[str, Any] | None:
+        now = time.time()
+        expires_at = journal.started_at + spec.limits.deadline
+        if self.state_ttl is not None:
+            expires_at = min(expires_at, now + self.state_ttl)
+        expires_at = max(expires_at, now + self.lease)
+        self._claims += 1
+        if self._claims % _PURGE_EVERY == 0:
+            await self.ledger.purge_rounds()
+        give_up = time.monotonic() + self.max_wait
+        delay = 0.02
+        for _ in range(10_000):  # bounded by `max_wait` in practice
+            try:
+                verdict, stored = await self.ledger.claim_round(round_id, digest, self.owner, self.lease, expires_at)
+            except Exception as exc:  # fail closed, precisely: no round runs unguarded
+                logger.exception("replay guard: claiming round %s failed", round_id)
+                raise MCPError(
+                    code=INTERNAL_ERROR,
+                    message="the replay guard's store is unavailable; retry the round",
+                    data={"reason": UNAVAILABLE, "flow": spec.name},
+                ) from exc
+            if verdict == "claimed":
+                return None
+            if verdict == "forked":
+                raise _refused(spec, FORKED, "this round was already answered differently; the flow cannot fork")
+            if verdict == "done":
+                return json.loads(stored) if stored else {"k": "consumed"}
+            if verdict == "busy":
+                remaining = give_up - time.monotonic()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(delay, remaining))
+                delay = min(delay * 2, 0.25)
+        raise _refused(spec, IN_FLIGHT, "this round is still being served by another request; retry shortly")
+
+    async def _renew(self, round_id: str) -> None:
+        interval = self.lease / 3
+        while True:
+            await asyncio.sleep(interval)
+            if not await self.ledger.renew_round(round_id, self.owner, self.lease):
+                return
+
+    async def _finish(self, round_id: str, outcome: dict[str, Any]) -> None:
+        text = json.dumps(outcome, separators=(",", ":"))
+        if len(text.encode()) > self.max_outcome_bytes:
+            text = '{"k":"consumed"}'
+        try:
+            await self.ledger.finish_round(round_id, self.owner, text)
+        except Exception:
+            # The round ran: answer it. A resend takes the round over once the lease lapses.
+            logger.exception("replay guard: recording the outcome of round %s failed", round_id)
+
+    async def close(self) -> None:
+        await self.ledger.close()
+
+
+def open_guard(url: str, *, namespace: str | None = None, **options: Any) -> ReplayGuard:
+    """A `ReplayGuard` on the store at `url` (same URLs as `mrtr.open_store`)."""
+    from mrtr.stores import open_store
+
+    return ReplayGuard(open_store(url, namespace=namespace), **options)  # type: ignore[arg-type]
+
+
+def as_guard(value: str | ReplayGuard | None, server: MCPServer[Any]) -> ReplayGuard | None:
+    """`Flows(replay_guard=...)`: a URL or a guard; the state TTL comes from the server's policy."""
+    if value is None:
+        return None
+    guard = open_guard(value) if isinstance(value, str) else value
+    if guard.state_ttl is None:
+        guard.state_ttl = state_ttl(server)
+    return guard
+
+
+def state_ttl(server: MCPServer[Any]) -> float | None:
+    """The TTL of the `RequestStateSecurity` the server's boundary enforces (None if not found)."""
+    security = sdk.state_security(server)
+    return None if security is None else float(security.ttl)
+
+
+# -- outcomes ---------------------------------------------------------------------------------
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _canonical(answers: Mapping[str, Any]) -> str:
+    return json.dumps(answers, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
+def _refused(spec: FlowSpec, reason: str, message: str) -> MCPError:
+    tracing.replay_refused(spec.name, reason)
+    return MCPError(code=INVALID_PARAMS, message=message, data={"reason": reason, "flow": spec.name})
+
+
+def _value_outcome(value: Any) -> dict[str, Any]:
+    if isinstance(value, InputRequiredResult):
+        return {"k": "ir", "r": value.model_dump(mode="json", by_alias=True, exclude_none=True)}
+    try:
+        import pydantic_core
+
+        return {"k": "v", "v": pydantic_core.to_jsonable_python(value)}
+    except Exception:
+        return {"k": "consumed"}
+
+
+def _error_outcome(spec: FlowSpec, exc: BaseException) -> dict[str, Any]:
+    from mrtr._engine.engine import TaskCreated, as_protocol_error
+
+    if isinstance(exc, TaskCreated):
+        return {"k": "task", "r": exc.result}
+    if isinstance(exc, FlowError):
+        exc = as_protocol_error(spec, exc)
+    if isinstance(exc, MCPError):
+        return {"k": "e", "e": exc.error.model_dump(mode="json", exclude_none=True)}
+    if isinstance(exc, InputRefused):
+        return {"k": "refused", "a": exc.action, "q": exc.question, "key": exc.key}
+    return {"k": "x", "m": str(exc)}
+
+
+def _replayed(spec: FlowSpec, outcome: dict[str, Any]) -> Any:
+    """The first run's outcome, given again to an identical resend of its round."""
+    from mrtr._engine.engine import TaskCreated
+    from mrtr._engine.steps import return_adapter
+
+    kind = outcome.get("k")
+    if kind == "ir":
+        return InputRequiredResult.model_validate(outcome["r"])
+    if kind == "v":
+        adapter = return_adapter(spec.fn)
+        return outcome["v"] if adapter is None else adapter.validate_python(outcome["v"])
+    if kind == "task":
+        raise TaskCreated(outcome["r"])
+    if kind == "e":
+        error = outcome["e"]
+        raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))
+    if kind == "refused":
+        refused = Declined if outcome["a"] == Declined.action else Cancelled
+        raise refused(outcome["q"], key=outcome["key"])
+    if kind == "x":
+        raise RuntimeError(outcome["m"])
+    raise _refused(spec, CONSUMED, "this round's state was already used and its outcome is not kept")
+
+
+__all__ = [
+    "CONSUMED",
+    "FORKED",
+    "IN_FLIGHT",
+    "UNAVAILABLE",
+    "ReplayGuard",
+    "RoundLedger",
+    "as_guard",
+    "open_guard",
+    "state_ttl",
+]

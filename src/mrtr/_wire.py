@@ -1,0 +1,142 @@
+"""The wire mrtr adds to MCP or reshapes, defined once and used by server and client alike.
+
+The SDK's `mcp_types` has the core protocol (`InputRequiredResult`, `InputRequest`, ...).
+What it lacks is here: the tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663) —
+its `Task` object, the result that creates one, `tasks/get|update|cancel` parameters, the
+`notifications/tasks` payload — and mrtr's own `_meta`, capability and listen keys.
+
+Models follow `mcp_types`: snake_case in Python, camelCase on the wire (`by_alias=True`),
+unknown fields kept (`extra="allow"`), so a newer peer's additions pass through.
+This module imports pydantic and `mcp_types` only: importing it pulls in no engine.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import mcp_types as t
+from pydantic import ConfigDict, Field
+
+# -- names ---------------------------------------------------------------------------------
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+"""The tasks extension's id, declared in `capabilities.extensions` by both sides."""
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+"""`_meta` key naming the task a message belongs to."""
+IDEMPOTENCY_KEY = "mrtr/idempotencyKey"
+"""`params._meta` key of a task-augmented call: random per logical call, the same on every resend."""
+SHEDDING_EXTENSION = "mrtr/shedding"
+"""Client capability extension: "I resend a shed round's state unchanged" (see `Flows(shed_clients=)`)."""
+
+TASK_IDS = "taskIds"
+"""`subscriptions/listen` filter key (tasks extension): the task ids to hear about."""
+SNAPSHOTS = "mrtr/taskSnapshots"
+"""Listen filter key: ask for the full `DetailedTask` in each `notifications/tasks`."""
+TASK_KEYS = "mrtr/taskKeys"
+"""Listen filter key: idempotency keys of calls not made yet, whose tasks to hear about from birth."""
+TASK_VERSION = "mrtr/taskVersion"
+"""`_meta` key of a `notifications/tasks`: the task record's version, to drop stale states."""
+
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+"""The statuses a task never leaves."""
+
+
+def iso(ts: float) -> str:
+    """A UNIX time as the extension's timestamps: ISO 8601, milliseconds, `Z`."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# -- the Task object and the results that carry it ------------------------------------------
+
+
+class Task(t.Result):
+    """The wire `Task` object: the fields every task response carries."""
+
+    model_config = ConfigDict(extra="allow")
+    task_id: str
+    status: str
+    status_message: str | None = None
+    created_at: str | None = None
+    last_updated_at: str | None = None
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """As sent: camelCase, absent fields left out, but `ttlMs` and `pollIntervalMs` always shown (null = none)."""
+        data = self.model_dump(by_alias=True, mode="json", exclude_none=True)
+        data.setdefault("ttlMs", self.ttl_ms)
+        data.setdefault("pollIntervalMs", self.poll_interval_ms)
+        return data
+
+
+class DetailedTask(Task):
+    """What `tasks/get` answers and `notifications/tasks` carries: the task, plus what it waits for or ended with."""
+
+    input_requests: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+class CreateTaskResult(Task):
+    """The flat result a server returns instead of the tool's result when it made a task."""
+
+    result_type: Literal["task"] = "task"
+
+
+# -- requests -------------------------------------------------------------------------------
+
+
+class TaskRequestParams(t.RequestParams):
+    """`tasks/get` and `tasks/cancel`."""
+
+    task_id: str = Field(min_length=1)
+
+
+class UpdateTaskParams(TaskRequestParams):
+    """`tasks/update`: answers to a task's `inputRequests`."""
+
+    input_responses: dict[str, Any]
+
+
+class TaskNotice(t.NotificationParams):
+    """`notifications/tasks` params: a `DetailedTask` (kept as sent) plus `_meta` (mrtr's `TASK_VERSION`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def task(self) -> DetailedTask | None:
+        """The task it describes; None when the notice carries no task id."""
+        fields = self.model_extra or {}
+        if not isinstance(fields.get("taskId"), str):
+            return None
+        return DetailedTask.model_validate(fields)
+
+    def version(self) -> int | None:
+        """The task record's version it shows, when the server says (to drop stale states)."""
+        meta: Any = self.meta or {}
+        if not isinstance(meta, dict):
+            meta = getattr(meta, "model_extra", None) or {}
+        version = meta.get(TASK_VERSION)
+        return version if isinstance(version, int) else None
+
+
+__all__ = [
+    "IDEMPOTENCY_KEY",
+    "RELATED_TASK",
+    "SHEDDING_EXTENSION",
+    "SNAPSHOTS",
+    "TASKS_EXTENSION",
+    "TASK_IDS",
+    "TASK_KEYS",
+    "TASK_VERSION",
+    "TERMINAL",
+    "CreateTaskResult",
+    "DetailedTask",
+    "Task",
+    "TaskNotice",
+    "TaskRequestParams",
+    "TaskStatus",
+    "UpdateTaskParams",
+    "iso",
+]

@@ -1,0 +1,136 @@
+"""Scripted answers (`--answers FILE`) and the pluggable sampling answerers (`--sampling`).
+
+An answers file is a JSON or YAML mapping. Each entry is found by the ask's wire key
+first, then by its exact question (an elicitation's message, a sampling request's last
+user text), then by a shell-style pattern (`"Deploy plan-* to staging?"`):
+
+    target: {environment: staging}          # accept with this content
+    "Add a service*": {service: "", done: true}
+    approve_api: decline                    # or cancel; or {action: decline}
+    risk: "Low: a config-only change."      # a sampling completion
+    console_login: accept                   # a URL-mode elicitation: consent
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mcp_types as t
+
+from mrtr.cli._errors import UsageError
+from mrtr.cli._observe import last_user_text
+
+ACTIONS = ("accept", "decline", "cancel")
+SAMPLING_MODEL = "mrtr-cli"
+_CMD_TIMEOUT = 120.0
+
+
+def load_answers(path: Path) -> dict[str, Any]:
+    """Read an answers file; any problem is a one-line `UsageError`."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"answers file {path}: {exc.strerror or exc}") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except (ValueError, ImportError) as exc:
+        raise UsageError(f"answers file {path} is not valid JSON/YAML: {_first_line(exc)}") from None
+    except Exception as exc:  # yaml.YAMLError and friends
+        raise UsageError(f"answers file {path} is not valid JSON/YAML: {_first_line(exc)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"answers file {path} must hold a mapping of key or question to answer")
+    return {str(k): v for k, v in data.items()}
+
+
+def _first_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:200]
+
+
+@dataclass
+class AnswerBook:
+    """Answers by key, question or pattern; `lookup` returns None when there is none."""
+
+    entries: dict[str, Any]
+
+    def lookup(self, key: str | None, question: str) -> tuple[bool, Any]:
+        if key is not None and key in self.entries:
+            return True, self.entries[key]
+        if question in self.entries:
+            return True, self.entries[question]
+        for pattern, value in self.entries.items():
+            if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(question, pattern):
+                return True, value
+        return False, None
+
+
+def elicit_result(value: Any, where: str) -> t.ElicitResult:
+    """An answers-file value as an `ElicitResult`."""
+    if value is True:
+        return t.ElicitResult(action="accept")
+    if isinstance(value, str) and value in ACTIONS:
+        return t.ElicitResult(action=value)  # type: ignore[arg-type]
+    if isinstance(value, dict):
+        if "action" in value and value["action"] in ACTIONS:
+            content = value.get("content")
+            if content is not None and not isinstance(content, dict):
+                raise UsageError(f"answer for {where}: 'content' must be a mapping")
+            return t.ElicitResult(action=value["action"], content=content)
+        return t.ElicitResult(action="accept", content=value)
+    raise UsageError(f"answer for {where} must be a mapping of field values, or accept/decline/cancel")
+
+
+def sampling_result(text: str) -> t.CreateMessageResult:
+    return t.CreateMessageResult(role="assistant", content=t.TextContent(type="text", text=text), model=SAMPLING_MODEL)
+
+
+def prompt_text(params: t.CreateMessageRequestParams) -> str:
+    """The last user message's text: what `echo`, `cmd:` and answers files key on."""
+    return last_user_text(params.model_dump(mode="json", by_alias=True, exclude_none=True).get("messages"))
+
+
+def check_sampling_mode(mode: str) -> str:
+    if mode in ("echo", "ask", "none") or (mode.startswith("cmd:") and mode[4:].strip()):
+        return mode
+    raise UsageError(f"--sampling must be echo, ask, none or cmd:COMMAND, not {mode!r}")
+
+
+async def run_command(command: str, prompt: str) -> str:
+    """`--sampling cmd:...`: the prompt on the command's stdin, its stdout is the completion."""
+    argv = shlex.split(command)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+    except OSError as exc:
+        raise UsageError(f"sampling command {argv[0]!r}: {exc.strerror or exc}") from None
+    try:
+        out, err = await asyncio.wait_for(process.communicate(prompt.encode()), _CMD_TIMEOUT)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise UsageError(f"sampling command {argv[0]!r} took longer than {_CMD_TIMEOUT:g}s") from None
+    if process.returncode != 0:
+        detail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise UsageError(f"sampling command {argv[0]!r} exited with {process.returncode}: {detail[0]}")
+    return out.decode(errors="replace").strip()
+
+
+def root_of(value: str) -> t.Root:
+    """`--root` as a `Root`: a URI as given, a path as an absolute file:// URI."""
+    if "://" in value:
+        return t.Root(uri=value, name=value.rstrip("/").rsplit("/", 1)[-1] or value)
+    path = Path(value).expanduser().resolve()
+    return t.Root(uri=path.as_uri(), name=path.name or str(path))

@@ -1,0 +1,296 @@
+"""The typer application: commands, options, and the one place errors become exit codes."""
+
+import asyncio
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from mrtr.cli._errors import (
+    EXIT_ABANDONED,
+    EXIT_INTERRUPTED,
+    EXIT_PROTOCOL,
+    EXIT_TASK_CANCELLED,
+    EXIT_TOOL_ERROR,
+    EXIT_UNREACHABLE,
+    CliError,
+)
+
+_SHUTDOWN_TIMEOUT = 5.0
+
+app = typer.Typer(
+    name="mrtr",
+    help="Try MRTR flows by hand, administer durable tasks, read sealed requestState.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+tasks_app = typer.Typer(help="List, show, cancel and purge durable tasks in a store (open_store URLs).")
+app.add_typer(tasks_app, name="tasks")
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok · 1 tool error / task failed · 2 bad input · 3 unreachable · 4 server error · "
+    "5 abandoned (declined to answer, no answer) · 6 task cancelled · 130 interrupted."
+)
+
+
+def err_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def explain(exc: BaseException) -> tuple[int, str]:
+    """The exit code and one-line message for anything a command raised."""
+    from mcp.shared.exceptions import MCPError
+
+    from mrtr.client._flows import InputAbandoned, RoundLimitExceeded
+    from mrtr.client._tasks import TaskCancelled
+
+    exc = leaf(exc)
+    if isinstance(exc, CliError):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, MCPError):
+        return EXIT_PROTOCOL, f"server error {exc.error.code}: {exc.error.message}"
+    if isinstance(exc, TaskCancelled):
+        return EXIT_TASK_CANCELLED, f"task cancelled: {exc}"
+    if isinstance(exc, InputAbandoned):
+        return EXIT_ABANDONED, str(exc)
+    if isinstance(exc, RoundLimitExceeded):
+        return EXIT_PROTOCOL, str(exc)
+    import httpx2
+
+    from mrtr.client._transport import TransportError
+
+    if isinstance(exc, TransportError) and exc.status is not None:  # an HTTP status, no JSON-RPC answer
+        return EXIT_PROTOCOL, f"the server answered HTTP {exc.status}: {_one_line(exc)}"
+    if isinstance(exc, TransportError | httpx2.TransportError | ConnectionError | TimeoutError):
+        return EXIT_UNREACHABLE, f"cannot reach the server: {_one_line(exc) or type(exc).__name__}"
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return EXIT_PROTOCOL, f"the server answered HTTP {exc.response.status_code} ({exc.request.url})"
+    if type(exc).__module__.split(".")[0] in ("redis", "psycopg", "psycopg_pool"):
+        return EXIT_UNREACHABLE, f"store error: {_one_line(exc) or type(exc).__name__}"
+    if isinstance(exc, FileNotFoundError):
+        return EXIT_UNREACHABLE, f"cannot start the server: {exc.strerror}: {exc.filename}"
+    return EXIT_TOOL_ERROR, f"{type(exc).__name__}: {_one_line(exc)}"
+
+
+def leaf(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups and bare re-raises."""
+    for _ in range(20):
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        else:
+            break
+    return exc
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def run_loop(work: Callable[[], Awaitable[int]]) -> int:
+    """`asyncio.run` without its SIGINT handler: Ctrl-C must interrupt a blocking prompt at once.
+
+    (`asyncio.run` turns the first Ctrl-C into a task cancellation, which a thread blocked
+    in `input()` would not notice until the person pressed Enter.)
+    """
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(work())
+    finally:
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.wait(pending, timeout=_SHUTDOWN_TIMEOUT))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def run(work: Callable[[], Awaitable[int]]) -> None:
+    """Run an async command; map every failure to one stderr line and an exit code."""
+    from mrtr.cli._errors import debug
+
+    try:
+        code = run_loop(work)
+    except KeyboardInterrupt:
+        err_console().print("mrtr: interrupted")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except Exception as exc:
+        if debug():
+            traceback.print_exc()
+        code, message = explain(exc)
+        if isinstance(leaf(exc), KeyboardInterrupt):
+            code, message = EXIT_INTERRUPTED, "interrupted"
+        err_console().print(f"mrtr: {message}", markup=False, soft_wrap=True)
+        raise typer.Exit(code) from None
+    raise typer.Exit(code)
+
+
+# -- mrtr call --------------------------------------------------------------------------------
+
+
+@app.command(epilog=EXIT_CODES_HELP)
+def call(
+    url: Annotated[
+        str | None, typer.Argument(help="Server URL (streamable HTTP), e.g. http://127.0.0.1:8000/mcp")
+    ] = None,
+    tool: Annotated[str | None, typer.Argument(help="Tool to call (omit with --prompt / --resource)")] = None,
+    arg: Annotated[list[str] | None, typer.Option("--arg", "-a", help="Argument NAME=VALUE (repeatable)")] = None,
+    json_args: Annotated[str | None, typer.Option("--json", help="All arguments as one JSON object")] = None,
+    stdio: Annotated[str | None, typer.Option(help="Launch the server: 'command args...' over stdio")] = None,
+    prompt: Annotated[str | None, typer.Option(help="Get this prompt instead of calling a tool")] = None,
+    resource: Annotated[str | None, typer.Option(help="Read this resource URI instead of calling a tool")] = None,
+    answers: Annotated[
+        Path | None, typer.Option(help="JSON/YAML answers by key or question, for non-interactive runs")
+    ] = None,
+    sampling: Annotated[str, typer.Option(help="Answer sampling: echo | ask | cmd:COMMAND | none")] = "ask",
+    root: Annotated[list[str] | None, typer.Option("--root", help="A root (path or URI) to offer (repeatable)")] = None,
+    tasks: Annotated[bool, typer.Option("--tasks/--no-tasks", help="Declare the tasks extension")] = True,
+    legacy: Annotated[bool, typer.Option(help="Speak 2025-11-25 (initialize handshake) instead")] = False,
+    max_rounds: Annotated[int, typer.Option(help="Give up after this many rounds", min=1, max=1000)] = 25,
+    output: Annotated[str, typer.Option(help="text | json (the final result as JSON on stdout)")] = "text",
+    instance_header: Annotated[str, typer.Option(help="Response header naming the instance")] = "X-Mrtr-Instance",
+    show_state: Annotated[bool, typer.Option(help="Print each round's sealed requestState")] = False,
+) -> None:
+    """Drive a tool call (or prompt, or resource read) through every MRTR round and task status.
+
+    Forms are rendered from their JSON schema: Enter keeps the default, `:decline` and
+    `:cancel` refuse. Each round shows the keys asked, the sealed state size and the
+    instance that answered; a durable task is followed with a live status line.
+    """
+    from mrtr.cli._call import CallRequest, parse_arguments, run_call, stdin_is_terminal
+    from mrtr.cli._errors import UsageError
+
+    def build() -> CallRequest:
+        target_url, target_tool = url, tool
+        if stdio is not None and target_tool is None:
+            target_url, target_tool = None, url  # with --stdio the only positional is the tool
+        elif stdio is not None:
+            raise UsageError("with --stdio give only TOOL, not a URL")
+        if target_url is None and stdio is None:
+            raise UsageError("give a server URL or --stdio 'command ...'")
+        chosen = [x for x in (target_tool, prompt, resource) if x is not None]
+        if len(chosen) != 1:
+            raise UsageError("name exactly one of TOOL, --prompt NAME or --resource URI")
+        if output not in ("text", "json"):
+            raise UsageError("--output must be text or json")
+        raw = list(arg or [])
+        return CallRequest(
+            url=target_url,
+            stdio=stdio,
+            tool=target_tool,
+            prompt=prompt,
+            resource=resource,
+            arguments=parse_arguments(raw, json_args),
+            raw_args=[a.partition("=")[0] for a in raw],
+            answers=answers,
+            sampling=sampling,
+            roots=list(root or []),
+            tasks=tasks,
+            legacy=legacy,
+            max_rounds=max_rounds,
+            output=output,
+            instance_header=instance_header,
+            show_state=show_state,
+        )
+
+    async def work() -> int:
+        request = build()
+        out = Console(highlight=False)
+        return await run_call(request, err_console(), out, stdin_is_terminal())
+
+    run(work)
+
+
+# -- mrtr tasks ---------------------------------------------------------------------------------
+
+StoreOption = Annotated[
+    str, typer.Option("--store", envvar="MRTR_STORE", help="sqlite:///PATH, redis://..., postgresql://...")
+]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(envvar="MRTR_STORE_NAMESPACE", help="Redis key prefix / PostgreSQL table, as given to open_store"),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+
+
+@tasks_app.command("ls")
+def tasks_ls(
+    store: StoreOption,
+    namespace: NamespaceOption = None,
+    status: Annotated[list[str] | None, typer.Option("--status", help="Only these statuses (repeatable)")] = None,
+    flow: Annotated[str | None, typer.Option(help="Only tasks of this flow (tool)")] = None,
+    older_than: Annotated[str | None, typer.Option(help="Created more than this long ago: 90s, 10m, 2h, 1d")] = None,
+    newer_than: Annotated[str | None, typer.Option(help="Created less than this long ago")] = None,
+    expired: Annotated[bool, typer.Option(help="Include tasks past their TTL (not yet purged)")] = False,
+    limit: Annotated[int, typer.Option(min=1, max=100_000)] = 100,
+    as_json: JsonOption = False,
+) -> None:
+    """List tasks, newest first (read-only)."""
+    from mrtr.cli._taskadmin import Filters, list_tasks
+
+    filters = Filters(status=status or [], flow=flow, older_than=older_than, newer_than=newer_than, expired=expired)
+    run(lambda: list_tasks(store, namespace, filters, limit, as_json, Console(highlight=False)))
+
+
+@tasks_app.command("show")
+def tasks_show(
+    task_id: Annotated[str, typer.Argument(help="The task id")],
+    store: StoreOption,
+    namespace: NamespaceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show one task: status, lease, its journal's asks, answers and steps (read-only)."""
+    from mrtr.cli._taskadmin import show_task
+
+    run(lambda: show_task(store, namespace, task_id, as_json, Console(highlight=False)))
+
+
+@tasks_app.command("cancel")
+def tasks_cancel(
+    task_id: Annotated[str, typer.Argument(help="The task id")],
+    store: StoreOption,
+    namespace: NamespaceOption = None,
+) -> None:
+    """Cancel a task cooperatively, as tasks/cancel does: a running flow stops at its next await."""
+    from mrtr.cli._taskadmin import cancel_task
+
+    run(lambda: cancel_task(store, namespace, task_id, Console(highlight=False)))
+
+
+@tasks_app.command("purge")
+def tasks_purge(
+    store: StoreOption,
+    namespace: NamespaceOption = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Really delete (default: only count what would go)")] = False,
+) -> None:
+    """Delete tasks past their TTL. Without --yes, only says how many would be deleted."""
+    from mrtr.cli._taskadmin import purge_tasks
+
+    run(lambda: purge_tasks(store, namespace, yes, Console(highlight=False)))
+
+
+# -- mrtr inspect-state -------------------------------------------------------------------------
+
+
+@app.command("inspect-state")
+def inspect_state(
+    state: Annotated[str, typer.Argument(help="The sealed requestState token, or - to read it from stdin")] = "-",
+    key_env: Annotated[
+        str, typer.Option(help="Environment variable holding the hex key (comma-separated ring)")
+    ] = "MRTR_STATE_KEY",
+    as_json: JsonOption = False,
+) -> None:
+    """Unseal and pretty-print a requestState (journal, pending asks, flow age). For debugging only."""
+    from mrtr.cli._state import inspect
+
+    token = sys.stdin.read().strip() if state == "-" else state.strip()
+
+    async def work() -> int:
+        return inspect(token, key_env, as_json, Console(highlight=False))
+
+    run(work)

@@ -1,0 +1,298 @@
+"""`mrtr tasks ls|show|cancel|purge`: durable tasks in a store, for the people who run the fleet.
+
+`ls` and `show` only read. `cancel` makes the same compare-and-set transition as the
+extension's `tasks/cancel`: a task running under a live lease gets `cancel_requested`
+(its worker's heartbeat sees the flag and cancels the flow at its next await); any other
+unfinished task ends `cancelled` at once. `purge` deletes tasks past their TTL, and
+without `--yes` only counts them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.journal import Journal, JournalFormatError
+from mrtr.cli._errors import EXIT_OK, CliError, UsageError
+from mrtr.cli._storeview import open_view
+from mrtr.stores import TERMINAL, TaskRecord
+
+_CAS_RETRIES = 20
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
+
+
+@dataclass
+class Filters:
+    status: list[str] = field(default_factory=list)
+    flow: str | None = None
+    older_than: str | None = None
+    newer_than: str | None = None
+    expired: bool = False
+
+
+def seconds(text: str, option: str) -> float:
+    """`90`, `90s`, `10m`, `2h`, `1d` as seconds."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise UsageError(f"{option} takes a duration like 90s, 10m, 2h or 1d, not {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def ago(ts: float, now: float) -> str:
+    delta = now - ts
+    future = delta < 0
+    delta = abs(delta)
+    if delta < 90:
+        text = f"{delta:.0f}s"
+    elif delta < 90 * 60:
+        text = f"{delta / 60:.0f}m"
+    elif delta < 36 * 3600:
+        text = f"{delta / 3600:.1f}h"
+    else:
+        text = f"{delta / 86400:.1f}d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def lease_text(record: TaskRecord, now: float) -> str:
+    if record.lease_owner is None:
+        return "-"
+    state = "held" if record.lease_until >= now else "lapsed"
+    return f"{record.lease_owner} ({state}, until {ago(record.lease_until, now)})"
+
+
+def select(records: list[TaskRecord], filters: Filters, now: float) -> list[TaskRecord]:
+    unknown = [s for s in filters.status if s not in STATUSES]
+    if unknown:
+        raise UsageError(f"--status takes {', '.join(STATUSES)}; not {', '.join(unknown)}")
+    older = seconds(filters.older_than, "--older-than") if filters.older_than else None
+    newer = seconds(filters.newer_than, "--newer-than") if filters.newer_than else None
+    chosen = [
+        r
+        for r in records
+        if (not filters.status or r.status in filters.status)
+        and (filters.flow is None or r.flow == filters.flow)
+        and (older is None or now - r.created_at >= older)
+        and (newer is None or now - r.created_at <= newer)
+    ]
+    return sorted(chosen, key=lambda r: r.created_at, reverse=True)
+
+
+_STATUS_STYLE = {
+    "working": "cyan",
+    "input_required": "magenta",
+    "completed": "green",
+    "failed": "red",
+    "cancelled": "yellow",
+}
+
+
+async def list_tasks(url: str, namespace: str | None, filters: Filters, limit: int, as_json: bool, out: Console) -> int:
+    opened = open_view(url, namespace)
+    try:
+        now = time.time()
+        records = select(await opened.view.records(now, filters.expired), filters, now)
+    finally:
+        await opened.close()
+    shown = records[:limit]
+    if as_json:
+        out.print_json(json.dumps([summary(r) for r in shown]))
+        return EXIT_OK
+    table = Table(title=f"tasks in {opened.label}: {len(shown)} of {len(records)}", title_justify="left")
+    for column in ("task", "flow", "status", "created", "updated", "lease", "asks / message"):
+        table.add_column(column, overflow="fold")
+    for r in shown:
+        note = ", ".join(r.input_requests) if r.status == "input_required" else (r.status_message or "")
+        if r.cancel_requested and not r.terminal:
+            note = f"cancel requested {note}".strip()
+        style = _STATUS_STYLE.get(r.status, "")
+        table.add_row(
+            escape(r.task_id),
+            escape(r.flow),
+            f"[{style}]{r.status}[/]",
+            ago(r.created_at, now),
+            ago(r.updated_at, now),
+            escape(lease_text(r, now)),
+            escape(note),
+        )
+    out.print(table)
+    return EXIT_OK
+
+
+def summary(record: TaskRecord) -> dict[str, Any]:
+    return {
+        "taskId": record.task_id,
+        "flow": record.flow,
+        "status": record.status,
+        "statusMessage": record.status_message,
+        "createdAt": iso(record.created_at),
+        "updatedAt": iso(record.updated_at),
+        "expiresAt": iso(record.expires_at) if record.expires_at is not None else None,
+        "leaseOwner": record.lease_owner,
+        "leaseUntil": iso(record.lease_until) if record.lease_owner else None,
+        "cancelRequested": record.cancel_requested,
+        "inputRequests": sorted(record.input_requests),
+    }
+
+
+async def _load(url: str, namespace: str | None, task_id: str) -> tuple[Any, TaskRecord]:
+    opened = open_view(url, namespace)
+    try:
+        await opened.view.count_expired(time.time())  # fails fast on a wrong or unreachable store
+        record = await opened.store.load(task_id, time.time())
+    except BaseException:
+        await opened.close()
+        raise
+    if record is None:
+        await opened.close()
+        raise CliError(f"no task {task_id!r} in {opened.label} (unknown, or past its TTL)")
+    return opened, record
+
+
+def journal_view(record: TaskRecord) -> dict[str, Any]:
+    """The record's journal, decoded for people: answers, steps with idempotency keys, pending asks."""
+    try:
+        journal = journal_codec.decode(record.journal)
+    except JournalFormatError as exc:
+        return {"error": str(exc)}
+    return describe_journal(journal)
+
+
+def describe_journal(journal: Journal) -> dict[str, Any]:
+    """A journal for people (and `--json`): answers, steps with their idempotency keys, pending asks."""
+    return {
+        "flowId": journal.flow_id,
+        "startedAt": iso(journal.started_at),
+        "rounds": journal.rounds,
+        "answers": {k: {"question": q, "answer": v} for k, (q, v) in journal.answers.items()},
+        "steps": {
+            k: {"idempotencyKey": f"{journal.flow_id}:{k}", "arguments": d, "result": v}
+            for k, (d, v) in journal.steps.items()
+        },
+        "pending": dict(journal.pending),
+    }
+
+
+async def show_task(url: str, namespace: str | None, task_id: str, as_json: bool, out: Console) -> int:
+    opened, record = await _load(url, namespace, task_id)
+    await opened.close()
+    now = time.time()
+    journal = journal_view(record)
+    if as_json:
+        data = asdict(record)
+        data["journal"] = journal
+        out.print_json(json.dumps(data, default=str))
+        return EXIT_OK
+    style = _STATUS_STYLE.get(record.status, "")
+    head = f"[bold]task {escape(record.task_id)}[/]  flow [bold]{escape(record.flow)}[/]"
+    out.print(f"{head}  [{style}]{record.status}[/]")
+    if record.status_message:
+        out.print(f"  message: {escape(record.status_message)}")
+    created = f"{iso(record.created_at)} ({ago(record.created_at, now)})"
+    out.print(f"  created {created}, updated {ago(record.updated_at, now)}")
+    if record.expires_at is not None:
+        out.print(f"  expires {iso(record.expires_at)} ({ago(record.expires_at, now)})")
+    out.print(f"  lease: {escape(lease_text(record, now))}")
+    if record.cancel_requested:
+        out.print("  [yellow]cancel requested[/]")
+    out.print(f"  arguments: {escape(json.dumps(record.arguments))}")
+    if "error" in journal:
+        out.print(f"  [red]journal unreadable: {escape(journal['error'])}[/]")
+    else:
+        out.print(f"  journal: flow id {journal['flowId']}, started {journal['startedAt']}, rounds {journal['rounds']}")
+        _table(
+            out,
+            "steps",
+            ["step", "idempotency key", "result"],
+            [[k, s["idempotencyKey"], _short(s["result"])] for k, s in journal["steps"].items()],
+        )
+        _table(out, "answers", ["key", "answer"], [[k, _short(a["answer"])] for k, a in journal["answers"].items()])
+    if record.input_requests:
+        rows = [
+            [k, str(r.get("method", "")), _short((r.get("params") or {}).get("message", ""))]
+            for k, r in record.input_requests.items()
+        ]
+        _table(out, "waiting for input", ["key", "method", "question"], rows)
+    if record.responses:
+        _table(out, "answers not yet used", ["key", "answer"], [[k, _short(v)] for k, v in record.responses.items()])
+    if record.result is not None:
+        out.print(f"  result: {escape(_short(record.result, 400))}")
+    if record.error is not None:
+        out.print(f"  [red]error: {escape(_short(record.error, 400))}[/]")
+    return EXIT_OK
+
+
+def _short(value: Any, width: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(out: Console, title: str, columns: list[str], rows: list[list[str]]) -> None:
+    if not rows:
+        out.print(f"  {title}: none")
+        return
+    table = Table(title=f"  {title}", title_justify="left", show_edge=False)
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    out.print(table)
+
+
+async def cancel_task(url: str, namespace: str | None, task_id: str, out: Console) -> int:
+    opened, record = await _load(url, namespace, task_id)
+    try:
+        for _ in range(_CAS_RETRIES):
+            if record.status in TERMINAL:
+                out.print(f"task {escape(task_id)} already {record.status}; nothing to cancel")
+                return EXIT_OK
+            if record.cancel_requested:
+                out.print(f"task {escape(task_id)}: cancel already requested; its worker stops it at its next await")
+                return EXIT_OK
+            now = time.time()
+            running = record.status == "working" and record.lease_until >= now
+            changed = record.copy(cancel_requested=True, updated_at=now)
+            if not running:
+                changed = changed.copy(status="cancelled", input_requests={}, lease_owner=None, lease_until=0.0)
+            if await opened.store.save(changed):
+                if running:
+                    out.print(f"task {escape(task_id)}: cancel requested; {escape(record.lease_owner or '?')} stops it")
+                else:
+                    out.print(f"task {escape(task_id)} cancelled")
+                return EXIT_OK
+            fresh = await opened.store.load(task_id, time.time())
+            if fresh is None:
+                raise CliError(f"task {task_id!r} disappeared (expired or purged)")
+            record = fresh
+        raise CliError(f"task {task_id!r} is busy; try again")
+    finally:
+        await opened.close()
+
+
+async def purge_tasks(url: str, namespace: str | None, yes: bool, out: Console) -> int:
+    opened = open_view(url, namespace)
+    try:
+        now = time.time()
+        if not yes:
+            count = await opened.view.count_expired(now)
+            out.print(f"{count} expired task(s) in {opened.label} would be deleted; rerun with --yes to delete them")
+            return EXIT_OK
+        count = await opened.store.purge_expired(now)
+        out.print(f"deleted {count} expired task(s) from {opened.label}")
+        return EXIT_OK
+    finally:
+        await opened.close()

@@ -1,0 +1,140 @@
+"""The store contract: the task record, the `TaskStore` protocol, and the round-ledger verdict.
+
+Backends (`sqlite`, `redis`, `postgres`) import this module; the package `__init__`
+re-exports it and picks a backend from a URL.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from mrtr._wire import TERMINAL, TaskStatus
+
+
+class TaskExists(Exception):
+    """`create` was given a task id that is already stored."""
+
+
+@dataclass
+class TaskRecord:
+    """Everything about one task; stored whole, as JSON, with a few indexed columns."""
+
+    task_id: str
+    flow: str
+    """The registered flow (tool) name."""
+    arguments: dict[str, Any]
+    capabilities: dict[str, Any]
+    """The client capabilities declared by the request that created the task (wire JSON)."""
+    status: TaskStatus
+    created_at: float
+    updated_at: float
+    ttl_ms: int | None
+    poll_interval_ms: int
+    journal: str
+    """The flow's journal, encoded with `mrtr._engine.journal.encode`."""
+    status_message: str | None = None
+    input_requests: dict[str, Any] = field(default_factory=dict)
+    """Outstanding asks (wire `InputRequest`s by key) while `input_required`."""
+    responses: dict[str, Any] = field(default_factory=dict)
+    """Answers received through `tasks/update`, not yet consumed by a run of the flow."""
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    cancel_requested: bool = False
+    lease_owner: str | None = None
+    lease_until: float = 0.0
+    """Epoch seconds; the worker holding the lease must renew it before then."""
+    version: int = 0
+    """Bumped by every successful `save`; `save` succeeds only from the stored version."""
+    owner: str | None = None
+    """Digest of the principal that created the task (`mrtr.tasks._runtime.owner_tag`); None if unauthenticated."""
+    extras: dict[str, Any] = field(default_factory=dict, repr=False)
+    """Fields written by a newer mrtr that this one does not know: carried through every rewrite."""
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def expires_at(self) -> float | None:
+        return None if self.ttl_ms is None else self.created_at + self.ttl_ms / 1000
+
+    @property
+    def claimable(self) -> bool:
+        """Needs a worker: running work (status `working`), whether or not a lease is held."""
+        return self.status == "working"
+
+    def to_json(self) -> str:
+        # Shallow on purpose: `asdict` deep-copies every nested value first, and runs on
+        # every write (it cost ~5% of a loaded server's time in benchmarks/tasks.py).
+        data = {name: getattr(self, name) for name in _FIELDS}
+        return json.dumps(data | self.extras if self.extras else data, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TaskRecord:
+        # Fields a newer server added are kept aside and written back unchanged, so a
+        # rolling upgrade can read both ways and an older instance's write loses nothing.
+        data = json.loads(text)
+        extras = {k: v for k, v in data.items() if k not in _KNOWN}
+        return cls(**{k: v for k, v in data.items() if k in _KNOWN}, extras=extras)
+
+    def copy(self, **changes: Any) -> TaskRecord:
+        return replace(self, **changes)
+
+
+_FIELDS = tuple(name for name in TaskRecord.__dataclass_fields__ if name != "extras")
+_KNOWN = frozenset(_FIELDS)
+
+
+class TaskStore(Protocol):
+    """The contract every store meets (see tests/test_stores.py, run against all three)."""
+
+    async def create(self, record: TaskRecord) -> None:
+        """Store a new record at `record.version` (normally 0).
+
+        Raises:
+            TaskExists: The id is taken by a record not yet past its TTL (an expired one
+                counts as absent, as in `load`, and is replaced).
+        """
+        ...
+
+    async def load(self, task_id: str, now: float) -> TaskRecord | None:
+        """The record, or None when unknown or past its TTL (`expires_at <= now`)."""
+        ...
+
+    async def save(self, record: TaskRecord) -> bool:
+        """Atomically replace the stored record iff its stored version is `record.version`.
+
+        On success the stored version (and `record.version`) becomes `record.version + 1`.
+        Returns False, changing nothing, on a version conflict or an unknown/expired id.
+        """
+        ...
+
+    async def claimable(self, now: float, limit: int) -> list[str]:
+        """Ids of unexpired `working` tasks whose lease has run out (`lease_until < now`)."""
+        ...
+
+    async def purge_expired(self, now: float) -> int:
+        """Delete records past their TTL; returns how many."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str, str | None]:
+    """What a lost `claim_round` means, from the stored round's (digest, outcome).
+
+    `row` is None only when the round vanished between the claim and this read (it
+    expired): the caller simply claims again.
+    """
+    if row is None:
+        return "retry", None
+    stored_digest, outcome = row
+    if stored_digest != digest:
+        return "forked", None
+    if outcome is not None:
+        return "done", outcome
+    return "busy", None

@@ -1,0 +1,260 @@
+"""`PostgresStore`: tasks for a fleet whose source of truth is PostgreSQL.
+
+Each operation is one SQL statement in autocommit, so Postgres's own transaction is the
+atomic step: a server or client dying mid-statement leaves the previous row. `data` is
+TEXT, not JSONB, so the record comes back byte for byte as written (JSONB reorders
+object keys and rejects NUL characters, which flow arguments may legally contain); the
+columns beside it exist only to be indexed and compared.
+
+The pool opens on first use, so a store can be built at import time without a running
+event loop or database; `open()` does it eagerly, to fail fast at server start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+from psycopg_pool import AsyncConnectionPool
+
+from mrtr.stores._base import TaskExists, TaskRecord, round_verdict
+
+if TYPE_CHECKING:
+    from mrtr.buses._base import BrokerBus
+
+# Room for the "_claimable"/"_expiry" index suffixes inside Postgres's 63-byte names.
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
+
+
+class PostgresStore:
+    """A `TaskStore` in one PostgreSQL table, created if missing."""
+
+    def __init__(
+        self,
+        dsn: str = "postgresql://postgres@127.0.0.1:5432/postgres",
+        *,
+        table: str = "mrtr_tasks",
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        **connect_kwargs: Any,
+    ) -> None:
+        if not _TABLE_NAME.fullmatch(table):
+            raise ValueError(f"table must be a plain SQL identifier of at most 48 characters, not {table!r}")
+        self.dsn = dsn
+        self.table = table
+        self._pool_args: dict[str, Any] = {"min_size": min_size, "max_size": max_size, "timeout": timeout}
+        self._connect_kwargs = {**connect_kwargs, "autocommit": True}
+        self._pool: AsyncConnectionPool | None = None
+        self._open_lock = asyncio.Lock()
+        self._closed = False
+
+        fmt = {
+            "t": sql.Identifier(table),
+            "claim_idx": sql.Identifier(f"{table}_claimable"),
+            "expiry_idx": sql.Identifier(f"{table}_expiry"),
+            "r": sql.Identifier(f"{table}_rounds"),
+            "rounds_idx": sql.Identifier(f"{table}_rounds_exp"),
+        }
+        q = lambda text: sql.SQL(text).format(**fmt)  # noqa: E731
+        self._schema = [
+            q(
+                "CREATE TABLE IF NOT EXISTS {t} (task_id TEXT PRIMARY KEY, version BIGINT NOT NULL,"
+                " status TEXT NOT NULL, lease_until DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION,"
+                " data TEXT NOT NULL)"
+            ),
+            # Partial indexes: claim scans read only `working` rows, purges only rows with a TTL.
+            q("CREATE INDEX IF NOT EXISTS {claim_idx} ON {t} (lease_until) WHERE status = 'working'"),
+            q("CREATE INDEX IF NOT EXISTS {expiry_idx} ON {t} (expires_at) WHERE expires_at IS NOT NULL"),
+            # The replay guard's ledger (mrtr._guard): one row per claimed round.
+            q(
+                "CREATE TABLE IF NOT EXISTS {r} (round_id TEXT PRIMARY KEY, digest TEXT NOT NULL,"
+                " owner TEXT NOT NULL, lease_until DOUBLE PRECISION NOT NULL, outcome TEXT,"
+                " expires_at DOUBLE PRECISION NOT NULL)"
+            ),
+            q("CREATE INDEX IF NOT EXISTS {rounds_idx} ON {r} (expires_at)"),
+        ]
+        # An expired row is as good as absent (`load` hides it, Redis drops it by itself), so
+        # `create` may take its id over; only a live row makes the id "taken".
+        self._create_sql = q(
+            "INSERT INTO {t} AS old (task_id, version, status, lease_until, expires_at, data)"
+            " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (task_id) DO UPDATE SET"
+            " version = EXCLUDED.version, status = EXCLUDED.status, lease_until = EXCLUDED.lease_until,"
+            " expires_at = EXCLUDED.expires_at, data = EXCLUDED.data"
+            " WHERE old.expires_at IS NOT NULL AND old.expires_at <= %s"
+        )
+        self._save_sql = q(
+            "UPDATE {t} SET version = version + 1, status = %s, lease_until = %s, expires_at = %s, data = %s"
+            " WHERE task_id = %s AND version = %s AND (expires_at IS NULL OR expires_at > %s)"
+        )
+        self._load_sql = q(
+            "SELECT version, data FROM {t} WHERE task_id = %s AND (expires_at IS NULL OR expires_at > %s)"
+        )
+        self._claimable_sql = q(
+            "SELECT task_id FROM {t} WHERE status = 'working' AND lease_until < %s"
+            " AND (expires_at IS NULL OR expires_at > %s) ORDER BY lease_until LIMIT %s"
+        )
+        # Leases on the database's clock: `now()` is the statement's transaction time.
+        self._claim_round_sql = q(
+            "INSERT INTO {r} AS old (round_id, digest, owner, lease_until, outcome, expires_at)"
+            " VALUES (%(id)s, %(d)s, %(o)s, extract(epoch FROM now()) + %(lease)s, NULL, %(exp)s)"
+            " ON CONFLICT (round_id) DO UPDATE SET digest = EXCLUDED.digest, owner = EXCLUDED.owner,"
+            " lease_until = EXCLUDED.lease_until, outcome = NULL, expires_at = EXCLUDED.expires_at"
+            " WHERE old.expires_at <= extract(epoch FROM now()) OR (old.digest = EXCLUDED.digest"
+            " AND old.outcome IS NULL AND old.lease_until < extract(epoch FROM now()))"
+            " RETURNING 1"
+        )
+        self._read_round_sql = q("SELECT digest, outcome FROM {r} WHERE round_id = %s")
+        self._renew_round_sql = q(
+            "UPDATE {r} SET lease_until = extract(epoch FROM now()) + %s"
+            " WHERE round_id = %s AND owner = %s AND outcome IS NULL"
+        )
+        self._finish_round_sql = q("UPDATE {r} SET outcome = %s WHERE round_id = %s AND owner = %s AND outcome IS NULL")
+        self._clock_sql = q("SELECT extract(epoch FROM clock_timestamp())::float8")
+        self._purge_rounds_sql = q("DELETE FROM {r} WHERE expires_at <= extract(epoch FROM now())")
+        self._purge_sql = q("DELETE FROM {t} WHERE expires_at IS NOT NULL AND expires_at <= %s")
+
+    async def open(self) -> PostgresStore:
+        """Connect and create the table now rather than on first use."""
+        await self._get_pool()
+        return self
+
+    async def _get_pool(self) -> AsyncConnectionPool:
+        if self._pool is not None:
+            return self._pool
+        if self._closed:
+            raise RuntimeError("PostgresStore is closed")
+        async with self._open_lock:
+            if self._pool is None:
+                pool = AsyncConnectionPool(self.dsn, kwargs=self._connect_kwargs, open=False, **self._pool_args)
+                try:
+                    await pool.open(wait=True, timeout=self._pool_args["timeout"])
+                    await self._create_schema(pool)
+                except BaseException:
+                    await pool.close()
+                    raise
+                self._pool = pool
+        return self._pool
+
+    async def _create_schema(self, pool: AsyncConnectionPool) -> None:
+        # Concurrent `CREATE TABLE IF NOT EXISTS` can still collide in the catalog when a
+        # fleet starts at once; an advisory lock on the table name makes them take turns.
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"mrtr.stores:{self.table}"])
+            for statement in self._schema:
+                await conn.execute(statement)
+
+    async def _execute(
+        self, query: sql.Composed, params: tuple[Any, ...] | dict[str, Any]
+    ) -> tuple[int, list[tuple[Any, ...]]]:
+        pool = await self._get_pool()
+        async with pool.connection() as conn:
+            cur = await conn.execute(query, params)
+            rows = await cur.fetchall() if cur.description is not None else []
+            return cur.rowcount, rows
+
+    async def create(self, record: TaskRecord) -> None:
+        params = (
+            record.task_id,
+            record.version,
+            record.status,
+            float(record.lease_until),
+            record.expires_at,
+            record.to_json(),
+            time.time(),
+        )
+        count, _ = await self._execute(self._create_sql, params)
+        if count != 1:
+            raise TaskExists(record.task_id)
+
+    async def load(self, task_id: str, now: float) -> TaskRecord | None:
+        _, rows = await self._execute(self._load_sql, (task_id, now))
+        if not rows:
+            return None
+        version, data = rows[0]
+        record = TaskRecord.from_json(data)
+        record.version = version  # the column is what `save` compares against
+        return record
+
+    async def save(self, record: TaskRecord) -> bool:
+        expected = record.version
+        # Serialise first: a record that cannot be encoded fails here, the stored one untouched.
+        data = record.copy(version=expected + 1).to_json()
+        params = (
+            record.status,
+            float(record.lease_until),
+            record.expires_at,
+            data,
+            record.task_id,
+            expected,
+            time.time(),
+        )
+        count, _ = await self._execute(self._save_sql, params)
+        if count != 1:
+            return False
+        record.version = expected + 1
+        return True
+
+    async def claimable(self, now: float, limit: int) -> list[str]:
+        if limit <= 0:
+            return []
+        _, rows = await self._execute(self._claimable_sql, (now, now, limit))
+        return [r[0] for r in rows]
+
+    async def purge_expired(self, now: float) -> int:
+        count, _ = await self._execute(self._purge_sql, (now,))
+        return count
+
+    # -- the replay guard's ledger (see mrtr._guard.RoundLedger); the database's clock -------
+
+    async def clock(self) -> float:
+        """Epoch seconds on the PostgreSQL server's clock, shared by every instance."""
+        _, rows = await self._execute(self._clock_sql, ())
+        return float(rows[0][0])
+
+    async def claim_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        params = {"id": round_id, "d": digest, "o": owner, "lease": float(lease), "exp": float(expires_at)}
+        _, rows = await self._execute(self._claim_round_sql, params)
+        if rows:
+            return "claimed", None
+        _, rows = await self._execute(self._read_round_sql, (round_id,))
+        return round_verdict(rows[0] if rows else None, digest)
+
+    async def renew_round(self, round_id: str, owner: str, lease: float) -> bool:
+        count, _ = await self._execute(self._renew_round_sql, (float(lease), round_id, owner))
+        return count == 1
+
+    async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
+        count, _ = await self._execute(self._finish_round_sql, (outcome, round_id, owner))
+        return count == 1
+
+    async def purge_rounds(self) -> int:
+        count, _ = await self._execute(self._purge_rounds_sql, ())
+        return count
+
+    def fleet_bus(self) -> BrokerBus | None:
+        """The fleet bus on this store's database: `mrtr.open_bus(dsn)` with this store's namespace
+        (`mrtr_bus` beside the default `mrtr_tasks`, else `<table>_bus`).
+
+        None when the store was given connection options beyond its DSN, or its table name
+        leaves no room for the suffix (the bus connects from the DSN alone).
+        """
+        connect = {k: v for k, v in self._connect_kwargs.items() if k != "autocommit"}
+        table = "mrtr_bus" if self.table == "mrtr_tasks" else f"{self.table}_bus"
+        if connect or len(table) > 48:
+            return None
+        from mrtr.buses._postgres import PostgresBus
+
+        return PostgresBus(self.dsn, table=table)
+
+    async def close(self) -> None:
+        self._closed = True
+        async with self._open_lock:
+            if self._pool is not None:
+                await self._pool.close()
+                self._pool = None

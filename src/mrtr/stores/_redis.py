@@ -1,0 +1,255 @@
+"""`RedisStore`: tasks for a fleet that already runs Redis.
+
+Layout under `prefix`: one string key per task (`task:<id>`, the record's JSON including
+its version) that Redis itself expires at the record's `expires_at`; a sorted set
+`claimable` of `working` task ids scored by `lease_until`, so finding work is one range
+scan; and a sorted set `expiry` of ids scored by `expires_at`, so the TTL check inside a
+script and `purge_expired` need neither the clock of the Redis server nor a JSON parse.
+
+Every write is one Lua script: the version check, the record write and both index
+updates happen as one atomic step, and each script checks everything before its first
+write (Redis does not roll back a script that fails halfway). The scripts build record
+keys from the prefix, so this store needs a single Redis (or one cluster slot), not a
+sharded cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+
+from mrtr.stores._base import TaskExists, TaskRecord
+
+if TYPE_CHECKING:
+    from mrtr.buses._base import BrokerBus
+
+# Shared tail of `create` and `save`: write the record and make both indexes agree with it.
+# ARGV: 1 id, 2 json, 3 now, 4 claimable (0/1), 5 lease_until, 6 expires_at|"", 7 expire_ms|"".
+_WRITE = """
+redis.call('SET', KEYS[1], ARGV[2])
+if ARGV[7] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[7]) end
+if ARGV[4] == '1' then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+else
+  redis.call('ZREM', KEYS[2], ARGV[1])
+end
+if ARGV[6] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[1])
+else
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
+return 1
+"""
+
+# An expired record counts as absent even before Redis drops it, as in the SQL stores.
+_CREATE = (
+    """
+local exp = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 1 and not (exp and tonumber(exp) <= tonumber(ARGV[3])) then
+  return 0
+end
+"""
+    + _WRITE
+)
+
+# ARGV 8: the version the caller read.
+_SAVE = (
+    """
+local cur = redis.call('GET', KEYS[1])
+if not cur then return 0 end
+local exp = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if exp and tonumber(exp) <= tonumber(ARGV[3]) then return 0 end
+if cjson.decode(cur)['version'] ~= tonumber(ARGV[8]) then return 0 end
+"""
+    + _WRITE
+)
+
+# KEYS: claimable, expiry. ARGV: now, limit, record key prefix. Ids whose record Redis has
+# already expired are dropped from `claimable` here, in the same atomic step that saw them
+# missing, so a concurrent `create` of the same id cannot lose its index entry.
+_CLAIMABLE = """
+local now, limit, out, offset = tonumber(ARGV[1]), tonumber(ARGV[2]), {}, 0
+while #out < limit do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[1], 'LIMIT', offset, limit)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    if redis.call('EXISTS', ARGV[3] .. id) == 0 then
+      redis.call('ZREM', KEYS[1], id)
+    else
+      offset = offset + 1
+      local exp = redis.call('ZSCORE', KEYS[2], id)
+      if not exp or tonumber(exp) > now then
+        out[#out + 1] = id
+        if #out >= limit then break end
+      end
+    end
+  end
+end
+return out
+"""
+
+# KEYS: claimable, expiry. ARGV: now, record key prefix, batch size. Counts ids whose TTL
+# passed, whether or not Redis had already dropped the record key itself.
+_PURGE = """
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+for _, id in ipairs(ids) do
+  redis.call('DEL', ARGV[2] .. id)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('ZREM', KEYS[2], id)
+end
+return #ids
+"""
+
+_PURGE_BATCH = 500
+
+# The replay guard's ledger (mrtr._guard): one hash per round (d digest, o owner, l lease
+# until, r outcome), expired by Redis itself. Leases are on the Redis server's clock (TIME),
+# so no instance's wall clock matters. KEYS[1] the round. ARGV: digest, owner, lease, expire ms.
+_CLAIM_ROUND = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local e = redis.call('HMGET', KEYS[1], 'd', 'l', 'r')
+if not e[1] then
+  redis.call('HSET', KEYS[1], 'd', ARGV[1], 'o', ARGV[2], 'l', string.format('%.6f', now + tonumber(ARGV[3])))
+  redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+  return {'claimed'}
+end
+if e[1] ~= ARGV[1] then return {'forked'} end
+if e[3] then return {'done', e[3]} end
+if tonumber(e[2]) < now then
+  redis.call('HSET', KEYS[1], 'o', ARGV[2], 'l', string.format('%.6f', now + tonumber(ARGV[3])))
+  return {'claimed'}
+end
+return {'busy'}
+"""
+
+# KEYS[1] the round. ARGV: owner, lease (renew) or outcome (finish), mode.
+_TOUCH_ROUND = """
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'r') == 1 then return 0 end
+if ARGV[3] == 'renew' then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  redis.call('HSET', KEYS[1], 'l', string.format('%.6f', now + tonumber(ARGV[2])))
+else
+  redis.call('HSET', KEYS[1], 'r', ARGV[2])
+end
+return 1
+"""
+
+
+class RedisStore:
+    """A `TaskStore` in Redis; several stores (processes) may share one prefix."""
+
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, prefix: str = "mrtr:", **redis_kwargs: Any) -> None:
+        self.prefix = prefix
+        self.url = url
+        self._redis_kwargs = redis_kwargs
+        self._redis = aioredis.Redis.from_url(url, decode_responses=True, **redis_kwargs)
+        self._record_prefix = f"{prefix}task:"
+        self._claim_key = f"{prefix}claimable"
+        self._expiry_key = f"{prefix}expiry"
+        self._create = self._redis.register_script(_CREATE)
+        self._save = self._redis.register_script(_SAVE)
+        self._claimable = self._redis.register_script(_CLAIMABLE)
+        self._purge = self._redis.register_script(_PURGE)
+        self._claim_round = self._redis.register_script(_CLAIM_ROUND)
+        self._touch_round = self._redis.register_script(_TOUCH_ROUND)
+
+    def fleet_bus(self) -> BrokerBus | None:
+        """The fleet bus on this store's Redis: `mrtr.open_bus(url)` with this store's namespace.
+
+        None when the store was given connection options beyond its URL (the bus connects
+        from the URL alone, so it could not reach the same server the same way).
+        """
+        if self._redis_kwargs:
+            return None
+        from mrtr.buses._redis import RedisBus
+
+        return RedisBus(self.url, prefix=self.prefix)
+
+    def _keys(self, task_id: str) -> list[str]:
+        return [self._record_prefix + task_id, self._claim_key, self._expiry_key]
+
+    @staticmethod
+    def _write_args(record: TaskRecord, data: str, now: float) -> list[str]:
+        expires_at = record.expires_at
+        # Round the key's own expiry up: Redis must never drop a record the contract still
+        # calls live; the scripts and `load` apply the exact `expires_at` themselves.
+        expire_ms = "" if expires_at is None else str(math.ceil(expires_at * 1000))
+        return [
+            record.task_id,
+            data,
+            repr(now),
+            "1" if record.claimable else "0",
+            repr(float(record.lease_until)),
+            "" if expires_at is None else repr(float(expires_at)),
+            expire_ms,
+        ]
+
+    async def create(self, record: TaskRecord) -> None:
+        args = self._write_args(record, record.to_json(), time.time())
+        if not await self._create(keys=self._keys(record.task_id), args=args):
+            raise TaskExists(record.task_id)
+
+    async def load(self, task_id: str, now: float) -> TaskRecord | None:
+        data = await self._redis.get(self._record_prefix + task_id)
+        if data is None:
+            return None
+        record = TaskRecord.from_json(data)
+        expires_at = record.expires_at
+        return None if expires_at is not None and expires_at <= now else record
+
+    async def save(self, record: TaskRecord) -> bool:
+        expected = record.version
+        args = self._write_args(record, record.copy(version=expected + 1).to_json(), time.time())
+        if not await self._save(keys=self._keys(record.task_id), args=[*args, str(expected)]):
+            return False
+        record.version = expected + 1
+        return True
+
+    async def claimable(self, now: float, limit: int) -> list[str]:
+        if limit <= 0:
+            return []
+        args = [repr(float(now)), str(limit), self._record_prefix]
+        return list(await self._claimable(keys=[self._claim_key, self._expiry_key], args=args))
+
+    async def purge_expired(self, now: float) -> int:
+        # Batches keep each script short: a script blocks every other Redis client while it runs.
+        total = 0
+        while True:
+            args = [repr(float(now)), self._record_prefix, str(_PURGE_BATCH)]
+            n = int(await self._purge(keys=[self._claim_key, self._expiry_key], args=args))
+            total += n
+            if n < _PURGE_BATCH:
+                return total
+
+    # -- the replay guard's ledger (see mrtr._guard.RoundLedger); Redis's clock ---------------
+
+    async def clock(self) -> float:
+        """Epoch seconds on the Redis server's clock (`TIME`), shared by every instance."""
+        seconds, micros = await self._redis.time()
+        return seconds + micros / 1_000_000
+
+    async def claim_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        args = [digest, owner, repr(float(lease)), str(math.ceil(expires_at * 1000))]
+        reply = await self._claim_round(keys=[f"{self.prefix}round:{round_id}"], args=args)
+        return str(reply[0]), (str(reply[1]) if len(reply) > 1 else None)
+
+    async def renew_round(self, round_id: str, owner: str, lease: float) -> bool:
+        keys = [f"{self.prefix}round:{round_id}"]
+        return bool(await self._touch_round(keys=keys, args=[owner, repr(float(lease)), "renew"]))
+
+    async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
+        keys = [f"{self.prefix}round:{round_id}"]
+        return bool(await self._touch_round(keys=keys, args=[owner, outcome, "finish"]))
+
+    async def purge_rounds(self) -> int:
+        return 0  # Redis expires each round's key itself
+
+    async def close(self) -> None:
+        await self._redis.aclose()

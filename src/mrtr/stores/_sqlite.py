@@ -1,0 +1,241 @@
+"""`SQLiteStore`: the embedded default, one file shared by every server process on a host.
+
+sqlite3 blocks, so each store owns one connection driven by one worker thread: calls are
+serialised without a lock, and the event loop never waits on the disk. WAL mode lets
+readers run beside a writer in another process; the busy timeout makes a writer wait
+for the file lock instead of failing at once. Every write is a single SQL statement, so
+SQLite's own atomic commit is what keeps a crash from leaving half a record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from mrtr.stores._base import TaskExists, TaskRecord, round_verdict
+
+T = TypeVar("T")
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS mrtr_tasks (
+        task_id TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        lease_until REAL NOT NULL,
+        expires_at REAL,
+        data TEXT NOT NULL
+    )""",
+    # Partial indexes: the claim scan only ever looks at `working` rows, the purge only at
+    # rows with a TTL, so neither index pays for the (many) finished or immortal rows.
+    "CREATE INDEX IF NOT EXISTS mrtr_tasks_claimable ON mrtr_tasks (lease_until) WHERE status = 'working'",
+    "CREATE INDEX IF NOT EXISTS mrtr_tasks_expiry ON mrtr_tasks (expires_at) WHERE expires_at IS NOT NULL",
+    # The replay guard's ledger (mrtr._guard): one row per claimed round, gone after `expires_at`.
+    """CREATE TABLE IF NOT EXISTS mrtr_rounds (
+        round_id TEXT PRIMARY KEY,
+        digest TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        lease_until REAL NOT NULL,
+        outcome TEXT,
+        expires_at REAL NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS mrtr_rounds_expiry ON mrtr_rounds (expires_at)",
+)
+
+# An expired row is as good as absent (`load` hides it and Redis drops it by itself), so
+# `create` may take its id over; only a live row makes the id "taken".
+_CREATE = """
+INSERT INTO mrtr_tasks (task_id, version, status, lease_until, expires_at, data)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (task_id) DO UPDATE SET
+    version = excluded.version, status = excluded.status, lease_until = excluded.lease_until,
+    expires_at = excluded.expires_at, data = excluded.data
+WHERE mrtr_tasks.expires_at IS NOT NULL AND mrtr_tasks.expires_at <= ?
+"""
+
+# Claim a round: insert it, or take over an expired row, or one whose lease lapsed with the
+# same answers and no outcome. ?1 id, ?2 digest, ?3 owner, ?4 now, ?5 lease, ?6 expires_at.
+_CLAIM_ROUND = """
+INSERT INTO mrtr_rounds (round_id, digest, owner, lease_until, outcome, expires_at)
+VALUES (?1, ?2, ?3, ?4 + ?5, NULL, ?6)
+ON CONFLICT (round_id) DO UPDATE SET
+    digest = excluded.digest, owner = excluded.owner, lease_until = excluded.lease_until,
+    outcome = NULL, expires_at = excluded.expires_at
+WHERE mrtr_rounds.expires_at <= ?4
+   OR (mrtr_rounds.digest = ?2 AND mrtr_rounds.outcome IS NULL AND mrtr_rounds.lease_until < ?4)
+RETURNING 1
+"""
+
+_SAVE = """
+UPDATE mrtr_tasks SET version = version + 1, status = ?, lease_until = ?, expires_at = ?, data = ?
+WHERE task_id = ? AND version = ? AND (expires_at IS NULL OR expires_at > ?)
+"""
+
+
+_LOCKED_PAUSE = 0.005
+
+
+class SQLiteStore:
+    """A `TaskStore` in one SQLite file (or `":memory:"`, private to this object, for tests)."""
+
+    def __init__(self, path: str = "mrtr-tasks.db", *, busy_timeout_ms: int = 5000) -> None:
+        self.path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        # One thread owns the connection: sqlite3 objects are not meant to hop threads, and
+        # a single worker queues calls in order, which is all the locking one connection needs.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mrtr-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise RuntimeError("SQLiteStore is closed")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        # Runs on the worker thread; opening here (not in __init__) keeps construction free
+        # of I/O and the connection on the one thread that will ever use it.
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                if self._conn is None:
+                    self._conn = self._connect()
+                return fn(self._conn)
+            except sqlite3.OperationalError as exc:
+                # SQLite answers "locked" at once, without its busy handler, in a few cases
+                # (two connections opening a new file in WAL mode together, WAL recovery). A
+                # statement that got it did nothing: wait a moment and run it again.
+                if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(_LOCKED_PAUSE)
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: autocommit. Each statement below is its own transaction, so
+        # the Python module never holds a write lock open between statements.
+        conn = sqlite3.connect(self.path, timeout=self._busy_timeout_ms / 1000, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def create(self, record: TaskRecord) -> None:
+        row = (record.task_id, record.version, record.status, record.lease_until, record.expires_at)
+        data = record.to_json()
+        now = time.time()
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(_CREATE, (*row, data, now)).rowcount
+
+        if await self._run(op) != 1:
+            raise TaskExists(record.task_id)
+
+    async def load(self, task_id: str, now: float) -> TaskRecord | None:
+        def op(conn: sqlite3.Connection) -> tuple[int, str] | None:
+            return conn.execute(
+                "SELECT version, data FROM mrtr_tasks WHERE task_id = ? AND (expires_at IS NULL OR expires_at > ?)",
+                (task_id, now),
+            ).fetchone()
+
+        row = await self._run(op)
+        if row is None:
+            return None
+        record = TaskRecord.from_json(row[1])
+        record.version = row[0]  # the column is what `save` compares against
+        return record
+
+    async def save(self, record: TaskRecord) -> bool:
+        expected = record.version
+        # Serialise before touching the database: a record that cannot be encoded must fail
+        # here, with the stored one untouched.
+        data = record.copy(version=expected + 1).to_json()
+        params = (record.status, record.lease_until, record.expires_at, data, record.task_id, expected, time.time())
+
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(_SAVE, params).rowcount
+
+        if await self._run(op) != 1:
+            return False
+        record.version = expected + 1
+        return True
+
+    async def claimable(self, now: float, limit: int) -> list[str]:
+        def op(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT task_id FROM mrtr_tasks WHERE status = 'working' AND lease_until < ?"
+                " AND (expires_at IS NULL OR expires_at > ?) ORDER BY lease_until LIMIT ?",
+                (now, now, limit),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._run(op)
+
+    async def purge_expired(self, now: float) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "DELETE FROM mrtr_tasks WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
+            ).rowcount
+
+        return await self._run(op)
+
+    # -- the replay guard's ledger (see mrtr._guard.RoundLedger); this host's clock ------------
+
+    async def clock(self) -> float:
+        """Epoch seconds on the store's clock: the one host that shares this file."""
+        return time.time()
+
+    async def claim_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        def op(conn: sqlite3.Connection) -> tuple[str, str | None]:
+            now = time.time()
+            if conn.execute(_CLAIM_ROUND, (round_id, digest, owner, now, lease, expires_at)).fetchone():
+                return "claimed", None
+            row = conn.execute("SELECT digest, outcome FROM mrtr_rounds WHERE round_id = ?", (round_id,)).fetchone()
+            return round_verdict(row, digest)
+
+        return await self._run(op)
+
+    async def renew_round(self, round_id: str, owner: str, lease: float) -> bool:
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE mrtr_rounds SET lease_until = ? WHERE round_id = ? AND owner = ? AND outcome IS NULL",
+                (time.time() + lease, round_id, owner),
+            ).rowcount
+
+        return await self._run(op) == 1
+
+    async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE mrtr_rounds SET outcome = ? WHERE round_id = ? AND owner = ? AND outcome IS NULL",
+                (outcome, round_id, owner),
+            ).rowcount
+
+        return await self._run(op) == 1
+
+    async def purge_rounds(self) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute("DELETE FROM mrtr_rounds WHERE expires_at <= ?", (time.time(),)).rowcount
+
+        return await self._run(op)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        def op() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._executor, op)
+        self._executor.shutdown(wait=False)

@@ -1,0 +1,433 @@
+"""The task runtime: runs durable flows under a lease, resumes them anywhere, survives death.
+
+A task is a flow whose journal lives in a `TaskStore` instead of `requestState`. The
+instance that creates a task runs it at once, holding a lease it renews while the flow
+runs; every finished step is checkpointed to the store before the flow's next step runs or
+it waits on anything, or with the run's last write (`mrtr.tasks._checkpoints`). When
+the flow asks, the task parks in `input_required`; `tasks/update` answers make it
+`working` again, and whichever instance claims it next replays the flow from the journal.
+If a worker dies, its lease runs out and another instance's scanner claims the task and
+replays it: finished steps return from the journal; the step that was interrupted runs
+again, under the same idempotency key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.request_state import authenticated_principal
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
+
+from mrtr import _sdk as sdk
+from mrtr import tracing
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.engine import Outcome, as_protocol_error, check_deadline, execute
+from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVersion
+from mrtr._engine.spec import FlowSpec
+from mrtr._errors import FlowError
+from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.tasks._checkpoints import Checkpoints
+from mrtr.tasks._lease_ops import LeaseOperations
+from mrtr.tasks._outcome import settle
+from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
+from mrtr.tasks._seam import ConvertResult, PrincipalBinder
+
+logger = tracing.get_logger("mrtr.tasks.runtime")
+
+_CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
+_FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
+_LAND_WAIT = 2.0  # seconds a shutting-down run waits for its finished steps' checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Creator:
+    """Who is creating a task in this request, and under which idempotency key (if any).
+
+    Set by the tasks extension around a `tools/call` (it sees the request; the flow engine
+    that calls `TaskRuntime.start` does not), read by `start`.
+    """
+
+    owner: str | None = None
+    idempotency_key: str | None = None
+
+
+creator: ContextVar[Creator | None] = ContextVar("mrtr_task_creator", default=None)
+
+
+def task_principal(server: Any) -> PrincipalBinder:
+    """The principal binding of the server's `RequestStateSecurity` (the SDK default if none is set).
+
+    Tasks then belong to exactly the principal the SDK binds `requestState` to.
+    """
+    security = sdk.state_security(server)
+    if security is not None and security.bind_principal is not None:
+        return security.bind_principal
+    return authenticated_principal
+
+
+class LeaseLost(BaseException):
+    """Another worker owns this task now (our lease ran out); stop without writing.
+
+    A control-flow signal, raised through the flow (from a step's checkpoint): a
+    `BaseException`, so a flow's `except Exception` cannot swallow it and carry on.
+    """
+
+
+class TaskRuntime(LeaseOperations):
+    """Creates, runs, resumes and cancels the durable flows of one server instance.
+
+    The default `mrtr.tasks._seam.TaskEngine`: `get`, `update` and `cancel` come from
+    `mrtr.tasks._lease_ops`.
+
+    Args:
+        store: Where tasks live; share it across the fleet.
+        lease: Seconds a worker may go silent before another instance takes its task over.
+        ttl: Seconds a task stays readable after creation (`None`: forever).
+        poll_interval: Seconds clients are told to wait between `tasks/get` polls.
+        scan_interval: Seconds between this instance's looks for orphaned work.
+        bind_principal: Who sent a request (the SDK's `RequestStateSecurity.bind_principal`,
+            by default the authenticated client/issuer/subject); tasks belong to it.
+
+    Leases are compared on the store's clock (Redis `TIME`, PostgreSQL `clock_timestamp()`,
+    the SQLite host's clock): `now()` is this host's clock plus an offset re-measured
+    against the store every few scans, so a worker whose wall clock is off by minutes
+    still honours other workers' leases (error: half a store round trip plus the drift
+    between two measurements).
+    """
+
+    def __init__(
+        self,
+        store: TaskStore,
+        *,
+        lease: float = 10.0,
+        ttl: float | None = 3600.0,
+        poll_interval: float = 0.5,
+        scan_interval: float = 1.0,
+        bind_principal: PrincipalBinder | None = None,
+    ) -> None:
+        self.store = store
+        self.bind_principal = bind_principal or authenticated_principal
+        self.local_clock: Callable[[], float] = time.time
+        """This host's wall clock (replaceable in tests to simulate a skewed host)."""
+        self.clock_offset = 0.0
+        self._clock_synced = False
+        self.lease = lease
+        self.ttl_ms = None if ttl is None else int(ttl * 1000)
+        self.poll_interval_ms = max(1, int(poll_interval * 1000))
+        self.scan_interval = scan_interval
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.flows: dict[str, tuple[FlowSpec, ConvertResult]] = {}
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._foreign: dict[str, float] = {}
+        """Tasks of flows this instance does not serve: task id -> when to look again."""
+        self._scanner: asyncio.Task[None] | None = None
+
+    def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
+        self.flows[spec.name] = (spec, convert)
+
+    # -- time and principals ---------------------------------------------------------------
+
+    def now(self) -> float:
+        """Epoch seconds on the store's clock, as last measured (see the class docstring)."""
+        return self.local_clock() + self.clock_offset
+
+    async def sync_clock(self) -> None:
+        """Measure this host's offset from the store's clock (stores without `clock()`: none)."""
+        read = getattr(self.store, "clock", None)
+        if read is None:
+            self._clock_synced = True
+            return
+        before = self.local_clock()
+        store_time = await read()
+        after = self.local_clock()
+        self.clock_offset = store_time - (before + after) / 2
+        self._clock_synced = True
+
+    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The owner tag of the request's principal (None when unauthenticated)."""
+        return owner_tag(self.bind_principal(ctx))
+
+    # -- creation ------------------------------------------------------------------------
+
+    async def start(
+        self,
+        spec: FlowSpec,
+        arguments: Any,
+        capabilities: ClientCapabilities | None,
+        journal: Journal,
+    ) -> dict[str, Any]:
+        """Durably create a task for this call and start running it here; returns `CreateTaskResult`.
+
+        With an idempotency key (`params._meta["mrtr/idempotencyKey"]`), the task id is
+        derived from (creator, tool, key), so a resend after a lost response finds the task
+        the first attempt created (the store's atomic `create` decides, fleet-wide) and gets
+        its `CreateTaskResult` instead of a second task.
+        """
+        if not self._clock_synced:
+            await self.sync_clock()
+        now = self.now()
+        who = creator.get() or Creator()
+        key = who.idempotency_key
+        journal.pending = {}
+        record = TaskRecord(
+            task_id=secrets.token_urlsafe(18) if key is None else keyed_task_id(who.owner, spec.name, key),
+            flow=spec.name,
+            arguments=dict(arguments),
+            capabilities=capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {},
+            status="working",
+            created_at=now,
+            updated_at=now,
+            ttl_ms=self.ttl_ms,
+            poll_interval_ms=self.poll_interval_ms,
+            journal=journal_codec.encode(journal),
+            lease_owner=self.worker_id,
+            lease_until=now + self.lease,
+            owner=who.owner,
+        )
+        for _ in range(3):  # a keyed task that expires between `create` and `load`: create again
+            try:
+                await self.store.create(record)  # durable before the client hears of it
+            except TaskExists:
+                if key is None:
+                    raise
+                existing = await self.store.load(record.task_id, self.now())
+                if existing is None:
+                    continue
+                if existing.arguments != record.arguments:
+                    raise MCPError(
+                        code=INVALID_PARAMS,
+                        message="mrtr/idempotencyKey was already used for a call with other arguments",
+                        data={"reason": "idempotency_key_reused"},
+                    ) from None
+                return created_result(existing).wire()
+            tracing.task_status(record.task_id, spec.name, "working")
+            self._launch(record)  # first: the run starts while the answer and the notification go out
+            await self.changed(record)
+            self.ensure_scanning()
+            return created_result(record).wire()
+        raise MCPError(code=INTERNAL_ERROR, message="the task's id kept colliding with an expiring task; call again")
+
+    # -- scanning for orphaned or resumable work -----------------------------------------
+
+    def ensure_scanning(self) -> None:
+        """Start this instance's background scanner (idempotent; needs a running loop)."""
+        if self._scanner is None or self._scanner.done():
+            self._scanner = asyncio.get_running_loop().create_task(self._scan_forever())
+
+    async def _scan_forever(self) -> None:
+        scans = 0
+        while True:
+            try:
+                if scans % _CLOCK_SYNC_EVERY == 0:
+                    await self.sync_clock()
+                await self.scan_once()
+                scans += 1
+                if scans % 60 == 0:
+                    await self.store.purge_expired(self.now())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("task scan failed; retrying")
+            await asyncio.sleep(self.scan_interval)
+
+    async def scan_once(self) -> int:
+        """Claim and launch every task whose lease has run out; returns how many."""
+        launched = 0
+        now = self.now()
+        for task_id in await self.store.claimable(now, limit=32):
+            if self._foreign.get(task_id, 0.0) > now:
+                continue
+            if task_id not in self._running and await self.try_claim(task_id):
+                launched += 1
+        return launched
+
+    async def try_claim(self, task_id: str) -> bool:
+        now = self.now()
+        record = await self.store.load(task_id, now)
+        if record is None or not record.claimable or record.lease_until >= now or task_id in self._running:
+            return False
+        claimed = record.copy(lease_owner=self.worker_id, lease_until=now + self.lease, updated_at=now)
+        if not await self.store.save(claimed):
+            return False
+        self._launch(claimed)
+        return True
+
+    def _launch(self, record: TaskRecord) -> None:
+        run = asyncio.get_running_loop().create_task(self._run(record))
+        self._running[record.task_id] = run
+        run.add_done_callback(lambda _: self._running.pop(record.task_id, None))
+
+    def cancel_local(self, task_id: str) -> bool:
+        run = self._running.get(task_id)
+        if run is None:
+            return False
+        run.cancel()
+        return True
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._scanner, *self._running.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- one run of a task ---------------------------------------------------------------
+
+    async def _run(self, record: TaskRecord) -> None:
+        tracing.bind_task(record.task_id)
+        held = _Held(record)
+        entry = self.flows.get(record.flow)
+        try:
+            journal = journal_codec.decode(record.journal)
+            capabilities = ClientCapabilities.model_validate(record.capabilities) if record.capabilities else None
+        except JournalFromNewerVersion:
+            entry = None
+        except (JournalFormatError, ValueError) as exc:
+            # A record this server cannot read (e.g. written by an incompatible version):
+            # fail it once, clearly, rather than have every instance retry it forever.
+            logger.error("task %s: unreadable record: %s", record.task_id, exc)
+            error = {"code": INTERNAL_ERROR, "message": "this server cannot read the task's journal"}
+            await self._finish(held, status="failed", error=error)
+            return
+        if entry is None:
+            await self._leave(held)
+            return
+        spec, convert = entry
+
+        checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)))
+
+        try:
+            check_deadline(spec, journal)  # as inline: counted from the first round, never renewed
+        except FlowError as exc:
+            error = as_protocol_error(spec, exc).error.model_dump(mode="json", exclude_none=True)
+            await self._finish(held, status="failed", error=error)
+            return
+        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
+        try:
+            outcome = await execute(
+                spec, journal, record.responses, capabilities, record.arguments, checkpoint=checkpoints
+            )
+        except asyncio.CancelledError:
+            heartbeat.cancel()
+            if held.cancel_seen or await self._cancel_requested(held):
+                with contextlib.suppress(LeaseLost):
+                    await checkpoints.settle()
+                await self._finish(held, status="cancelled", journal=journal_codec.encode(journal))
+                return
+            await checkpoints.land(_LAND_WAIT)  # finished steps are kept, not run again
+            raise  # shutting down: leave the lease to run out so another instance resumes
+        except LeaseLost:
+            checkpoints.abandon()
+            logger.warning("task %s: lease lost to another worker; stopping", record.task_id)
+            return
+        finally:
+            heartbeat.cancel()
+        try:
+            await checkpoints.settle()  # a write in flight lands first; the final write carries the rest
+            await _landing(self._settle(held, spec, convert, journal, outcome))
+        except LeaseLost:
+            logger.warning("task %s: lease lost before its outcome was saved", record.task_id)
+
+    async def _settle(
+        self, held: _Held, spec: FlowSpec, convert: ConvertResult, journal: Journal, outcome: Outcome
+    ) -> None:
+        settled = settle(spec, convert, outcome, held.record.task_id)  # shared with every engine
+        # The journal goes with every final write: it may hold steps not yet checkpointed.
+        await self._finish(held, journal=journal_codec.encode(journal), **settled.changes())
+
+    async def _heartbeat(self, held: _Held, run: asyncio.Task[Any] | None) -> None:
+        interval = min(1.0, self.lease / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self._write(held)
+            except LeaseLost:
+                if run is not None:
+                    run.cancel()
+                return
+            if held.record.cancel_requested and not held.cancel_seen:
+                held.cancel_seen = True
+                if run is not None:
+                    run.cancel()
+
+    async def _leave(self, held: _Held) -> None:
+        """A task of a flow (or journal format) this instance does not know: give it back, untouched.
+
+        During a rolling upgrade the instance that knows it (older or newer code) claims it
+        next; this one does not try again for a while. Never failed: nothing is wrong with it.
+        """
+        task_id = held.record.task_id
+        logger.warning(
+            "task %s: flow %r (or its journal format) is unknown to this instance; leaving it for one that knows it",
+            task_id,
+            held.record.flow,
+        )
+        now = self.now()
+        if len(self._foreign) > 1024:
+            self._foreign = {k: until for k, until in self._foreign.items() if until > now}
+        self._foreign[task_id] = now + _FOREIGN_BACKOFF
+        with contextlib.suppress(LeaseLost):
+            await self._write(held, release=True)
+
+    async def _cancel_requested(self, held: _Held) -> bool:
+        fresh = await self.store.load(held.record.task_id, self.now())
+        return fresh is not None and fresh.cancel_requested
+
+    async def _write(self, held: _Held, *, release: bool = False, **changes: Any) -> None:
+        """Save our fields over the freshest record while we still own the lease."""
+        for _ in range(20):
+            now = self.now()
+            lease = {"lease_owner": None, "lease_until": 0.0} if release else {"lease_until": now + self.lease}
+            candidate = held.record.copy(**changes, **lease, updated_at=now)
+            if await self.store.save(candidate):
+                held.record = candidate
+                return
+            fresh = await self.store.load(held.record.task_id, now)
+            if fresh is None or fresh.lease_owner != self.worker_id or fresh.terminal:
+                raise LeaseLost
+            held.record = fresh  # someone else wrote (an update, a cancel request): merge and retry
+        raise LeaseLost
+
+    async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
+        """Record where this run ended and give up the lease in the same write."""
+        await self._write(held, release=True, status=status, responses={}, **({"input_requests": {}} | changes))
+        tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
+        await self.changed(held.record)
+
+
+async def _landing(final_write: Awaitable[None]) -> None:
+    """The run's final write, carried to its end (bounded) even if the instance shuts down meanwhile."""
+    write = asyncio.ensure_future(final_write)
+    try:
+        await asyncio.shield(write)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(write), _LAND_WAIT)
+        raise
+
+
+class _Held:
+    """The freshest record this worker wrote or saw, for compare-and-set."""
+
+    def __init__(self, record: TaskRecord) -> None:
+        self.record = record
+        self.cancel_seen = False
+
+
+__all__ = [
+    "Creator",
+    "LeaseLost",
+    "TaskRuntime",
+    "creator",
+    "task_principal",
+]

@@ -1,0 +1,132 @@
+"""The task-engine seam: what the tasks extension needs of whatever runs durable flows.
+
+The wire layer (`mrtr.tasks._extension`: the opt-in and routing-header checks, principal
+binding, answer validation, the `DetailedTask` shape) is the same for every engine; it
+reads tasks as `TaskRecord` snapshots and asks the engine to start, update and cancel
+them. Two engines implement `TaskEngine`: mrtr's own lease runtime over a `TaskStore`
+(`mrtr.tasks._runtime.TaskRuntime`, the default) and Temporal (`mrtr.temporal.TemporalTasks`,
+the `mrtr[temporal]` extra). Flow code is the same on both.
+
+State changes are reported through one place: an engine calls `TaskEngine.changed(record)`
+(a no-op unless someone sets `on_change`) with the task's new state each time it commits one,
+so notifications can hang off a single hook whatever the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult, ClientCapabilities
+
+from mrtr._engine.journal import Journal
+from mrtr._engine.spec import FlowSpec
+from mrtr.stores._base import TaskRecord
+
+ConvertResult = Callable[[Any], CallToolResult]
+"""Turns a flow's return value into the tool's `CallToolResult` (the SDK's own conversion)."""
+
+PrincipalBinder = Callable[[ServerRequestContext[Any, Any]], str | None]
+"""Who sent a request (the SDK's `RequestStateSecurity.bind_principal`); tasks belong to it."""
+
+StateListener = Callable[[TaskRecord], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """What `Flows` hands an engine it did not build: the task options every engine honours."""
+
+    ttl: float | None
+    """Seconds a task stays readable after creation (`None`: forever)."""
+    poll_interval: float
+    """The `pollIntervalMs` clients are told, in seconds."""
+    bind_principal: PrincipalBinder
+
+
+@runtime_checkable
+class TaskEngine(Protocol):
+    """Creates, reads, answers, cancels and runs durable tasks (see the module docstring)."""
+
+    def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
+        """Serve `spec` as a task flow (called by `Flows` for every `task=` tool)."""
+        ...
+
+    async def start(
+        self,
+        spec: FlowSpec,
+        arguments: Mapping[str, Any],
+        capabilities: ClientCapabilities | None,
+        journal: Journal,
+    ) -> dict[str, Any]:
+        """Create the task durably (honouring `mrtr/idempotencyKey`); returns `CreateTaskResult`."""
+        ...
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        """The task's current state, or None when it is unknown or past its TTL."""
+        ...
+
+    async def update(
+        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskRecord | None = None
+    ) -> None:
+        """Record `answers` (already validated against `asked`, the requests they answer) for
+        the keys still outstanding with exactly that request; ignore the rest. Resume the task
+        once nothing is outstanding. `known` is the snapshot the caller just read, if any."""
+        ...
+
+    async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
+        """Cancel the task (idempotent; a finished task stays as it is)."""
+        ...
+
+    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The owner tag of the request's principal (None when unauthenticated)."""
+        ...
+
+    def ensure_running(self) -> None:
+        """Start this instance's background work (lease scanner, Temporal worker); idempotent."""
+        ...
+
+    async def close(self) -> None:
+        """Stop this instance's background work."""
+        ...
+
+
+class ConfigurableEngine(Protocol):
+    """An engine built by the user, which `Flows` configures with its task options."""
+
+    def configure(self, options: EngineOptions) -> None: ...
+
+
+class StateChanges:
+    """Mixin: the one place an engine reports committed state changes (`on_change`)."""
+
+    on_change: StateListener | None = None
+
+    async def changed(self, record: TaskRecord) -> None:
+        if self.on_change is not None:
+            await self.on_change(record)
+
+
+def busy(what: str) -> MCPError:
+    """The error for a `tasks/update` or `tasks/cancel` that kept losing a race: retry it."""
+    return MCPError(code=INVALID_PARAMS, message=f"task is busy; retry the {what}")
+
+
+def unknown_task(task_id: str) -> MCPError:
+    """Exactly what an unknown, expired or foreign task id gets (no existence oracle)."""
+    return MCPError(code=INVALID_PARAMS, message=f"Unknown or expired task: {task_id}")
+
+
+__all__ = [
+    "ConfigurableEngine",
+    "ConvertResult",
+    "EngineOptions",
+    "PrincipalBinder",
+    "StateChanges",
+    "StateListener",
+    "TaskEngine",
+    "busy",
+    "unknown_task",
+]

@@ -1,0 +1,112 @@
+"""The `mrtr.advance` activity: one step of a task's flow, run by mrtr's own replay engine.
+
+The flow runs from the top against the journal the workflow holds (as every task run does
+on the lease runtime): finished steps and answered asks return from the journal, and the
+first new step runs (`execute(step_limit=1)`); any further new step is held, so the
+activity ends as soon as that step is journaled and the workflow records the journal in
+Temporal's history before the next one starts. A worker that dies mid-step stops
+heartbeating; Temporal retries the activity on another worker, which runs the step again
+under the same idempotency key (`mrtr.current_step().idempotency_key`, from the journal's
+flow id). The activity otherwise ends where the flow asks (`input_required`) or ends.
+
+Flow errors are task outcomes, never activity failures: the activity fails (and Temporal
+retries it, per the task's retry policy) only when this worker cannot run the flow at all,
+e.g. a flow it does not serve during a rolling upgrade.
+
+The `mrtr.report` activity publishes a state the workflow has recorded, through the task
+engine's `on_change` (the bus of the server whose worker runs it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+
+from mcp_types import INTERNAL_ERROR, ClientCapabilities
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from mrtr import tracing
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.engine import as_protocol_error, check_deadline, execute
+from mrtr._engine.journal import JournalFormatError, JournalFromNewerVersion
+from mrtr._engine.spec import FlowSpec
+from mrtr._errors import FlowError
+from mrtr.tasks._outcome import settle
+from mrtr.tasks._seam import ConvertResult
+from mrtr.temporal._shapes import ADVANCE, REPORT, Advance, Advanced, TaskState
+
+logger = tracing.get_logger("mrtr.temporal")
+
+
+class Advancer:
+    """Holds the flows a worker serves and where it reports; `advance` and `report` are the activities."""
+
+    def __init__(
+        self,
+        flows: Mapping[str, tuple[FlowSpec, ConvertResult]],
+        on_state: Callable[[TaskState], Awaitable[None]] | None = None,
+    ) -> None:
+        self.flows = flows
+        self.on_state = on_state
+
+    @activity.defn(name=REPORT)
+    async def report(self, state: TaskState) -> None:
+        """Publish `state`: the workflow task that recorded it is committed by now, so `tasks/get`
+        already shows it (a listener that acts on it finds the task as told)."""
+        tracing.bind_task(state.task_id)
+        if self.on_state is not None:
+            await self.on_state(state)
+
+    @activity.defn(name=ADVANCE)
+    async def advance(self, job: Advance) -> Advanced:
+        tracing.bind_task(job.task_id)
+        entry = self.flows.get(job.flow)
+        if entry is None:
+            raise ApplicationError(f"this worker does not serve flow {job.flow!r}", type="UnknownFlow")
+        spec, convert = entry
+        try:
+            journal = journal_codec.decode(job.journal)
+            capabilities = ClientCapabilities.model_validate(job.capabilities) if job.capabilities else None
+        except JournalFromNewerVersion as exc:  # an upgraded worker can: let it
+            raise ApplicationError(str(exc), type="JournalFromNewerVersion") from None
+        except (JournalFormatError, ValueError) as exc:
+            logger.error("task %s: unreadable journal: %s", job.task_id, exc)
+            error = {"code": INTERNAL_ERROR, "message": "this server cannot read the task's journal"}
+            return Advanced("failed", job.journal, error=error)
+        try:
+            check_deadline(spec, journal)  # as inline: counted from the first round, never renewed
+        except FlowError as exc:
+            error = as_protocol_error(spec, exc).error.model_dump(mode="json", exclude_none=True)
+            return Advanced("failed", job.journal, error=error)
+        beating = asyncio.get_running_loop().create_task(_heartbeat())
+        try:
+            outcome = await execute(spec, journal, job.responses, capabilities, job.arguments, step_limit=1)
+        finally:
+            beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating
+        if outcome.parked and outcome.would_run:  # a step ran (or was held): go on in the next activity
+            unread = {key: answer for key, answer in job.responses.items() if key not in journal.answers}
+            return Advanced("step", journal_codec.encode(journal), responses=unread)
+        settled = settle(spec, convert, outcome, job.task_id)
+        return Advanced(
+            settled.status,
+            journal_codec.encode(journal),
+            input_requests=settled.input_requests,
+            result=settled.result,
+            error=settled.error,
+        )
+
+
+async def _heartbeat() -> None:
+    """Tell Temporal this worker is alive (and learn of a cancellation) while the step runs."""
+    timeout = activity.info().heartbeat_timeout
+    interval = max(0.1, timeout.total_seconds() / 3) if timeout else 1.0
+    while True:  # a step shorter than the interval never heartbeats: Temporal needs none from it
+        await asyncio.sleep(interval)
+        activity.heartbeat()
+
+
+__all__ = ["Advancer"]

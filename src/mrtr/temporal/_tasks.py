@@ -1,0 +1,360 @@
+"""`TemporalTasks`: MCP tasks as Temporal workflows, behind mrtr's task-engine seam.
+
+Each task is one `mrtr.task` workflow whose id is the task id, so a retried creation cannot
+start a second run (with `mrtr/idempotencyKey` the id is derived from creator, tool and key,
+as on the lease runtime). Any MCP server instance serves `tasks/get` (the workflow's `state`
+query while it runs, its result once it has ended), `tasks/update` (the `answer` Workflow
+Update, which admits only answers to outstanding asks) and `tasks/cancel` (Temporal
+cancellation: the workflow ends Canceled) for any task, through the Temporal client. Workers
+are the MCP server processes themselves (`worker=True`, the default: the worker runs while
+the server serves) and/or separate processes (`mrtr.temporal.run_worker`).
+
+Every state change is reported through `on_change` (the server's bus, as `notifications/tasks`)
+once it is committed: creation by the instance that starts the workflow, an answer's state by
+the instance that sends it, every other change (asking, completed, failed, cancelled) by the
+worker that runs the workflow's `mrtr.report` activity. On a fleet, `MCPServer(subscriptions=
+mrtr.open_bus(url))` carries them to listeners on every instance (a standalone worker's
+in-memory bus reaches nobody).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import asdict
+from datetime import timedelta
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.request_state import authenticated_principal
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from mrtr import tracing
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.journal import Journal
+from mrtr._engine.spec import FlowSpec
+from mrtr.stores._base import TaskRecord
+from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
+from mrtr.tasks._runtime import Creator, creator
+from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, StateChanges
+from mrtr.temporal._activity import Advancer
+from mrtr.temporal._shapes import ANSWER_UPDATE, STATE_MEMO, WORKFLOW, Answers, StepPolicy, TaskStart, TaskState
+from mrtr.temporal._workflow import TaskWorkflow
+
+logger = logging.getLogger("mrtr.temporal")
+
+_TERMINAL_CACHE = 4096
+_CANCEL_WAIT = 2.0
+_NOT_THERE = {RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT}
+_ENDED_WITHOUT_RESULT = {
+    WorkflowExecutionStatus.TERMINATED,
+    WorkflowExecutionStatus.TIMED_OUT,
+    WorkflowExecutionStatus.FAILED,
+}
+_STATE_FIELDS = frozenset(TaskState.__dataclass_fields__)
+
+
+class TemporalTasks(StateChanges):
+    """Runs `Flows` tasks on Temporal: `Flows(server, tasks=TemporalTasks(client, task_queue=...))`.
+
+    Args:
+        client: A connected `temporalio.client.Client` (its namespace holds the tasks).
+        task_queue: The task queue of this fleet's task workflows and step activities.
+        worker: Run a Temporal worker in this process while it serves (from
+            `Flows.streamable_http_app`'s lifespan, or the first task request); `False` for MCP
+            servers that only create and read tasks, with workers elsewhere (`run_worker`).
+        step_retry: Retry policy of each step's activity (retried only when a worker cannot
+            run it: died mid-step, or does not serve the flow; errors the flow raises are
+            task outcomes, as on the lease runtime). Default: every 1 s doubling to 30 s, until
+            the task's TTL.
+        step_timeout: Seconds one step attempt may run (default: the flow's `deadline`).
+        heartbeat_timeout: Seconds a worker may go silent mid-step before Temporal retries the
+            step on another worker (the lease runtime's `task_lease`).
+        worker_options: Extra keyword arguments for `temporalio.worker.Worker`.
+
+    `task_ttl` and `task_poll_interval` come from `Flows`, as with the lease runtime; a task's
+    workflow times out when its TTL runs out, and `tasks/get` no longer finds it from then on.
+    """
+
+    reports_every_change = True
+    """Every state change is reported (`on_change`), each with a larger `version` (the module
+    docstring says by whom): listen streams accept task ids."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        task_queue: str = "mcp-tasks",
+        worker: bool = True,
+        step_retry: RetryPolicy | None = None,
+        step_timeout: float | None = None,
+        heartbeat_timeout: float = 10.0,
+        worker_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.client = client
+        self.task_queue = task_queue
+        self.run_worker_here = worker
+        self.step_retry = step_retry or RetryPolicy(maximum_interval=timedelta(seconds=30))
+        self.step_timeout = step_timeout
+        self.heartbeat_timeout = heartbeat_timeout
+        self.worker_options = dict(worker_options or {})
+        self.ttl_ms: int | None = 3600 * 1000
+        self.poll_interval_ms = 500
+        self.bind_principal: PrincipalBinder = authenticated_principal
+        self.flows: dict[str, tuple[FlowSpec, ConvertResult]] = {}
+        self._worker: Worker | None = None
+        self._worker_task: asyncio.Task[None] | None = None
+        self._terminal: OrderedDict[str, TaskRecord] = OrderedDict()
+
+    # -- configuration (from Flows) ------------------------------------------------------
+
+    def configure(self, options: EngineOptions) -> None:
+        self.ttl_ms = None if options.ttl is None else int(options.ttl * 1000)
+        self.poll_interval_ms = max(1, int(options.poll_interval * 1000))
+        self.bind_principal = options.bind_principal
+
+    def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
+        self.flows[spec.name] = (spec, convert)
+
+    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        return owner_tag(self.bind_principal(ctx))
+
+    # -- creation ------------------------------------------------------------------------
+
+    async def start(
+        self,
+        spec: FlowSpec,
+        arguments: Mapping[str, Any],
+        capabilities: ClientCapabilities | None,
+        journal: Journal,
+    ) -> dict[str, Any]:
+        """Start the task's workflow (durable before the client hears of it); `CreateTaskResult`."""
+        self.ensure_running()
+        who = creator.get() or Creator()
+        key = who.idempotency_key
+        journal.pending = {}
+        now = time.time()
+        task_id = secrets.token_urlsafe(18) if key is None else keyed_task_id(who.owner, spec.name, key)
+        start = TaskStart(
+            task_id=task_id,
+            flow=spec.name,
+            arguments=dict(arguments),
+            capabilities=capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {},
+            journal=journal_codec.encode(journal),
+            owner=who.owner,
+            created_at=now,
+            ttl_ms=self.ttl_ms,
+            poll_interval_ms=self.poll_interval_ms,
+            policy=self._policy(spec),
+        )
+        state = TaskState.initial(start)
+        try:
+            await self.client.start_workflow(
+                WORKFLOW,
+                start,
+                id=task_id,
+                task_queue=self.task_queue,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                execution_timeout=None if self.ttl_ms is None else timedelta(milliseconds=self.ttl_ms),
+                memo={STATE_MEMO: asdict(state)},
+                static_summary=f"MCP task: {spec.name}",
+                # This process's worker may take the first workflow task at once (no queue trip).
+                request_eager_start=self._worker_task is not None and not self._worker_task.done(),
+            )
+        except WorkflowAlreadyStartedError:
+            if key is None:
+                raise
+            existing = await self.get(task_id)
+            if existing is None:  # the earlier task expired but Temporal still retains its workflow
+                raise MCPError(
+                    code=INVALID_PARAMS,
+                    message="mrtr/idempotencyKey belongs to an expired task; use a new key",
+                    data={"reason": "idempotency_key_expired"},
+                ) from None
+            if _digest(existing.arguments) != _digest(start.arguments):
+                raise MCPError(
+                    code=INVALID_PARAMS,
+                    message="mrtr/idempotencyKey was already used for a call with other arguments",
+                    data={"reason": "idempotency_key_reused"},
+                ) from None
+            return created_result(existing).wire()
+        tracing.task_status(task_id, spec.name, "working")
+        record = _record(state)
+        await self.changed(record)
+        return created_result(record).wire()
+
+    def _policy(self, spec: FlowSpec) -> StepPolicy:
+        retry = self.step_retry
+        return StepPolicy(
+            start_to_close=self.step_timeout or spec.limits.deadline,
+            heartbeat=self.heartbeat_timeout,
+            initial_interval=retry.initial_interval.total_seconds(),
+            backoff=retry.backoff_coefficient,
+            maximum_interval=(retry.maximum_interval or retry.initial_interval * 100).total_seconds(),
+            maximum_attempts=retry.maximum_attempts,
+        )
+
+    # -- reading, answering, cancelling --------------------------------------------------
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        record = self._terminal.get(task_id)
+        if record is None:
+            record = await self._read(task_id)
+            if record is None:
+                return None
+            if record.terminal:
+                self._terminal[task_id] = record
+                while len(self._terminal) > _TERMINAL_CACHE:
+                    self._terminal.popitem(last=False)
+        if record.expires_at is not None and record.expires_at <= time.time():
+            return None
+        return record
+
+    async def _read(self, task_id: str) -> TaskRecord | None:
+        """The task state from the workflow's memo: one describe call, no worker involved."""
+        try:
+            description = await self.client.get_workflow_handle(task_id).describe()
+            memo = await description.memo()
+        except RPCError as exc:
+            if exc.status in _NOT_THERE:
+                return None
+            raise _unavailable(exc) from exc
+        fields = memo.get(STATE_MEMO)
+        if not isinstance(fields, dict):
+            return None  # a workflow with this id that is not an mrtr task
+        state = _state(fields)
+        if _record(state).terminal:  # as recorded, however the workflow ended afterwards
+            return _record(state)
+        if description.status == WorkflowExecutionStatus.CANCELED:  # before its workflow could record it
+            state.status, state.input_requests, state.version = "cancelled", {}, state.version + 1
+        elif description.status in _ENDED_WITHOUT_RESULT:  # terminated, or timed out past its TTL
+            message = f"the task's workflow ended without a result ({description.status.name.lower()})"
+            state.status, state.error = "failed", {"code": INTERNAL_ERROR, "message": message}
+            state.version += 1
+        return _record(state)
+
+    async def update(
+        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskRecord | None = None
+    ) -> None:
+        handle = self.client.get_workflow_handle(task_id)
+        try:
+            brought = await handle.execute_update(ANSWER_UPDATE, Answers(dict(answers), dict(asked)))
+        except WorkflowUpdateFailedError:
+            return  # nothing it answers is outstanding any more (answered meanwhile, or cancelled)
+        except RPCError as exc:
+            if exc.status in _NOT_THERE:
+                return
+            raise _unavailable(exc) from exc
+        if self.on_change is None:
+            return
+        if isinstance(brought, dict):  # the state the answers brought, as committed
+            await self.changed(_record(_state(brought)))
+        elif (record := await self.get(task_id)) is not None:  # a worker from before updates returned it
+            await self.changed(record)
+
+    async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
+        if known is not None and known.terminal:
+            return  # idempotent, also on finished tasks
+        handle = self.client.get_workflow_handle(task_id)
+        try:
+            # The workflow records `cancelled` and ends Canceled; its worker reports the change.
+            await handle.cancel()
+        except RPCError as exc:
+            if exc.status in _NOT_THERE:
+                return  # it ended meanwhile
+            raise _unavailable(exc) from exc
+        # Answer once the workflow has ended, so a `tasks/get` right after shows it cancelled;
+        # bounded: with no worker up it ends (and reports) when one comes.
+        with contextlib.suppress(Exception):  # its ending (Canceled), or the bound
+            await asyncio.wait_for(handle.result(), _CANCEL_WAIT)
+
+    # -- the worker ----------------------------------------------------------------------
+
+    def new_worker(self) -> Worker:
+        """A Temporal worker for this engine's task queue, running its workflow and step activity."""
+        options: dict[str, Any] = {"workflow_runner": UnsandboxedWorkflowRunner()} | self.worker_options
+        advancer = Advancer(self.flows, self._report)
+        return Worker(
+            self.client,
+            task_queue=self.task_queue,
+            workflows=[TaskWorkflow],
+            activities=[advancer.advance, advancer.report],
+            **options,
+        )
+
+    async def _report(self, state: TaskState) -> None:
+        await self.changed(_record(state))
+
+    def ensure_running(self) -> None:
+        """Start this process's worker (with `worker=True`; idempotent; needs a running loop)."""
+        if not self.run_worker_here or (self._worker_task is not None and not self._worker_task.done()):
+            return
+        self._worker = self.new_worker()
+        self._worker_task = asyncio.get_running_loop().create_task(self._worker.run())
+
+    async def serve(self) -> None:
+        """Run a worker until cancelled (`mrtr.temporal.run_worker`)."""
+        if self._worker_task is not None and not self._worker_task.done():
+            await self._worker_task
+            return
+        self._worker = self.new_worker()
+        await self._worker.run()
+
+    async def close(self) -> None:
+        worker, task = self._worker, self._worker_task
+        self._worker = self._worker_task = None
+        if worker is not None and task is not None and not task.done():
+            await worker.shutdown()
+        if task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
+
+
+def _record(state: TaskState) -> TaskRecord:
+    return TaskRecord(
+        task_id=state.task_id,
+        flow=state.flow,
+        arguments=state.arguments,
+        capabilities={},
+        status=state.status,  # type: ignore[arg-type]
+        created_at=state.created_at,
+        updated_at=state.updated_at,
+        ttl_ms=state.ttl_ms,
+        poll_interval_ms=state.poll_interval_ms,
+        journal="",
+        status_message=state.status_message,
+        input_requests=state.input_requests,
+        result=state.result,
+        error=state.error,
+        owner=state.owner,
+        version=state.version,
+    )
+
+
+def _state(fields: Mapping[str, Any]) -> TaskState:
+    return TaskState(**{k: v for k, v in fields.items() if k in _STATE_FIELDS})  # newer fields: ignored
+
+
+def _digest(arguments: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _unavailable(exc: RPCError) -> MCPError:
+    return MCPError(code=INTERNAL_ERROR, message=f"the task engine (Temporal) did not answer; retry: {exc.message}")
+
+
+__all__ = ["TemporalTasks"]
