@@ -126,7 +126,7 @@ def test_only_the_sdk_adapter_touches_sdk_internals() -> None:
             code = line.split("#", 1)[0]
             if _SDK_INTERNALS.search(code) and "self._" not in code:
                 offenders.append(f"{path.relative_to(SRC)}:{number}: {line.strip()}")
-    assert offenders == [], "SDK internals belong in mrtr/sdk.py"
+    assert offenders == [], "SDK internals belong in mrtr/_sdk.py"
 
 
 def test_every_module_says_what_it_owns() -> None:

@@ -96,7 +96,7 @@ def choose_bus(
                 "only (processes sharing one SQLite file need MCPServer(subscriptions=mrtr.open_bus(url)))"
             )
         return True
-    where = _redacted(getattr(store, "url", None) or getattr(store, "dsn", ""))
+    where = _redacted(str(getattr(store, "url", None) or getattr(store, "dsn", "")))
     if not fleet_bus:
         logger.warning(
             "mrtr: Flows(fleet_bus=False) keeps the SDK's in-process bus beside a shared store (%s): listens are "

@@ -132,7 +132,8 @@ class Flows:
         task_dialect = self._dialects.task_methods if self._dialects is not None else None
         self.replay_guard = as_guard(replay_guard, server)
         self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when, shed_clients)
-        self.services = Services(guard=self.replay_guard, shedder=self.shedder)
+        policies = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
+        self.services = Services(policies=policies)
         """What this instance lends its flows' rounds (the engine sees only these shapes)."""
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         self._static = StaticResourceFlows(server)
@@ -152,10 +153,10 @@ class Flows:
         engine = tasks.engine if isinstance(tasks, TasksExtension) else tasks
         self._bus_hears_every_task = fleet.choose_bus(
             server,
-            store if store is not None else getattr(engine, "store", None),
+            store if store is not None else (engine.shared_store if engine is not None else None),
             fleet_bus=fleet_bus,
             engine_spans_fleet=engine is not None and not isinstance(engine, TaskRuntime),
-            worker_here=getattr(engine, "run_worker_here", True),
+            worker_here=engine.run_worker_here if engine is not None else True,
         )
         self.bus = sdk.subscription_bus(server)
         """The server's `SubscriptionBus` (`MCPServer(subscriptions=mrtr.open_bus(url))` on a fleet)."""
@@ -167,9 +168,7 @@ class Flows:
             self._runtime = self.services.tasks = tasks.engine
             self._notify_tasks(tasks)
         elif tasks is not None:  # another engine (e.g. mrtr.temporal.TemporalTasks): same wire layer
-            configure = getattr(tasks, "configure", None)
-            if configure is not None:
-                configure(EngineOptions(ttl=task_ttl, poll_interval=task_poll_interval, bind_principal=binder))
+            tasks.configure(EngineOptions(ttl=task_ttl, poll_interval=task_poll_interval, bind_principal=binder))
             self._runtime = self.services.tasks = tasks
             extension = TasksExtension(tasks, dialect=task_dialect)
             sdk.install_extension(self.server, extension)
@@ -200,12 +199,12 @@ class Flows:
     def _notify_tasks(self, extension: TasksExtension) -> None:
         """Publish task state changes on the server's bus; let listen streams watch task ids."""
         engine = extension.engine
-        if self.bus is not None and getattr(engine, "on_change", None) is None:
-            engine.on_change = TaskEvents(self.bus).publish  # type: ignore[attr-defined]
+        if self.bus is not None and engine.on_change is None:
+            engine.on_change = TaskEvents(self.bus).publish
         # A bus that cannot hear every change (the in-process bus on a fleet) or an engine that
         # cannot report every change (`reports_every_change = False`) leaves task ids out of
         # the acknowledgement, so clients poll instead of waiting on silence.
-        if self._listen is not None and self._bus_hears_every_task and getattr(engine, "reports_every_change", True):
+        if self._listen is not None and self._bus_hears_every_task and engine.reports_every_change:
             self._listen.tasks = extension
 
     def streamable_http_app(self, **options: Any) -> Starlette:
@@ -341,7 +340,7 @@ class Flows:
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
             wrapper = _sdk_entry_point(fn, spec, self.services, refused=_refused_as_client_error(spec))
-            options = dict(
+            options: dict[str, Any] = dict(
                 name=name, title=title, description=description, mime_type=mime_type,
                 icons=icons, annotations=annotations, meta=meta,
             )  # fmt: skip
@@ -440,7 +439,7 @@ def _sdk_entry_point(
             raise refused(exc) from None
 
     functools.update_wrapper(entry, fn, updated=())
-    del entry.__wrapped__  # the SDK must see our signature, not the flow's
+    del entry.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper; the SDK must see our signature
     entry.__signature__ = signature.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
     entry.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
     return entry

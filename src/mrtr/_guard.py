@@ -41,13 +41,14 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, InputRequiredResult
 
 from mrtr import _sdk as sdk
-from mrtr import tracing
+from mrtr._engine import tracing
 from mrtr._errors import Cancelled, Declined, FlowError, InputRefused
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
     from mrtr._engine.journal import Journal
+    from mrtr._engine.round import CallNext, Round
     from mrtr._engine.spec import FlowSpec
 
 FORKED = "request_state_forked"
@@ -123,6 +124,13 @@ class ReplayGuard:
         self.state_ttl = state_ttl
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._claims = 0
+
+    async def __call__(self, round: Round, call_next: CallNext) -> Any:
+        """The round policy (`mrtr._engine.round`): a round that brings state runs at most once."""
+        if not round.state:  # a call's first round: nothing to replay
+            return await call_next(round)
+        assert round.journal is not None
+        return await self.guarded(round.spec, round.journal, round.state, round.answers, call_next(round))
 
     async def guarded(
         self,

@@ -35,20 +35,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from mcp_types import ClientCapabilities, Implementation, InputRequiredResult
 
-from mrtr import tracing
+from mrtr._engine import tracing
 from mrtr._engine.sealing import state_within_cap
-from mrtr._engine.spec import FlowSpec, LoadSignal, Services
 from mrtr._wire import SHEDDING_EXTENSION
 
 if TYPE_CHECKING:
-    from mcp.server.mcpserver import Context
-
     from mrtr._engine.journal import Journal
+    from mrtr._engine.round import CallNext, Round
 
 logger = logging.getLogger("mrtr.shedding")
 
@@ -152,6 +150,19 @@ class LoadShedder:
         finally:
             self.inflight -= 1
 
+    async def __call__(self, round: Round, call_next: CallNext) -> Any:
+        """The round policy (`mrtr._engine.round`): count the round in flight, give it a shed
+        point, and answer a shed round with its state only."""
+        assert round.journal is not None
+        with self.round():
+            round.shed = self.point(round.journal, round.client_info, round.capabilities)
+            try:
+                return await call_next(round)
+            except ShedRound:
+                self.shed += 1
+                tracing.shed(round.spec.name, "overloaded")
+                return shed_result(round)
+
     def point(
         self,
         journal: Journal,
@@ -213,54 +224,14 @@ def _progress(journal: Journal) -> int:
     return len(journal.steps) + len(journal.answers)
 
 
-async def run_round(
-    spec: FlowSpec,
-    services: Services,
-    request: Context[Any, Any],
-    params: Mapping[str, Any],
-    journal: Journal,
-    answers: Mapping[str, Any],
-    body: Coroutine[Any, Any, Any],
-) -> Any:
-    """One MRTR round under the instance's fleet policies: load shedding, then the replay guard."""
-    shedder, guard = services.shedder, services.guard
-    if shedder is None and guard is None:
-        return await body
-    state = params.get("requestState")
-    inner = body if shedder is None else _answer_shed(spec, request, journal, shedder, body)
-    try:
-        with shedder.round() if shedder is not None else contextlib.nullcontext():
-            if guard is not None and state:
-                return await guard.guarded(spec, journal, state, answers, inner)
-            return await inner
-    finally:
-        body.close()  # no-op once awaited; silences a body the guard never ran
-
-
-async def _answer_shed(
-    spec: FlowSpec,
-    request: Context[Any, Any],
-    journal: Journal,
-    shedder: LoadSignal,
-    body: Coroutine[Any, Any, Any],
-) -> Any:
-    try:
-        return await body
-    except ShedRound:
-        if isinstance(shedder, LoadShedder):
-            shedder.shed += 1
-        tracing.shed(spec.name, "overloaded")
-        return shed_result(spec, request, journal)
-
-
-def shed_result(spec: FlowSpec, request: Context[Any, Any], journal: Journal) -> InputRequiredResult:
+def shed_result(round: Round) -> InputRequiredResult:
     """The state-only `InputRequiredResult` a shed round ends with: the journal, no asks.
 
     `rounds` is not incremented (a shed is not a round of client input), and `pending`
     keeps the questions the client was last asked, so their answers stay acceptable.
     """
-    state = state_within_cap(journal, request, spec.audience, spec.limits.max_state_bytes, spec.name)
-    return InputRequiredResult(request_state=state)
+    assert round.journal is not None
+    return InputRequiredResult(request_state=state_within_cap(round.journal, round))
 
 
 __all__ = [
@@ -271,6 +242,5 @@ __all__ = [
     "ShedPoint",
     "ShedRound",
     "resends_state_only",
-    "run_round",
     "shed_result",
 ]

@@ -35,7 +35,7 @@ from mcp_types import (
 )
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine.engine import execute
+from mrtr._engine.engine import RunOptions, execute
 from mrtr._engine.journal import Journal
 from mrtr._flows import Flows
 
@@ -90,7 +90,7 @@ async def check_replay(
     recorded = journal_codec.decode(journal) if isinstance(journal, str) else journal
     # Work on a copy: the replay consumes and may prune it.
     copy = journal_codec.decode(journal_codec.encode(recorded))
-    outcome = await execute(spec, copy, {}, _EVERYTHING, dict(arguments or {}), dry_run=True)
+    outcome = await execute(spec, copy, {}, _EVERYTHING, dict(arguments or {}), RunOptions(dry_run=True))
     replay = outcome.replay
     report = ReplayReport(flow=name, would_run=outcome.would_run, would_ask=list(replay.parked))
     report.reasked = [key for key in recorded.answers if key not in copy.answers]

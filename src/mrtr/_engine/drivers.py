@@ -24,7 +24,7 @@ from mcp_types import (
     ListRootsResult,
 )
 
-from mrtr import tracing
+from mrtr._engine import tracing
 from mrtr._engine.asks import Ask, BadAnswer, Capability, required_capability, supports
 from mrtr._engine.branches import outside_branch
 from mrtr._engine.replay import Replay, check_step_name, step_key

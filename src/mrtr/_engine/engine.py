@@ -1,9 +1,11 @@
 """Run a flow: one request of an ephemeral flow, or one run of a durable task.
 
-request -> `run_flow` -> `execute` (a `Replay` of the journal, served by a `JournalDriver`)
--> flow function -> the value, an `InputRequiredResult` whose `requestState` is the
-encoded journal (the SDK's `RequestStateBoundary` seals it on the way out and verifies it
-on the way back in), or — for a task-enabled call — a durable task that takes over.
+request -> `run_flow` (the request read once into a `Round`, its journal loaded) -> the
+instance's round policies (`Services.policies`: replay guard, load shedding) -> the round
+body -> `execute` (a `Replay` of the journal, served by a `JournalDriver`) -> flow function
+-> the value, an `InputRequiredResult` whose `requestState` is the encoded journal (the
+SDK's `RequestStateBoundary` seals it on the way out and verifies it on the way back in),
+or — for a task-enabled call — a durable task that takes over.
 """
 
 from __future__ import annotations
@@ -20,18 +22,16 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequiredResult
 from mcp_types.version import is_version_at_least
 
-from mrtr import _sdk as sdk
-from mrtr import tracing
-from mrtr._engine import branches, sealing
+from mrtr._engine import branches, sealing, tracing
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.asks import Ask, supports
 from mrtr._engine.context import FlowContext
 from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver, LiveDriver, missing_capability
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._engine.replay import Replay
+from mrtr._engine.round import Round, chain
 from mrtr._engine.spec import FlowSpec, Services, ShedCheck
 from mrtr._errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
-from mrtr._shedding import run_round
 from mrtr._wire import TASKS_EXTENSION
 
 logger = logging.getLogger("mrtr.engine")
@@ -40,6 +40,7 @@ _STATELESS_VERSION = "2026-07-28"
 
 __all__ = [
     "Outcome",
+    "RunOptions",
     "TaskCreated",
     "execute",
     "run_flow",
@@ -58,6 +59,31 @@ class Outcome:
     error: BaseException | None = None
     would_run: list[str] = field(default_factory=list)
     """Steps a dry run reached but did not run (replay testing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """How `execute` runs a flow, beyond the journal, answers and arguments every run has."""
+
+    round: Round | None = None
+    """The request this run serves (None for a task's run, or a test's)."""
+    probe: bool = False
+    """Stop at the first side effect: the call may become a task (see `FlowSpec.mrtr_first`)."""
+    checkpoint: Checkpointer | None = None
+    """A durable task's journal writes (`mrtr.tasks._checkpoints.Checkpoints`)."""
+    budget: int | None = None
+    """Bytes the encoded journal may grow to (`journal_budget`)."""
+    state_cap: int | None = None
+    base_size: int | None = None
+    """The encoded length of the journal the run started from, when it came as `requestState`."""
+    shed: ShedCheck | None = None
+    step_limit: int | None = None
+    """Run at most this many new steps, then settle (Temporal runs one step per activity)."""
+    dry_run: bool = False
+    """Replay testing: reach steps without running them (`mrtr.testing.check_replay`)."""
+
+
+_PLAIN_RUN = RunOptions()
 
 
 class TaskCreated(MCPError):
@@ -81,11 +107,8 @@ async def run_flow(
     shedding); the engine only knows their shapes (`mrtr._engine.spec`).
     """
     services = services or _NO_SERVICES
-    # Read the request once, from the SDK's plain per-request context: the pydantic
-    # `Context` properties cost more per access than the rest of a round's bookkeeping.
-    wire = sdk.request_wire(request)
-    version = wire.protocol_version
-    capabilities = wire.session.client_capabilities
+    round = Round.read(spec, request, arguments)
+    version, capabilities = round.protocol_version, round.capabilities
     modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
     for capability in spec.requires:  # in round 1, before the user answers anything
         if not supports(capabilities, capability):
@@ -104,8 +127,15 @@ async def run_flow(
         probe = declared
     if not modern:
         return await call_flow(spec, FlowContext(LiveDriver(request, spec.name), request), arguments)
+    round.probe = probe
+    # `params` already passed the SDK's validation (malformed inputResponses are -32602
+    # before we run) and the boundary's unsealing (requestState is our plaintext).
+    handler = services.handler
+    if handler is None:
+        handler = services.handler = chain(services.policies, lambda round: _round_body(services, round))
     try:
-        return await _run_round(spec, services, request, wire, capabilities, arguments, probe)
+        round.journal = _load_journal(spec, round.state)
+        return await handler(round)
     except FlowError as exc:
         raise as_protocol_error(spec, exc) from exc
 
@@ -141,16 +171,7 @@ async def execute(
     answers: Mapping[str, Any],
     capabilities: ClientCapabilities | None,
     arguments: Mapping[str, Any],
-    *,
-    request: Context[Any, Any] | None = None,
-    probe: bool = False,
-    checkpoint: Checkpointer | None = None,
-    budget: int | None = None,
-    dry_run: bool = False,
-    state_cap: int | None = None,
-    base_size: int | None = None,
-    shed: ShedCheck | None = None,
-    step_limit: int | None = None,
+    run: RunOptions = _PLAIN_RUN,
 ) -> Outcome:
     """Run the flow once from the top against `journal`, until it ends or settles on asks.
 
@@ -158,13 +179,26 @@ async def execute(
     """
     branches.install(asyncio.get_running_loop())
     replay = Replay(
-        journal, answers, capabilities, flow=spec.name, budget=budget, state_cap=state_cap, base_size=base_size
+        journal,
+        answers,
+        capabilities,
+        flow=spec.name,
+        budget=run.budget,
+        state_cap=run.state_cap,
+        base_size=run.base_size,
     )
     driver = JournalDriver(
-        replay, probe=probe, checkpoint=checkpoint, dry_run=dry_run, shed=shed, step_limit=step_limit
+        replay,
+        probe=run.probe,
+        checkpoint=run.checkpoint,
+        dry_run=run.dry_run,
+        shed=run.shed,
+        step_limit=run.step_limit,
     )
+    round = run.round
+    request = round.request if round is not None else None
     if tracing.enabled():
-        with tracing.round_span(spec, replay, request):
+        with tracing.round_span(spec, replay, round):
             await _run(spec, replay, driver, request, arguments)
     else:  # the common case, kept free of context-manager machinery: every round runs it
         token = tracing.bind_flow(journal.flow_id)
@@ -178,7 +212,7 @@ async def execute(
         outcome.parked = True
     elif isinstance(ending, asyncio.CancelledError):
         raise asyncio.CancelledError
-    elif probe or isinstance(ending, BecomeTask):
+    elif run.probe or isinstance(ending, BecomeTask):
         # Probing ends at the first side effect, or at the end: either way a task takes over.
         outcome.became_task = True
     elif isinstance(ending, BaseException):
@@ -240,68 +274,32 @@ async def _run(
     await replay.close()
 
 
-async def _run_round(
-    spec: FlowSpec,
-    services: Services,
-    request: Context[Any, Any],
-    wire: Any,
-    capabilities: ClientCapabilities | None,
-    arguments: Mapping[str, Any],
-    probe: bool,
-) -> Any:
-    # `params` already passed the SDK's validation (malformed inputResponses are -32602
-    # before we run) and the boundary's unsealing (requestState is our plaintext).
-    params: Mapping[str, Any] = wire.params or {}
-    state = params.get("requestState")
-    journal = _load_journal(spec, state)
-    answers = params.get("inputResponses") or {}
-    # The round runs under the instance's replay guard and load shedding (mrtr._shedding.run_round).
-    body = _round_body(spec, services, request, wire, capabilities, arguments, probe, journal, answers, state)
-    return await run_round(spec, services, request, params, journal, answers, body)
-
-
-async def _round_body(
-    spec: FlowSpec,
-    services: Services,
-    request: Context[Any, Any],
-    wire: Any,
-    capabilities: ClientCapabilities | None,
-    arguments: Mapping[str, Any],
-    probe: bool,
-    journal: Journal,
-    answers: Mapping[str, Any],
-    state: str | None,
-) -> Any:
+async def _round_body(services: Services, round: Round) -> Any:
+    """The engine's part of a round, behind the instance's policies: run, then answer."""
+    spec, journal, state = round.spec, round.journal, round.state
+    assert journal is not None  # loaded by `run_flow` before any policy runs
     outcome = await execute(
         spec,
         journal,
-        answers,
-        capabilities,
-        arguments,
-        request=request,
-        probe=probe,
-        budget=journal_budget(spec, request, wire),
-        state_cap=spec.limits.max_state_bytes,
-        base_size=journal_codec.embedded_length(state) if state else None,
-        shed=_shed_point(services, journal, wire, capabilities),
+        round.answers,
+        round.capabilities,
+        round.arguments,
+        RunOptions(
+            round=round,
+            probe=round.probe,
+            budget=journal_budget(round),
+            state_cap=spec.limits.max_state_bytes,
+            base_size=journal_codec.embedded_length(state) if state else None,
+            shed=round.shed,
+        ),
     )
     if outcome.parked:
-        return _input_required(spec, request, outcome.replay)
+        return _input_required(round, outcome.replay)
     if outcome.became_task:
-        raise TaskCreated(await _tasks(spec, services).start(spec, arguments, capabilities, journal))
+        raise TaskCreated(await _tasks(spec, services).start(spec, round.arguments, round.capabilities, journal))
     if outcome.error is not None:
         raise outcome.error
     return outcome.value
-
-
-def _shed_point(
-    services: Services, journal: Journal, wire: Any, capabilities: ClientCapabilities | None
-) -> ShedCheck | None:
-    """The round's shed point, told who the client is (only some resend a state-only result)."""
-    if services.shedder is None:
-        return None
-    client = wire.session.client_params
-    return services.shedder.point(journal, client.client_info if client is not None else None, capabilities)
 
 
 def _load_journal(spec: FlowSpec, state: str | None) -> Journal:
@@ -327,10 +325,10 @@ def check_deadline(spec: FlowSpec, journal: Journal) -> None:
         )
 
 
-def _input_required(spec: FlowSpec, request: Context[Any, Any], replay: Replay) -> InputRequiredResult:
+def _input_required(round: Round, replay: Replay) -> InputRequiredResult:
     journal = replay.journal
-    close_round(spec, replay)
-    state = sealing.state_within_cap(journal, request, spec.audience, spec.limits.max_state_bytes, spec.name)
+    close_round(round.spec, replay)
+    state = sealing.state_within_cap(journal, round)
     return InputRequiredResult(input_requests=wire_asks(replay), request_state=state)
 
 
@@ -385,30 +383,29 @@ def wire_asks(replay: Replay) -> dict[str, Any]:
         reason = replay.reasked.get(key)
         if reason is not None and request.params is not None:
             update: dict[str, Any] = {"meta": {"mrtr/reaskReason": reason}}
-            if ask.kind == "elicit":
-                update["message"] = f"{request.params.message}\n\n(Asked again: {reason}.)"
+            message = getattr(request.params, "message", None)
+            if ask.kind == "elicit" and isinstance(message, str):
+                update["message"] = f"{message}\n\n(Asked again: {reason}.)"
             request = request.model_copy(update={"params": request.params.model_copy(update=update)})
         asks[key] = request
     return asks
 
 
-def journal_budget(spec: FlowSpec, request: Context[Any, Any], wire: Any = None) -> int:
+def journal_budget(round: Round) -> int:
     """Bytes the encoded journal may take so that the sealed state stays under the cap.
 
     An eighth of the cap stays free for what the round adds after the flow ran (the
     pending asks, the round counter), so the final check never fails after steps ran.
     """
+    spec = round.spec
     cap = spec.limits.max_state_bytes
-    wire = wire if wire is not None else sdk.request_wire(request)
-    key = (spec.name, spec.audience, wire.method, cap)
+    key = (spec.name, spec.audience, round.method, cap)
     budget = _budgets.get(key)
     if budget is None:  # the envelope is the same for every round of a flow, but for its target
         if len(_budgets) > 1024:
             _budgets.clear()
-        budget = _budgets[key] = (cap - sealing.sealed_size("", request, spec.audience, target="")) * 3 // 4 - cap // 8
-    params = wire.params or {}
-    target = str(params.get("uri" if wire.method == "resources/read" else "name", ""))
-    return budget - len(target) * 2  # escaped, as the envelope holds it
+        budget = _budgets[key] = (cap - sealing.sealed_size("", round, target="")) * 3 // 4 - cap // 8
+    return budget - len(round.target) * 2  # escaped, as the envelope holds it
 
 
 _budgets: dict[tuple[str, str, str, int], int] = {}

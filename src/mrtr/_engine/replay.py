@@ -24,9 +24,8 @@ from typing import Any
 
 from mcp_types import ClientCapabilities
 
-from mrtr import tracing
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import quiescence
+from mrtr._engine import quiescence, tracing
 from mrtr._engine.asks import Ask, BadAnswer
 from mrtr._engine.branches import Branch, current_branch, outside_branch
 from mrtr._engine.journal import Journal, embedded_length, entry_size

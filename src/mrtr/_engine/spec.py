@@ -8,15 +8,17 @@ on the services behind them (Temporal-style inversion), so no module imports bac
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from mcp_types import ClientCapabilities, Implementation
+from mcp_types import ClientCapabilities
 
 from mrtr._engine.asks import Capability
 from mrtr._engine.journal import Journal
+
+if TYPE_CHECKING:
+    from mrtr._engine.round import CallNext, RoundPolicy
 
 TaskSupport = Literal["never", "optional", "required"]
 
@@ -73,37 +75,18 @@ class TaskStarter(Protocol):
         ...
 
 
-class RoundGuard(Protocol):
-    """Makes each round single-use fleet-wide (`mrtr._guard.ReplayGuard`)."""
-
-    async def guarded(
-        self, spec: FlowSpec, journal: Journal, state: str, answers: Mapping[str, Any], body: Awaitable[Any]
-    ) -> Any: ...
-
-
 class ShedCheck(Protocol):
     def check(self, replay: Any) -> None:
-        """Raise `mrtr._shedding.ShedRound` to end the round here (the instance is overloaded)."""
+        """Raise to end the round here, handing it back as state only (the instance is overloaded)."""
         ...
-
-
-class LoadSignal(Protocol):
-    """Decides when an overloaded instance hands rounds back (`mrtr._shedding.LoadShedder`)."""
-
-    def round(self) -> AbstractContextManager[None]: ...
-
-    def point(
-        self,
-        journal: Journal,
-        client_info: Implementation | None = None,
-        capabilities: ClientCapabilities | None = None,
-    ) -> ShedCheck: ...
 
 
 @dataclass
 class Services:
-    """What one `Flows` lends the engine: task creation, the replay guard, load shedding."""
+    """What one `Flows` lends the engine: task creation, and the policies every round runs behind."""
 
     tasks: TaskStarter | None = None
-    guard: RoundGuard | None = None
-    shedder: LoadSignal | None = None
+    policies: tuple[RoundPolicy, ...] = ()
+    """Outermost first (`mrtr._engine.round`): the replay guard, then load shedding."""
+    handler: CallNext | None = field(default=None, repr=False)
+    """The engine's round body behind `policies`, composed on first use."""

@@ -13,9 +13,9 @@ from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult, InputRequiredResult, TextContent
 
-from mrtr import tracing
+from mrtr._engine import tracing
 from mrtr._engine.engine import Outcome, as_protocol_error, close_round, wire_asks
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowError, InputRefused
@@ -74,7 +74,7 @@ def settle(spec: FlowSpec, convert: ConvertResult, outcome: Outcome, task_id: st
     )
 
 
-def wire(result: CallToolResult) -> dict[str, Any]:
+def wire(result: CallToolResult | InputRequiredResult) -> dict[str, Any]:
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 

@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -30,18 +30,17 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
 
 from mrtr import _sdk as sdk
-from mrtr import tracing
 from mrtr._engine import journal as journal_codec
-from mrtr._engine.engine import Outcome, as_protocol_error, check_deadline, execute
+from mrtr._engine import tracing
+from mrtr._engine.engine import Outcome, RunOptions, as_protocol_error, check_deadline, execute
 from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowError
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 from mrtr.tasks._checkpoints import Checkpoints
-from mrtr.tasks._lease_ops import LeaseOperations
 from mrtr.tasks._outcome import settle
 from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
-from mrtr.tasks._seam import ConvertResult, PrincipalBinder
+from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, StateChanges, busy
 
 logger = tracing.get_logger("mrtr.tasks.runtime")
 
@@ -84,11 +83,15 @@ class LeaseLost(BaseException):
     """
 
 
-class TaskRuntime(LeaseOperations):
+_CAS_RETRIES = 20
+"""Compare-and-set attempts of one `update` or `cancel` before it reports the task busy."""
+
+class TaskRuntime(StateChanges):
     """Creates, runs, resumes and cancels the durable flows of one server instance.
 
-    The default `mrtr.tasks._seam.TaskEngine`: `get`, `update` and `cancel` come from
-    `mrtr.tasks._lease_ops`.
+    The default `mrtr.tasks.TaskEngine`. Every change (`update`, `cancel`, a worker's
+    progress) is a compare-and-set on the stored record, retried when another instance
+    wrote in between, so any instance sharing the store serves any task.
 
     Args:
         store: Where tasks live; share it across the fleet.
@@ -135,6 +138,66 @@ class TaskRuntime(LeaseOperations):
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
+
+    @property
+    def shared_store(self) -> TaskStore:
+        return self.store
+
+    def configure(self, options: EngineOptions) -> None:
+        """Nothing to take: a `TaskRuntime` you built keeps the options you built it with."""
+
+    # -- the TaskEngine seam: read, answer and cancel over the store -------------------------
+
+    def ensure_running(self) -> None:
+        self.ensure_scanning()
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        return await self.store.load(task_id, self.now())
+
+    async def update(
+        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskRecord | None = None
+    ) -> None:
+        record = known if known is not None else await self.get(task_id)
+        for _ in range(_CAS_RETRIES):
+            if record is None:
+                return
+            outstanding = record.input_requests if record.status == "input_required" else {}
+            accepted = {k: v for k, v in answers.items() if k in outstanding and outstanding[k] == asked.get(k)}
+            if not accepted:
+                return
+            remaining = {k: v for k, v in outstanding.items() if k not in accepted}
+            changed = record.copy(
+                responses=record.responses | accepted,
+                input_requests=remaining,
+                status="input_required" if remaining else "working",
+                updated_at=self.now(),
+            )
+            if await self.store.save(changed):
+                await self.changed(changed)
+                if not remaining:
+                    await self.try_claim(changed.task_id)  # resume here, at once
+                return
+            record = await self.get(task_id)
+        raise busy("update")
+
+    async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
+        record = known if known is not None else await self.get(task_id)
+        for _ in range(_CAS_RETRIES):
+            if record is None or record.terminal or record.cancel_requested:
+                return  # idempotent, also on finished tasks
+            now = self.now()
+            running_somewhere = record.status == "working" and record.lease_until >= now
+            changed = record.copy(cancel_requested=True, updated_at=now)
+            if not running_somewhere:
+                changed = changed.copy(status="cancelled", input_requests={}, lease_owner=None, lease_until=0.0)
+            if await self.store.save(changed):
+                await self.changed(changed)
+                if running_somewhere:
+                    self.cancel_local(record.task_id)  # elsewhere: its heartbeat sees the flag
+                return
+            record = await self.get(task_id)
+        raise busy("cancel")
+
 
     # -- time and principals ---------------------------------------------------------------
 
@@ -315,7 +378,7 @@ class TaskRuntime(LeaseOperations):
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
         try:
             outcome = await execute(
-                spec, journal, record.responses, capabilities, record.arguments, checkpoint=checkpoints
+                spec, journal, record.responses, capabilities, record.arguments, RunOptions(checkpoint=checkpoints)
             )
         except asyncio.CancelledError:
             heartbeat.cancel()

@@ -20,13 +20,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult, ClientCapabilities
+from mcp_types import INVALID_PARAMS, CallToolResult, ClientCapabilities, InputRequiredResult
 
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr.stores._base import TaskRecord
 
-ConvertResult = Callable[[Any], CallToolResult]
+ConvertResult = Callable[[Any], CallToolResult | InputRequiredResult]
 """Turns a flow's return value into the tool's `CallToolResult` (the SDK's own conversion)."""
 
 PrincipalBinder = Callable[[ServerRequestContext[Any, Any]], str | None]
@@ -49,6 +49,23 @@ class EngineOptions:
 @runtime_checkable
 class TaskEngine(Protocol):
     """Creates, reads, answers, cancels and runs durable tasks (see the module docstring)."""
+
+    on_change: StateListener | None
+    """Called with each committed state (`Flows` sets it to publish `notifications/tasks`)."""
+    reports_every_change: bool
+    """Whether every committed state reaches `on_change`: if not, listens are acknowledged
+    without task ids and clients poll."""
+    run_worker_here: bool
+    """Whether this process runs tasks (False: a front end whose tasks run elsewhere)."""
+
+    @property
+    def shared_store(self) -> object | None:
+        """The store other instances share, if any (a Redis or PostgreSQL store means a fleet)."""
+        ...
+
+    def configure(self, options: EngineOptions) -> None:
+        """Take `Flows`' task options (TTL, poll interval, principal binding) if built without them."""
+        ...
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         """Serve `spec` as a task flow (called by `Flows` for every `task=` tool)."""
@@ -93,16 +110,12 @@ class TaskEngine(Protocol):
         ...
 
 
-class ConfigurableEngine(Protocol):
-    """An engine built by the user, which `Flows` configures with its task options."""
-
-    def configure(self, options: EngineOptions) -> None: ...
-
-
 class StateChanges:
-    """Mixin: the one place an engine reports committed state changes (`on_change`)."""
+    """Base of both engines: the one place an engine reports committed state changes (`on_change`)."""
 
     on_change: StateListener | None = None
+    reports_every_change: bool = True
+    run_worker_here: bool = True
 
     async def changed(self, record: TaskRecord) -> None:
         if self.on_change is not None:
@@ -120,7 +133,6 @@ def unknown_task(task_id: str) -> MCPError:
 
 
 __all__ = [
-    "ConfigurableEngine",
     "ConvertResult",
     "EngineOptions",
     "PrincipalBinder",

@@ -2,7 +2,7 @@
 
 The flow runs from the top against the journal the workflow holds (as every task run does
 on the lease runtime): finished steps and answered asks return from the journal, and the
-first new step runs (`execute(step_limit=1)`); any further new step is held, so the
+first new step runs (`execute(..., RunOptions(step_limit=1))`); any further new step is held, so the
 activity ends as soon as that step is journaled and the workflow records the journal in
 Temporal's history before the next one starts. A worker that dies mid-step stops
 heartbeating; Temporal retries the activity on another worker, which runs the step again
@@ -27,9 +27,9 @@ from mcp_types import INTERNAL_ERROR, ClientCapabilities
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from mrtr import tracing
 from mrtr._engine import journal as journal_codec
-from mrtr._engine.engine import as_protocol_error, check_deadline, execute
+from mrtr._engine import tracing
+from mrtr._engine.engine import RunOptions, as_protocol_error, check_deadline, execute
 from mrtr._engine.journal import JournalFormatError, JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowError
@@ -82,7 +82,7 @@ class Advancer:
             return Advanced("failed", job.journal, error=error)
         beating = asyncio.get_running_loop().create_task(_heartbeat())
         try:
-            outcome = await execute(spec, journal, job.responses, capabilities, job.arguments, step_limit=1)
+            outcome = await execute(spec, journal, job.responses, capabilities, job.arguments, RunOptions(step_limit=1))
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -42,8 +42,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from mrtr import tracing
 from mrtr._engine import journal as journal_codec
+from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr.stores._base import TaskRecord
@@ -120,6 +120,11 @@ class TemporalTasks(StateChanges):
         self._terminal: OrderedDict[str, TaskRecord] = OrderedDict()
 
     # -- configuration (from Flows) ------------------------------------------------------
+
+    @property
+    def shared_store(self) -> None:
+        """None: tasks live in Temporal, which every instance reaches on its own."""
+        return None
 
     def configure(self, options: EngineOptions) -> None:
         self.ttl_ms = None if options.ttl is None else int(options.ttl * 1000)

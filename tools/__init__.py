@@ -1,0 +1,1 @@
+"""Development tools for mrtr's own checks (not part of the package)."""
