@@ -24,7 +24,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("mrtr.temporal needs the temporal extra: pip install 'mrtr[temporal]'") from exc
 
+from mrtr.temporal._devserver import dev_server
 from mrtr.temporal._tasks import TemporalTasks
 from mrtr.temporal._worker import run_worker
 
-__all__ = ["TemporalTasks", "run_worker"]
+__all__ = ["TemporalTasks", "dev_server", "run_worker"]
