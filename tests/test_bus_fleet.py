@@ -26,14 +26,14 @@ import pytest
 from mcp import Client
 
 from mrtr.client import FlowClient, TasksClient, follow_task
-from tests import buskit
-from tests.redis_proc import RedisProcess
-from tests.servers import ServerProcess, ServerSpec, spawn_servers
-from tests.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
+from tests.support import buskit
+from tests.support.redis_proc import RedisProcess
+from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, spawn_servers
+from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SERVER = Path(__file__).parent / "fleet" / "task_server.py"
+SERVER = SUPPORT / "task_server.py"
 READY = "task-server ready:"
 TOKENS = {"alice": "tok-alice-" + secrets.token_hex(8), "bob": "tok-bob-" + secrets.token_hex(8)}
 URLS = {"redis": REDIS_URL, "postgres": POSTGRES_DSN}

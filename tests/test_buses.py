@@ -23,8 +23,8 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 import mrtr
 from mrtr.buses import BrokerBus, BusGap, TaskChanged
-from tests.redis_proc import RedisProcess
-from tests.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
+from tests.support.redis_proc import RedisProcess
+from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
 
 pytestmark = pytest.mark.anyio
 
@@ -198,7 +198,7 @@ async def test_flows_publish_task_notifications_on_the_sdks_in_memory_bus() -> N
         assert statuses[0] == "working" and statuses[-1] == "completed" and "input_required" in statuses
         versions = [event.version for event in heard]
         assert versions == sorted(versions), "each state change once, in commit order"
-        from tests.flowkit import task_state
+        from tests.support.flowkit import task_state
 
         final = await task_state(client.session, task_id)
         final.pop("_meta", None), final.pop("resultType")

@@ -1,7 +1,7 @@
 """`mrtr call` end to end: a person at a real pseudo-terminal, scripts, and bad input.
 
 The interactive test runs the real `mrtr` process under `pexpect` against a real uvicorn
-server (tests/fleet/cli_server.py), types answers like a person (including wrong ones, to
+server (tests/support/cli_server.py), types answers like a person (including wrong ones, to
 see them re-asked), and asserts what the screen showed: each round with its keys and state
 size, the form, the sampling prompt, the durable task's status line and the result. The
 other tests run `mrtr` as scripts do (no terminal) and check exit codes and one-line errors.
@@ -23,11 +23,11 @@ import pexpect
 import pytest
 
 from mrtr._engine import journal as journal_codec
-from tests.servers import ROOT, SERVER_SCRIPT, ServerSpec, http_servers, new_key, spawn_servers
+from tests.support.servers import ROOT, SERVER_SCRIPT, ServerSpec, http_servers, new_key, spawn_servers
 
 pytestmark = pytest.mark.slow
 
-CLI_SERVER = ROOT / "tests" / "fleet" / "cli_server.py"
+CLI_SERVER = ROOT / "tests" / "support" / "cli_server.py"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\r")
 RUN_TIMEOUT = 60
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import mrtr
 from mrtr.cli._app import app
-from tests.flowkit import Driver, accept, manual_client, new_server
+from tests.support.flowkit import Driver, accept, manual_client, new_server
 
 
 class Target(BaseModel):

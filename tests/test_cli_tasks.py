@@ -27,8 +27,8 @@ from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal
 from mrtr.cli._app import app
 from mrtr.stores import TaskRecord, TaskStore, open_store
-from tests.servers import ROOT
-from tests.storekit import drop_namespace, service_problem
+from tests.support.servers import ROOT
+from tests.support.storekit import drop_namespace, service_problem
 
 REDIS_URL = os.environ.get("MRTR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("MRTR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")

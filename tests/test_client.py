@@ -9,7 +9,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from mrtr.client import FlowClient, RetryPolicy, Round, RoundLimitExceeded
-from tests.flowkit import accept, sampled
+from tests.support.flowkit import accept, sampled
 from tests.test_flows import deploy_server
 
 pytestmark = pytest.mark.anyio

@@ -1,7 +1,7 @@
 """`FlowClient` under fire: real server processes behind a round-robin proxy that kills, resets and 502s.
 
-Two instances of `tests/fault_server.py` share a state key (and a SQLite task store); the
-proxy (`tests/faultproxy.py`) spreads requests over them without stickiness, as HAProxy
+Two instances of `tests/support/fault_server.py` share a state key (and a SQLite task store); the
+proxy (`tests/support/faultproxy.py`) spreads requests over them without stickiness, as HAProxy
 would, and injects faults. Each test asserts what the client did on the wire (the proxy's
 log) as well as what the caller saw.
 """
@@ -35,12 +35,12 @@ from mrtr.client import (
     TransportError,
     TransportTimeout,
 )
-from tests.faultproxy import FaultProxy, running_proxy
-from tests.servers import ServerProcess, ServerSpec, new_key, spawn_servers
+from tests.support.faultproxy import FaultProxy, running_proxy
+from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, new_key, spawn_servers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SERVER = Path(__file__).parent / "fault_server.py"
+SERVER = SUPPORT / "fault_server.py"
 READY = "fault-server ready:"
 FAST = RetryPolicy(attempts=8, initial_delay=0.02, max_delay=0.2)
 """Quick resends, so a test that provokes several spends little time sleeping."""

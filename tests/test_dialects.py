@@ -39,7 +39,7 @@ from tests.dialects.clients import (
     SketchClient,
 )
 from tests.dialects.seedjson import load
-from tests.servers import ServerSpec, audit_entries, new_key, spawn_servers
+from tests.support.servers import ServerSpec, audit_entries, new_key, spawn_servers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 import mrtr
 from mrtr.client import CreatedTask, TasksClient, update_task
 from mrtr.stores._sqlite import SQLiteStore
-from tests.flowkit import Driver, accept, manual_client, new_server, task_state, text_of
+from tests.support.flowkit import Driver, accept, manual_client, new_server, task_state, text_of
 
 pytestmark = pytest.mark.anyio
 

@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 import mrtr
-from tests.flowkit import Driver, accept, manual_client, new_server, served, text_of
+from tests.support.flowkit import Driver, accept, manual_client, new_server, served, text_of
 
 pytestmark = pytest.mark.anyio
 

@@ -30,8 +30,8 @@ import mrtr
 from mrtr import _fleet as fleet_policy
 from mrtr import _sdk as sdk
 from mrtr.client import FlowClient
-from tests import buskit
-from tests.storekit import POSTGRES_DSN, REDIS_URL
+from tests.support import buskit
+from tests.support.storekit import POSTGRES_DSN, REDIS_URL
 from tests.test_bus_fleet import URLS, answer, fleet, follow_across, need, served
 
 KEY = bytes(range(32))

@@ -1,6 +1,6 @@
 """Single-use rounds across real instances: two uvicorn processes sharing a key and a guard store.
 
-The `deploy` flow of tests/fleet/task_server.py asks where, applies (a side effect counted in
+The `deploy` flow of tests/support/task_server.py asks where, applies (a side effect counted in
 a shared audit file), then asks to confirm. A replaying client resends round 2 (the state of
 round 1 with its answer) to both instances at once; a forking one answers it differently; a
 retrying one resends it after the instance serving it was SIGKILLed mid-step.
@@ -20,12 +20,12 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from tests.servers import ServerSpec, spawn_servers
+from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 from tests.test_task_fleet import _store_url
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SERVER = Path(__file__).parent / "fleet" / "task_server.py"
+SERVER = SUPPORT / "task_server.py"
 
 
 async def _refuse(*args: Any) -> Any:

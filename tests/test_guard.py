@@ -19,7 +19,7 @@ from pydantic import BaseModel
 import mrtr
 from mrtr._guard import ReplayGuard
 from mrtr.stores._sqlite import SQLiteStore
-from tests.flowkit import Driver, accept, manual_client, new_server, text_of
+from tests.support.flowkit import Driver, accept, manual_client, new_server, text_of
 
 pytestmark = pytest.mark.anyio
 

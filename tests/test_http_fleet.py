@@ -24,7 +24,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.servers import ServerProcess, audit_entries, http_servers, new_key, stdio_params
+from tests.support.servers import ServerProcess, audit_entries, http_servers, new_key, stdio_params
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -37,7 +37,7 @@ from mcp.client.stdio import stdio_client
 
 from tests.interop import peers, scenario
 from tests.interop.peers import NodeRuntime, Report
-from tests.servers import ServerProcess
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

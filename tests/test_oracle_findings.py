@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 import mrtr
-from tests.flowkit import Driver, accept, connect, new_server, text_of
+from tests.support.flowkit import Driver, accept, connect, new_server, text_of
 
 pytestmark = pytest.mark.anyio
 

@@ -22,13 +22,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from mrtr.client import CreatedTask, TasksClient, cancel_task, get_task, update_task
-from tests.flowkit import task_state
-from tests.servers import ServerSpec, spawn_servers
+from tests.support.flowkit import task_state
+from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 from tests.test_tasks import task_server, tasks_client
 
 pytestmark = pytest.mark.anyio
 
-SERVER = Path(__file__).parent / "fleet" / "task_server.py"
+SERVER = SUPPORT / "task_server.py"
 TOKENS = {"alice": "tok-alice-" + secrets.token_hex(8), "bob": "tok-bob-" + secrets.token_hex(8)}
 KEY = "mrtr/idempotencyKey"
 

@@ -1,6 +1,6 @@
 """The replay oracle: random flow programs, replayed round by round, behave as if run once.
 
-Hypothesis generates programs (see `tests/oracle_programs.py`): sequences, loops (also with a
+Hypothesis generates programs (see `tests/support/oracle_programs.py`): sequences, loops (also with a
 data-dependent `break`), branches on answers, concurrent sub-programs (`ctx.gather`,
 `asyncio.gather`, `TaskGroup`, `create_task`), tasks joined by a queue, a background task
 awaited after the parent's own work, `try/finally` with asks and steps in the `finally`,
@@ -42,8 +42,8 @@ from hypothesis import strategies as st
 from mcp import Client
 
 import mrtr
-from tests.flowkit import Driver, connect, manual_client, new_server, text_of
-from tests.oracle_programs import (
+from tests.support.flowkit import Driver, connect, manual_client, new_server, text_of
+from tests.support.oracle_programs import (
     Ask,
     Background,
     Gather,

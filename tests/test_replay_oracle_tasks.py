@@ -1,6 +1,6 @@
 """The replay oracle for durable tasks: random programs as `task="required"` tools.
 
-The same generated programs (`tests/oracle_programs.py`) run as durable tasks on two server
+The same generated programs (`tests/support/oracle_programs.py`) run as durable tasks on two server
 instances sharing one SQLite file store (a fleet on one host). The client answers each
 `input_required` phase through `tasks/update` with a random non-empty subset of the asks in a
 random order (sometimes first with an unfit form answer, which must be refused with -32602 and
@@ -34,8 +34,8 @@ from mcp_types import INVALID_PARAMS
 import mrtr
 from mrtr.client import CreatedTask, TasksClient, update_task
 from mrtr.stores._sqlite import SQLiteStore
-from tests.flowkit import new_server, task_state
-from tests.oracle_programs import Node, programs, reference_run, register, user_reply
+from tests.support.flowkit import new_server, task_state
+from tests.support.oracle_programs import Node, programs, reference_run, register, user_reply
 from tests.test_replay_oracle import UNFIT
 
 pytestmark = pytest.mark.anyio

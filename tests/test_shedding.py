@@ -24,12 +24,12 @@ import mrtr
 from mrtr._shedding import SHEDDING_EXTENSION, LoadShedder, resends_state_only
 from mrtr.client import FlowClient
 from mrtr.client import _flows as client_module
-from tests.flowkit import manual_client, new_server, text_of
-from tests.servers import ServerSpec, spawn_servers
+from tests.support.flowkit import manual_client, new_server, text_of
+from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 
 pytestmark = pytest.mark.anyio
 
-SERVER = Path(__file__).parent / "fleet" / "task_server.py"
+SERVER = SUPPORT / "task_server.py"
 
 
 def shedding_server(runs: Counter[str], overloaded: list[bool], **options: Any) -> Any:

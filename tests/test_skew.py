@@ -20,8 +20,8 @@ import pytest
 import mrtr
 from mrtr._engine.journal import Journal
 from mrtr.stores import open_store
-from tests.flowkit import new_server
-from tests.storekit import drop_namespace
+from tests.support.flowkit import new_server
+from tests.support.storekit import drop_namespace
 from tests.test_task_fleet import _store_url
 
 pytestmark = pytest.mark.anyio

@@ -24,7 +24,7 @@ import pytest
 
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 from mrtr.stores._sqlite import SQLiteStore
-from tests.storekit import drop_namespace, service_problem
+from tests.support.storekit import drop_namespace, service_problem
 
 pytestmark = pytest.mark.anyio
 

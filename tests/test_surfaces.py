@@ -12,7 +12,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 import mrtr
-from tests.flowkit import accept, manual_client, new_server, roots, sampled
+from tests.support.flowkit import accept, manual_client, new_server, roots, sampled
 
 pytestmark = pytest.mark.anyio
 

@@ -23,12 +23,12 @@ import pytest
 from mcp import Client
 
 from mrtr.client import CreatedTask, TasksClient, update_task
-from tests.flowkit import task_state
-from tests.servers import ServerSpec, spawn_servers
+from tests.support.flowkit import task_state
+from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SERVER = Path(__file__).parent / "fleet" / "task_server.py"
+SERVER = SUPPORT / "task_server.py"
 READY = "task-server ready:"
 
 

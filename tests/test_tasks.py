@@ -26,7 +26,7 @@ from mrtr.client import (
     update_task,
 )
 from mrtr.stores._sqlite import SQLiteStore
-from tests.flowkit import accept, new_server, sampled, task_state
+from tests.support.flowkit import accept, new_server, sampled, task_state
 
 pytestmark = pytest.mark.anyio
 

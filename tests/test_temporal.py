@@ -37,7 +37,6 @@ from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowExecutionStatus
 
 from mrtr.client import CreatedTask, FlowClient, TasksClient, cancel_task, get_task, update_task
-from tests import buskit
 from tests.conformance.harness import (
     TASKS_ALWAYS_SKIPPED,
     TASKS_FIXED_PACKAGE,
@@ -48,14 +47,15 @@ from tests.conformance.harness import (
     run_tasks_suite,
     tasks_failures,
 )
-from tests.flowkit import task_state
-from tests.servers import ServerProcess, ServerSpec, spawn_servers
-from tests.storekit import REDIS_URL, service_problem
-from tests.temporalkit import in_ci, unique_queue
+from tests.support import buskit
+from tests.support.flowkit import task_state
+from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, spawn_servers
+from tests.support.storekit import REDIS_URL, service_problem
+from tests.support.temporalkit import in_ci, unique_queue
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SERVER = Path(__file__).parent / "fleet" / "temporal_server.py"
+SERVER = SUPPORT / "temporal_server.py"
 READY = "temporal-server ready:"
 
 

@@ -22,7 +22,7 @@ import mrtr.tracing
 from mrtr.client import FlowClient
 from mrtr.stores._sqlite import SQLiteStore
 from mrtr.tracing import LogContextFilter
-from tests.flowkit import new_server, sampled
+from tests.support.flowkit import new_server, sampled
 
 pytestmark = pytest.mark.anyio
 

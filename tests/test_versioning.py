@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 import mrtr
 from mrtr.testing import check_replay, journal_from_state
-from tests.flowkit import Driver, accept, connect, new_server, text_of
+from tests.support.flowkit import Driver, accept, connect, new_server, text_of
 
 pytestmark = pytest.mark.anyio
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conformance.server import READY_PREFIX
-from tests.servers import ServerSpec, spawn_servers
+from tests.support.servers import ServerSpec, spawn_servers
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

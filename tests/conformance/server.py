@@ -64,7 +64,7 @@ from pydantic import BaseModel, Field  # noqa: E402
 
 import mrtr  # noqa: E402
 from mrtr.stores import TaskStore, open_store  # noqa: E402
-from tests.serving import serve_http  # noqa: E402
+from tests.support.serving import serve_http  # noqa: E402
 
 SERVER_NAME = "mrtr-conformance-fixtures"
 SERVER_VERSION = mrtr.__version__
@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _raise_terminated)
-    # Orderly stops: SIGTERM (tests/servers.py) or Ctrl-C; either way the `finally`s have run.
+    # Orderly stops: SIGTERM (tests/support/servers.py) or Ctrl-C; either way the `finally`s have run.
     with contextlib.suppress(Terminated, KeyboardInterrupt):
         asyncio.run(run(args.port, args.store, args.temporal, args.task_queue))
 

@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
     sys.path.insert(0, str(ROOT))
 
 import mrtr  # noqa: E402
-from tests.serving import serve_http  # noqa: E402
+from tests.support.serving import serve_http  # noqa: E402
 
 READY_PREFIX = "dialect-server ready:"
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.servers import ServerProcess, ServerSpec, new_key, server_env, spawn_servers
+from tests.support.servers import ServerProcess, ServerSpec, new_key, server_env, spawn_servers
 
 HERE = Path(__file__).resolve().parent
 SERVER_SCRIPT = HERE / "server.py"

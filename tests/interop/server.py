@@ -16,8 +16,8 @@ Usage:
     python tests/interop/server.py --port 0     # streamable HTTP at 127.0.0.1:PORT/mcp (0: any free port)
     python tests/interop/server.py --stdio      # stdio
 
-Over HTTP it prints `tests.servers.READY_PREFIX URL` once it listens, so the colleague's
-spawn helpers in `tests/servers.py` can wait for it. The state key comes from
+Over HTTP it prints `tests.support.servers.READY_PREFIX URL` once it listens, so the colleague's
+spawn helpers in `tests/support/servers.py` can wait for it. The state key comes from
 `MRTR_STATE_KEY` (hex) when set, else a random one (each process is its own fleet).
 """
 
@@ -41,8 +41,8 @@ from pydantic import BaseModel, Field  # noqa: E402
 
 import mrtr  # noqa: E402
 from tests.interop import scenario  # noqa: E402
-from tests.servers import READY_PREFIX  # noqa: E402
-from tests.serving import serve_http  # noqa: E402
+from tests.support.servers import READY_PREFIX  # noqa: E402
+from tests.support.serving import serve_http  # noqa: E402
 
 SERVER_NAME = "mrtr-interop"
 MAX_ITEMS = 10

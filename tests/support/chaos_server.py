@@ -1,4 +1,4 @@
-"""The flow server the chaos benchmark kills: `python tests/fleet/chaos_server.py --port 0`.
+"""The flow server the chaos benchmark kills: `python tests/support/chaos_server.py --port 0`.
 
 Every side effect is a step that does one Redis transaction: `INCR` a counter named by
 `mrtr.current_step().idempotency_key` and append a record (flow, step, instance, pid,
@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 
 import mrtr  # noqa: E402
 from mrtr._guard import open_guard  # noqa: E402
-from tests.serving import serve_http  # noqa: E402
+from tests.support.serving import serve_http  # noqa: E402
 
 SERVER_NAME = "chaos"
 READY_PREFIX = "chaos-server ready:"

@@ -1,4 +1,4 @@
-"""A durable-flow server for the fleet tests: `python tests/fleet/task_server.py --port 0`.
+"""A durable-flow server for the fleet tests: `python tests/support/task_server.py --port 0`.
 
 Reads MRTR_STATE_KEY (hex), MRTR_INSTANCE (label), MRTR_STORE (sqlite:///path, redis://...,
 postgresql://...), MRTR_STORE_NAMESPACE (Redis prefix / Postgres table) and MRTR_AUDIT (a
@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 
 import mrtr  # noqa: E402
 from mrtr.stores import open_store  # noqa: E402
-from tests.serving import serve_main  # noqa: E402
+from tests.support.serving import serve_main  # noqa: E402
 
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
 REQUESTS: Counter[str] = Counter()

@@ -1,4 +1,4 @@
-"""The server `tests/test_cli_call.py` drives `mrtr call` against: `python tests/fleet/cli_server.py --port 0`.
+"""The server `tests/test_cli_call.py` drives `mrtr call` against: `python tests/support/cli_server.py --port 0`.
 
 One flow, `onboard`, meets a user the way the CLI must handle: a form with every field
 kind (string, bounded integer, enum, boolean with a default), a sampling request, then
@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
     sys.path.insert(0, str(ROOT))
 
 import mrtr  # noqa: E402
-from tests.serving import serve_http  # noqa: E402
+from tests.support.serving import serve_http  # noqa: E402
 
 READY_PREFIX = "cli-server ready:"
 

@@ -1,4 +1,4 @@
-"""A flow server for the client fault tests: `python tests/fault_server.py --port 0`.
+"""A flow server for the client fault tests: `python tests/support/fault_server.py --port 0`.
 
 Reads MRTR_STATE_KEY (hex), MRTR_INSTANCE (label), MRTR_AUDIT (a file each step appends a
 JSON line to: which instance started and finished what) and, optionally, MRTR_STORE (a
@@ -20,13 +20,13 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp_types import CallToolResult, InputRequiredResult, TextContent
 from pydantic import BaseModel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
     sys.path.insert(0, str(ROOT))
 
 import mrtr  # noqa: E402
 from mrtr.stores import open_store  # noqa: E402
-from tests.serving import serve_main  # noqa: E402
+from tests.support.serving import serve_main  # noqa: E402
 
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
 READY = "fault-server ready:"

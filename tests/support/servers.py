@@ -24,7 +24,8 @@ from pathlib import Path
 
 from mcp import StdioServerParameters
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = ROOT / "tests" / "support"  # the server scripts the tests spawn live here
 SERVER_SCRIPT = ROOT / "examples" / "deployer_server.py"
 READY_PREFIX = "deployer ready:"  # the line examples/deployer_server.py prints once it listens
 START_TIMEOUT = 20.0

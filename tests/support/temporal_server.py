@@ -1,4 +1,4 @@
-"""A durable-flow server on Temporal for the fleet tests: `python tests/fleet/temporal_server.py --port 0`.
+"""A durable-flow server on Temporal for the fleet tests: `python tests/support/temporal_server.py --port 0`.
 
 Reads MRTR_STATE_KEY (hex), MRTR_INSTANCE (label), MRTR_TEMPORAL (the frontend address),
 MRTR_TASK_QUEUE, MRTR_AUDIT (a file every step appends a JSON line to, so tests count real
@@ -6,7 +6,7 @@ side effects), MRTR_FLOW_VERSION (`1` or `2`: the `release` flow before and afte
 guarded by `ctx.patched`), MRTR_HEARTBEAT (seconds of worker silence before a step is retried
 elsewhere) and MRTR_WORKER (`0`: an MCP server without a worker; `only`: a worker process
 with no HTTP, through `mrtr.temporal.run_worker`), MRTR_TOKENS (`name=token,...`: bearer
-auth, one principal per token, as tests/fleet/task_server.py), MRTR_BUS (a fleet bus URL,
+auth, one principal per token, as tests/support/task_server.py), MRTR_BUS (a fleet bus URL,
 namespaced by the task queue: workers publish task changes on it). The `requests` tool
 counts the requests the instance served, by method.
 Prints `temporal-server ready: URL` once it serves (a worker-only process: `worker://LABEL`).
@@ -34,7 +34,8 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 import mrtr  # noqa: E402
 import mrtr.temporal  # noqa: E402
 from mrtr.temporal import TemporalTasks  # noqa: E402
-from tests.fleet.task_server import (  # noqa: E402
+from tests.support.serving import serve_http  # noqa: E402
+from tests.support.task_server import (  # noqa: E402
     INSTANCE,
     REQUESTS,
     Confirm,
@@ -45,7 +46,6 @@ from tests.fleet.task_server import (  # noqa: E402
     token_auth,
     transform,
 )
-from tests.serving import serve_http  # noqa: E402
 
 READY = "temporal-server ready:"
 

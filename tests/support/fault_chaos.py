@@ -1,7 +1,7 @@
-"""Chaos run for one shared client: `python tests/fault_chaos.py [flowclient|sdk] [FLOWS]`.
+"""Chaos run for one shared client: `python tests/support/fault_chaos.py [flowclient|sdk] [FLOWS]`.
 
-Three `tests/fault_server.py` instances (one key, one SQLite task store) behind the round-robin
-`tests/faultproxy.py`; a killer SIGKILLs a random instance every 2-4 s and restarts it. ONE
+Three `tests/support/fault_server.py` instances (one key, one SQLite task store) behind the round-robin
+`tests/support/faultproxy.py`; a killer SIGKILLs a random instance every 2-4 s and restarts it. ONE
 client is shared by every concurrent flow (16 at a time): each flow is `three_rounds` (three
 requests) then `slow` (a 0.2 s step); with `flowclient`, one task flow (`remember`, task-augmented)
 per ten flows as well. Prints completed / lost / wrong, tasks, kills, flows per second.
@@ -25,16 +25,16 @@ import anyio
 import mcp_types as t
 from mcp import Client
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from mrtr.client import FlowClient  # noqa: E402
-from tests.faultproxy import FaultProxy, running_proxy  # noqa: E402
-from tests.servers import ServerProcess, ServerSpec, new_key, spawn_servers  # noqa: E402
+from tests.support.faultproxy import FaultProxy, running_proxy  # noqa: E402
+from tests.support.servers import ServerProcess, ServerSpec, new_key, spawn_servers  # noqa: E402
 
 CONCURRENCY = 16
-SERVER = ROOT / "tests" / "fault_server.py"
+SERVER = ROOT / "tests" / "support" / "fault_server.py"
 
 
 async def answer(params: t.ElicitRequestParams) -> t.ElicitResult:
