@@ -1,4 +1,4 @@
-"""The server `tests/test_cli_call.py` drives `mrtr call` against: `python tests/support/cli_server.py --port 0`.
+"""The server `tests/fleet/test_cli_call.py` drives `mrtr call` against: `python tests/support/cli_server.py --port 0`.
 
 One flow, `onboard`, meets a user the way the CLI must handle: a form with every field
 kind (string, bounded integer, enum, boolean with a default), a sampling request, then

@@ -185,7 +185,7 @@ def programs(max_leaves: int = 16, *, known_bugs: bool = True) -> st.SearchStrat
     """Random programs of at most `max_leaves` leaves (loops multiply what actually runs).
 
     `known_bugs=False` leaves out the constructs of open findings (`ctx.patched`, async
-    generators left early; see tests/test_oracle_findings.py) to look for other bugs.
+    generators left early; see tests/integration/test_oracle_findings.py) to look for other bugs.
     """
     extend = functools.partial(_extend, known_bugs=known_bugs)
     parts = st.lists(st.recursive(_leaves, extend, max_leaves=max_leaves), min_size=1, max_size=3)
