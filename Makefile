@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint bench chaos clean
+.PHONY: demo test test-fast lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks
 	$(VENV)/bin/mypy --strict examples
 	$(PY) -m pytest -q
+
+# The quick loop: tests/unit and tests/integration only (no processes, brokers or foreign clients).
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n 2 tests/unit tests/integration
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks

@@ -1,6 +1,6 @@
 """Chaos benchmark: mrtr flows and durable tasks behind a real load balancer, instances dying.
 
-Three uvicorn instances of `tests/fleet/chaos_server.py` share a state key, the server name
+Three uvicorn instances of `tests/support/chaos_server.py` share a state key, the server name
 and a Redis store (127.0.0.1:6379, a random namespace, deleted afterwards); HAProxy
 balances them round robin with health checks and no stickiness; a killer SIGKILLs a random
 instance every 2-4 s and restarts it. Meanwhile a load of three-round ephemeral flows

@@ -1,7 +1,7 @@
 """The fleet under fire: HAProxy in front of N chaos-server instances, and a killer.
 
 `find_haproxy` finds the binary or installs the Debian package (as root, with apt-get);
-`Fleet` runs the instances through `tests.servers.spawn_servers` (one spawner per life of
+`Fleet` runs the instances through `tests.support.servers.spawn_servers` (one spawner per life of
 an instance, on a port fixed for the balancer), `Balancer` runs HAProxy round robin with
 health checks and no stickiness, and `Killer` SIGKILLs a random live instance every few
 seconds and restarts it. Everything binds 127.0.0.1; every process started here is
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import anyio
 import httpx2
-from tests.servers import ServerProcess, ServerSpec, new_key, spawn_servers
+from tests.support.servers import ServerProcess, ServerSpec, new_key, spawn_servers
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAOS_SERVER = ROOT / "tests" / "fleet" / "chaos_server.py"
+CHAOS_SERVER = ROOT / "tests" / "support" / "chaos_server.py"
 READY_PREFIX = "chaos-server ready:"
 APT_TIMEOUT = 600.0
 BALANCER_READY_TIMEOUT = 15.0

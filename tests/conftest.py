@@ -12,8 +12,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def temporal_address() -> Iterator[str]:
-    """A real Temporal dev server for the session (`tests/temporalkit.py`); started on first use."""
-    from tests.temporalkit import in_ci, unavailable_reason
+    """A real Temporal dev server for the session (`tests/support/temporalkit.py`); started on first use."""
+    from tests.support.temporalkit import in_ci, unavailable_reason
 
     reason = unavailable_reason()
     if reason is not None:

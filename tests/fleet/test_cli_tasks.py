@@ -1,0 +1,269 @@
+"""`mrtr tasks ls|show|cancel|purge` against real stores: a SQLite file, Redis and PostgreSQL.
+
+Each test fills a fresh namespace (a temp file, a random Redis prefix, a random table)
+with tasks in every interesting state through the store's own `create`, runs the real
+`mrtr` process on it, and checks both what it printed and what the store holds after.
+Redis and PostgreSQL are the local services; when one is missing its tests are skipped
+with the reason, except under `CI=true`, where they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.journal import Journal
+from mrtr.cli._app import app
+from mrtr.stores import TaskRecord, TaskStore, open_store
+from tests.support.servers import ROOT
+from tests.support.storekit import drop_namespace, service_problem
+
+REDIS_URL = os.environ.get("MRTR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_DSN = os.environ.get("MRTR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@dataclass
+class Target:
+    url: str
+    namespace: str | None
+
+    def args(self) -> list[str]:
+        return ["--store", self.url, *(["--namespace", self.namespace] if self.namespace else [])]
+
+    def store(self) -> TaskStore:
+        return open_store(self.url, namespace=self.namespace)
+
+
+def _service_problem(backend: str) -> str | None:
+    return asyncio.run(service_problem(backend))
+
+
+def _cleanup(target: Target, backend: str) -> None:
+    asyncio.run(drop_namespace(backend, target.namespace))
+
+
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    backend = request.param
+    if backend == "sqlite":
+        yield Target(f"sqlite:///{tmp_path / 'tasks.db'}", None)
+        return
+    problem = _service_problem(backend)
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{backend} is required under CI: {problem}")
+        pytest.skip(f"{backend} not reachable: {problem}")
+    namespace = f"mrtr_cli_{uuid.uuid4().hex[:10]}"
+    found = Target(REDIS_URL if backend == "redis" else POSTGRES_DSN, namespace)
+    try:
+        yield found
+    finally:
+        _cleanup(found, backend)
+
+
+def _record(task_id: str, flow: str, status: str, *, age: float, **changes: object) -> TaskRecord:
+    now = time.time()
+    journal = Journal(flow_id=f"flow-{task_id}", started_at=now - age)
+    journal.steps["backup"] = ("digest", {"backup": f"b-{task_id}"})
+    journal.answers["cutover"] = ("q", {"action": "accept", "content": {"switch": True}})
+    record = TaskRecord(
+        task_id=task_id,
+        flow=flow,
+        arguments={"app": task_id},
+        capabilities={},
+        status=status,  # type: ignore[arg-type]
+        created_at=now - age,
+        updated_at=now - age / 2,
+        ttl_ms=3_600_000,
+        poll_interval_ms=500,
+        journal=journal_codec.encode(journal),
+    )
+    return record.copy(**changes)
+
+
+def seed(target: Target) -> None:
+    """Five tasks: running under a live lease, waiting for input, done, old, and past its TTL."""
+    now = time.time()
+    records = [
+        _record("running", "migrate", "working", age=5, lease_owner="host-a:101:ab", lease_until=now + 60),
+        _record(
+            "waiting",
+            "migrate",
+            "input_required",
+            age=30,
+            status_message="needs a decision",
+            input_requests={
+                "cutover": {"method": "elicitation/create", "params": {"message": "Switch traffic?"}},
+            },
+        ),
+        _record("done", "deploy", "completed", age=60, result={"content": [{"type": "text", "text": "ok"}]}),
+        _record("old", "deploy", "failed", age=7200, ttl_ms=None, error={"code": -32603, "message": "boom"}),
+        _record("stale", "deploy", "completed", age=100, ttl_ms=1000),  # expired 99 s ago
+    ]
+
+    async def create() -> None:
+        store = target.store()
+        try:
+            for record in records:
+                await store.create(record)
+        finally:
+            await store.close()
+
+    asyncio.run(create())
+
+
+def load(target: Target, task_id: str) -> TaskRecord | None:
+    async def read() -> TaskRecord | None:
+        store = target.store()
+        try:
+            return await store.load(task_id, time.time())
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def mrtr(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in this process (real stores, real commands; a process start per call is slow)."""
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def mrtr_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the real `mrtr` process, as a script would."""
+    return subprocess.run(
+        [sys.executable, "-m", "mrtr.cli", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=os.environ | {"COLUMNS": "200"},
+    )
+
+
+def keeps_expired(target: Target) -> bool:
+    return not target.url.startswith("redis")
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 0, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    return proc.stdout
+
+
+def test_ls_lists_live_tasks_newest_first_and_filters(target: Target) -> None:
+    seed(target)
+    listed = json.loads(ok(mrtr("tasks", "ls", *target.args(), "--json")))
+    assert [t["taskId"] for t in listed] == ["running", "waiting", "done", "old"]  # "stale" is past its TTL
+    assert listed[1]["inputRequests"] == ["cutover"] and listed[0]["leaseOwner"] == "host-a:101:ab"
+
+    def ids(*extra: str) -> list[str]:
+        return [t["taskId"] for t in json.loads(ok(mrtr("tasks", "ls", *target.args(), "--json", *extra)))]
+
+    assert ids("--status", "input_required") == ["waiting"]
+    assert ids("--status", "completed", "--status", "failed") == ["done", "old"]
+    assert ids("--flow", "deploy") == ["done", "old"]
+    assert ids("--older-than", "1h") == ["old"]
+    assert ids("--newer-than", "45s") == ["running", "waiting"]
+    # Past its TTL a task is hidden; SQL stores keep the row until purged, Redis drops the key itself.
+    assert (
+        ids("--expired", "--flow", "deploy") == ["done", "stale", "old"] if keeps_expired(target) else ["done", "old"]
+    )
+
+    table = ok(mrtr("tasks", "ls", *target.args()))
+    assert "4 of 4" in table and "input_required" in table and "cutover" in table
+    assert "host-a:101:ab (held" in table
+
+
+def test_show_prints_the_journal_lease_and_pending_asks(target: Target) -> None:
+    seed(target)
+    shown = ok(mrtr("tasks", "show", "waiting", *target.args()))
+    for expected in (
+        "task waiting  flow migrate  input_required",
+        "message: needs a decision",
+        "flow-waiting:backup",  # the step's idempotency key
+        '{"backup": "b-waiting"}',
+        "cutover",
+        "Switch traffic?",
+        '"app": "waiting"',
+    ):
+        assert expected in shown, f"{expected!r} not in:\n{shown}"
+    running = ok(mrtr("tasks", "show", "running", *target.args()))
+    assert "lease: host-a:101:ab (held, until in " in running
+    data = json.loads(ok(mrtr("tasks", "show", "old", *target.args(), "--json")))
+    assert (
+        data["error"]["message"] == "boom" and data["journal"]["steps"]["backup"]["idempotencyKey"] == "flow-old:backup"
+    )
+
+    missing = mrtr("tasks", "show", "nope", *target.args())
+    assert missing.returncode == 2 and "no task 'nope'" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_cancel_is_cooperative_and_idempotent(target: Target) -> None:
+    seed(target)
+    assert "waiting cancelled" in ok(mrtr("tasks", "cancel", "waiting", *target.args()))
+    waiting = load(target, "waiting")
+    assert waiting is not None and waiting.status == "cancelled" and waiting.input_requests == {}
+
+    # Running under a live lease: only flagged; the worker holding it stops the flow.
+    assert "cancel requested; host-a:101:ab stops it" in ok(mrtr("tasks", "cancel", "running", *target.args()))
+    running = load(target, "running")
+    assert running is not None and running.status == "working" and running.cancel_requested
+    assert "cancel already requested" in ok(mrtr("tasks", "cancel", "running", *target.args()))
+
+    assert "already completed" in ok(mrtr("tasks", "cancel", "done", *target.args()))
+    done = load(target, "done")
+    assert done is not None and done.status == "completed" and not done.cancel_requested
+
+
+def test_purge_counts_first_and_deletes_only_with_yes(target: Target) -> None:
+    seed(target)
+    assert "1 expired task(s)" in ok(mrtr("tasks", "purge", *target.args()))
+    listed = json.loads(ok(mrtr("tasks", "ls", *target.args(), "--json", "--expired")))
+    assert ("stale" in [t["taskId"] for t in listed]) == keeps_expired(target)  # the dry run deleted nothing
+    assert "deleted 1 expired task(s)" in ok(mrtr("tasks", "purge", *target.args(), "--yes"))
+    listed = json.loads(ok(mrtr("tasks", "ls", *target.args(), "--json", "--expired")))
+    assert [t["taskId"] for t in listed] == ["running", "waiting", "done", "old"]
+
+
+@pytest.mark.parametrize(
+    ("store", "code", "fragment"),
+    [
+        ("mysql://127.0.0.1/x", 2, "unknown task store URL 'mysql://127.0.0.1/x'"),
+        ("sqlite:////nonexistent/dir/tasks.db", 2, "no SQLite task store at /nonexistent/dir/tasks.db"),
+        ("redis://127.0.0.1:1/0", 3, "cannot read the store"),
+        ("postgresql://postgres@127.0.0.1:1/postgres", 3, "cannot connect to the store"),
+    ],
+)
+def test_a_wrong_store_url_is_a_one_line_error(store: str, code: int, fragment: str) -> None:
+    for command in (["ls"], ["show", "x"], ["cancel", "x"], ["purge"]):
+        proc = (
+            mrtr_process("tasks", *command, "--store", store)
+            if command == ["ls"]
+            else mrtr("tasks", *command, "--store", store)
+        )
+        assert proc.returncode == code, (command, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("mrtr: ") and fragment in lines[0], proc.stderr
+
+
+def test_a_file_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.db"
+    import sqlite3
+
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    proc = mrtr_process("tasks", "ls", "--store", f"sqlite:///{other}")
+    assert proc.returncode == 2 and "is not an mrtr task store" in proc.stderr and "Traceback" not in proc.stderr

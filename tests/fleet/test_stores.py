@@ -1,0 +1,513 @@
+"""The `TaskStore` contract, one set of tests run against every backend.
+
+SQLite runs in memory and on a temp file; Redis and PostgreSQL run against the local
+services (127.0.0.1:6379, 127.0.0.1:5432) under a random prefix / table that is removed
+afterwards. A missing service skips its tests, except under CI, where it fails them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.stores._sqlite import SQLiteStore
+from tests.support.storekit import drop_namespace, service_problem
+
+pytestmark = pytest.mark.anyio
+
+REDIS_URL = os.environ.get("MRTR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_DSN = os.environ.get("MRTR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+BACKENDS = ["sqlite-memory", "sqlite-file", "redis", "postgres"]
+SHARED_BACKENDS = ["sqlite-file", "redis", "postgres"]  # those several store objects can share
+
+Factory = Callable[[], Awaitable[TaskStore]]
+_reachable: dict[str, str | None] = {}  # backend -> None if reachable, else why not (probed once)
+
+
+async def _probe(backend: str) -> str | None:
+    return await service_problem(backend)
+
+
+async def _require(backend: str) -> None:
+    if backend not in _reachable:
+        _reachable[backend] = await _probe(backend)
+    why = _reachable[backend]
+    if why is None:
+        return
+    where = REDIS_URL if backend == "redis" else POSTGRES_DSN
+    message = f"{backend} at {where} unreachable ({why})"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}; CI is set, so the {backend} store must be tested", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(params=BACKENDS)
+async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Factory]:
+    """A factory of store objects that all share one fresh, private backend."""
+    backend: str = request.param
+    if backend in ("redis", "postgres"):
+        await _require(backend)
+    token = uuid.uuid4().hex[:16]
+    stores: list[TaskStore] = []
+
+    async def make() -> TaskStore:
+        store: TaskStore
+        if backend == "sqlite-memory":
+            assert not stores, "an in-memory SQLite database is private to one store object"
+            store = SQLiteStore(":memory:")
+        elif backend == "sqlite-file":
+            store = SQLiteStore(str(tmp_path / "tasks.db"))
+        elif backend == "redis":
+            from mrtr.stores._redis import RedisStore
+
+            store = RedisStore(REDIS_URL, prefix=f"mrtr-test-{token}:")
+        else:
+            from mrtr.stores._postgres import PostgresStore
+
+            store = await PostgresStore(POSTGRES_DSN, table=f"mrtr_test_{token}", max_size=4).open()
+        stores.append(store)
+        return store
+
+    make.backend = backend  # type: ignore[attr-defined]
+    make.token = token  # type: ignore[attr-defined]
+    try:
+        yield make
+    finally:
+        for store in stores:
+            await store.close()
+        if backend == "redis":
+            await drop_namespace("redis", f"mrtr-test-{token}")
+        elif backend == "postgres" and stores:
+            await drop_namespace("postgres", f"mrtr_test_{token}")
+
+
+@pytest.fixture
+async def store(make_store: Factory) -> TaskStore:
+    return await make_store()
+
+
+def rec(task_id: str | None = None, **changes: Any) -> TaskRecord:
+    fields: dict[str, Any] = {
+        "task_id": task_id or uuid.uuid4().hex,
+        "flow": "book_trip",
+        "arguments": {"city": "Oslo"},
+        "capabilities": {},
+        "status": "working",
+        "created_at": time.time(),
+        "updated_at": time.time(),
+        "ttl_ms": None,
+        "poll_interval_ms": 500,
+        "journal": "j0",
+    }
+    fields.update(changes)
+    return TaskRecord(**fields)
+
+
+async def test_round_trip_keeps_every_field(store: TaskStore) -> None:
+    now = time.time()
+    original = TaskRecord(
+        task_id="task-ü/1:x",
+        flow="book_trip",
+        arguments={"city": "Zürich", "nested": {"b": [1, 2.5, None, True], "a": "x\u0000y"}, "z": 1, "a": 2},
+        capabilities={"elicitation": {"form": {}}, "sampling": {}},
+        status="input_required",
+        created_at=now - 1.234567891,
+        updated_at=now + 0.000001,
+        ttl_ms=3_600_000,
+        poll_interval_ms=750,
+        journal="eyJhIjoxfQ==" * 50,
+        status_message="waiting for the user",
+        input_requests={"confirm": {"method": "elicitation/create", "params": {"message": "Sure?"}}},
+        responses={"earlier": {"action": "accept", "content": {"ok": True}}},
+        result={"content": [{"type": "text", "text": "done"}]},
+        error={"code": -32000, "message": "nope"},
+        cancel_requested=True,
+        lease_owner="worker-7",
+        lease_until=now + 12.345678901234,
+        version=3,
+    )
+    await store.create(original.copy())
+    loaded = await store.load(original.task_id, now)
+    assert loaded == original
+    assert loaded is not None and list(loaded.arguments) == list(original.arguments)  # key order kept
+    assert await store.load("no-such-task", now) is None
+
+
+async def test_fields_from_a_newer_server_survive_a_rewrite_by_this_one(store: TaskStore) -> None:
+    """Rolling upgrades: an older instance that rewrites a newer instance's record keeps what it cannot read."""
+    newer = json.loads(rec(status="working").to_json()) | {"priority": "high", "trace": {"id": 7}}
+    await store.create(TaskRecord.from_json(json.dumps(newer)))
+    loaded = await store.load(newer["task_id"], time.time())
+    assert loaded is not None and loaded.extras == {"priority": "high", "trace": {"id": 7}}
+    assert await store.save(loaded.copy(status="completed"))
+    again = await store.load(newer["task_id"], time.time())
+    assert again is not None and again.status == "completed"
+    assert json.loads(again.to_json())["priority"] == "high"
+
+
+async def test_create_rejects_a_taken_id(store: TaskStore) -> None:
+    first = rec("t1", journal="first")
+    await store.create(first)
+    with pytest.raises(TaskExists):
+        await store.create(rec("t1", journal="second"))
+    assert await store.load("t1", time.time()) == first
+
+
+async def test_two_sqlite_stores_opening_a_new_file_together_both_work(tmp_path: Path) -> None:
+    """Two connections that open a new file together (WAL set-up) used to get "database is locked"
+    at once, without SQLite's busy handler (about one time in eight here); now they wait."""
+    for n in range(40):
+        path = str(tmp_path / f"new-{n}.db")
+        stores = [SQLiteStore(path), SQLiteStore(path)]
+        try:
+            creating = [stores[i % 2].create(rec("t0", journal=f"creator {i}")) for i in range(4)]
+            outcomes = await asyncio.gather(*creating, return_exceptions=True)
+        finally:
+            for store in stores:
+                await store.close()
+        assert outcomes.count(None) == 1 and all(isinstance(o, TaskExists) for o in outcomes if o), outcomes
+
+
+async def test_concurrent_creates_exactly_one_wins(make_store: Factory) -> None:
+    stores = [await make_store()]
+    if make_store.backend != "sqlite-memory":  # type: ignore[attr-defined]
+        stores.append(await make_store())
+    for i in range(10):
+        attempts = [stores[n % len(stores)].create(rec(f"t{i}", journal=f"creator {n}")) for n in range(4)]
+        outcomes = await asyncio.gather(*attempts, return_exceptions=True)
+        assert outcomes.count(None) == 1, outcomes
+        assert all(isinstance(o, TaskExists) for o in outcomes if o is not None), outcomes
+        stored = await stores[0].load(f"t{i}", time.time())
+        assert stored is not None and stored.journal == f"creator {outcomes.index(None)}"
+
+
+async def test_create_may_reuse_an_expired_id(store: TaskStore) -> None:
+    await store.create(rec("t1", created_at=time.time() - 10, ttl_ms=1000, journal="old"))
+    fresh = rec("t1", ttl_ms=60_000, journal="new")
+    await store.create(fresh)
+    assert await store.load("t1", time.time()) == fresh
+    assert await store.claimable(time.time(), 10) == ["t1"]
+
+
+async def test_save_is_compare_and_set(store: TaskStore) -> None:
+    await store.create(rec("t1"))
+    now = time.time()
+    mine = await store.load("t1", now)
+    stale = await store.load("t1", now)
+    assert mine is not None and stale is not None
+
+    mine.journal, mine.status = "j1", "input_required"
+    assert await store.save(mine)
+    assert mine.version == 1
+    assert await store.load("t1", now) == mine
+
+    stale.journal = "lost update"
+    assert not await store.save(stale)
+    assert stale.version == 0
+    assert await store.load("t1", now) == mine
+
+    assert await store.save(mine) and mine.version == 2
+    assert not await store.save(rec("unknown"))
+    assert await store.load("unknown", now) is None
+
+
+async def test_concurrent_savers_exactly_one_wins(make_store: Factory) -> None:
+    # Two store objects where the backend allows it: the race then crosses connections.
+    stores = [await make_store()]
+    if make_store.backend != "sqlite-memory":  # type: ignore[attr-defined]
+        stores.append(await make_store())
+    await stores[0].create(rec("t1"))
+    for round_ in range(25):
+        copies = [await stores[i % len(stores)].load("t1", time.time()) for i in range(4)]
+        assert all(c is not None and c.version == round_ for c in copies)
+        for i, c in enumerate(copies):
+            c.journal = f"round {round_} writer {i}"  # type: ignore[union-attr]
+        won = await asyncio.gather(*(stores[i % len(stores)].save(c) for i, c in enumerate(copies)))  # type: ignore[arg-type]
+        assert won.count(True) == 1, won
+        winner = copies[won.index(True)]
+        assert await stores[-1].load("t1", time.time()) == winner
+        assert winner is not None and winner.version == round_ + 1
+
+
+async def test_claimable_lists_only_working_tasks_whose_lease_ran_out(store: TaskStore) -> None:
+    now = time.time()
+    await store.create(rec("never-leased"))
+    await store.create(rec("lease-lapsed", lease_owner="w", lease_until=now - 1))
+    await store.create(rec("lease-held", lease_owner="w", lease_until=now + 30))
+    await store.create(rec("lease-ends-now", lease_owner="w", lease_until=now))
+    await store.create(rec("waiting", status="input_required"))
+    for status in ("completed", "failed", "cancelled"):
+        await store.create(rec(status, status=status))
+    await store.create(rec("expired", created_at=now - 10, ttl_ms=5000))
+    await store.create(rec("expires-later", ttl_ms=60_000))
+
+    expected = {"never-leased", "lease-lapsed", "expires-later"}
+    assert set(await store.claimable(now, 100)) == expected
+    assert len(await store.claimable(now, 2)) == 2
+    assert set(await store.claimable(now, 2)) <= expected
+    assert await store.claimable(now, 0) == []
+    # `expires-later` drops out once the caller's clock passes its TTL.
+    later = {"never-leased", "lease-lapsed", "lease-held", "lease-ends-now"}
+    assert set(await store.claimable(now + 120, 100)) == later
+
+    # Saves move records in and out of the claimable set.
+    held = await store.load("lease-held", now)
+    assert held is not None
+    held.status = "completed"
+    assert await store.save(held)
+    waiting = await store.load("waiting", now)
+    assert waiting is not None
+    waiting.status = "working"
+    assert await store.save(waiting)
+    lapsed = await store.load("lease-lapsed", now)
+    assert lapsed is not None
+    lapsed.lease_until = now + 30
+    assert await store.save(lapsed)
+    assert set(await store.claimable(now, 100)) == {"never-leased", "waiting", "expires-later"}
+
+
+async def test_ttl_hides_expired_records_and_blocks_saves(store: TaskStore) -> None:
+    r = rec("t1", ttl_ms=60_000)
+    await store.create(r)
+    assert r.expires_at is not None
+    assert await store.load("t1", r.expires_at - 0.001) == r
+    assert await store.load("t1", r.expires_at) is None  # expires_at <= now is expired
+
+    # `save` has no `now`: it goes by the wall clock, so let a short TTL really run out.
+    short = rec("t2", ttl_ms=100)
+    await store.create(short)
+    assert short.expires_at is not None
+    await asyncio.sleep(max(0.0, short.expires_at - time.time()) + 0.02)
+    assert await store.load("t2", time.time()) is None
+    assert not await store.save(short)
+
+    stale = rec("t3", created_at=time.time() - 10, ttl_ms=5000)
+    await store.create(stale)
+    assert await store.load("t3", time.time()) is None
+    assert not await store.save(stale)
+
+
+async def test_purge_expired_deletes_and_counts(store: TaskStore) -> None:
+    now = time.time()
+    for i in range(3):
+        await store.create(rec(f"short-{i}", created_at=now, ttl_ms=1000))
+    await store.create(rec("already-gone", created_at=now - 10, ttl_ms=1000))
+    await store.create(rec("long", created_at=now, ttl_ms=600_000, status="input_required"))
+    await store.create(rec("forever"))
+
+    assert await store.purge_expired(now) == 1
+    assert await store.purge_expired(now + 5) == 3
+    assert await store.purge_expired(now + 5) == 0
+    for i in range(3):
+        assert await store.load(f"short-{i}", now) is None  # deleted, not merely hidden
+    assert await store.load("long", now) is not None
+    assert await store.claimable(now, 10) == ["forever"]
+    assert await store.purge_expired(now + 1e6) == 1
+    assert await store.load("forever", now + 1e6) is not None
+
+
+async def test_no_ttl_never_expires(store: TaskStore) -> None:
+    r = rec("t1", created_at=0.0, ttl_ms=None)
+    await store.create(r)
+    far = time.time() + 1e9
+    assert await store.load("t1", far) == r
+    assert await store.claimable(far, 10) == ["t1"]
+    assert await store.purge_expired(far) == 0
+    assert await store.save(r)
+
+
+@pytest.mark.parametrize("make_store", SHARED_BACKENDS, indirect=True)
+async def test_two_store_objects_share_one_backend(make_store: Factory) -> None:
+    a = await make_store()
+    b = await make_store()
+    now = time.time()
+    await a.create(rec("t1"))
+    with pytest.raises(TaskExists):
+        await b.create(rec("t1"))
+    seen_by_b = await b.load("t1", now)
+    seen_by_a = await a.load("t1", now)
+    assert seen_by_b is not None and seen_by_a is not None
+    seen_by_b.status = "input_required"
+    assert await b.save(seen_by_b)
+    assert await a.load("t1", now) == seen_by_b
+    assert not await a.save(seen_by_a)  # stale across connections
+    assert await a.claimable(now, 10) == []
+    await b.create(rec("t2", created_at=now - 10, ttl_ms=1))
+    assert await a.purge_expired(now) == 1
+
+
+async def test_failed_or_cancelled_saves_leave_a_whole_record(store: TaskStore) -> None:
+    await store.create(rec("t1"))
+    current = await store.load("t1", time.time())
+    assert current is not None
+
+    broken = current.copy(arguments={"unencodable": object()})
+    with pytest.raises(TypeError):
+        await store.save(broken)
+    assert await store.load("t1", time.time()) == current
+
+    # Cancel saves at every point a few event-loop steps in: each must land whole or not at all.
+    for steps in range(12):
+        before = await store.load("t1", time.time())
+        assert before is not None
+        attempt = before.copy(journal=f"attempt {steps}", status_message="x" * steps)
+        task = asyncio.ensure_future(store.save(attempt))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.01)  # a write already handed to the database may still finish
+        after = await store.load("t1", time.time())
+        assert after is not None
+        if after.version == before.version:
+            assert after == before
+        else:
+            assert after == attempt.copy(version=before.version + 1)
+    latest = await store.load("t1", time.time())
+    assert latest is not None and await store.save(latest)  # the store still works
+
+
+_SQLITE_CRASH = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("UPDATE mrtr_tasks SET data = 'half a record', version = version + 1")
+os._exit(9)  # die inside the transaction
+"""
+
+
+# Only where another process can hold a write transaction open; Redis runs each Lua script
+# whole (and every script here checks before it writes), so it has no mid-write state to kill.
+@pytest.mark.parametrize("make_store", ["sqlite-file", "postgres"], indirect=True)
+async def test_crash_mid_transaction_leaves_the_old_record(make_store: Factory, tmp_path: Path) -> None:
+    backend = make_store.backend  # type: ignore[attr-defined]
+    store = await make_store()
+    original = rec("t1")
+    await store.create(original)
+    if backend == "sqlite-file":
+        proc = subprocess.run([sys.executable, "-c", _SQLITE_CRASH, str(tmp_path / "tasks.db")], check=False)
+        assert proc.returncode == 9
+    else:
+        import psycopg
+
+        table = f"mrtr_test_{make_store.token}"  # type: ignore[attr-defined]
+        victim = await psycopg.AsyncConnection.connect(POSTGRES_DSN)
+        await victim.execute(f"UPDATE {table} SET data = 'half a record', version = version + 1")
+        async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as killer:
+            await killer.execute("SELECT pg_terminate_backend(%s)", [victim.info.backend_pid])
+        with pytest.raises(psycopg.OperationalError):
+            await victim.execute("COMMIT")
+        await victim.close()
+    assert await store.load("t1", time.time()) == original
+    assert await store.save(original) and original.version == 1
+
+
+@pytest.mark.parametrize("make_store", ["redis"], indirect=True)
+async def test_redis_expires_keys_and_drops_them_from_the_claimable_index(make_store: Factory) -> None:
+    store = await make_store()
+    redis = store._redis  # type: ignore[attr-defined]
+    key = store._record_prefix  # type: ignore[attr-defined]
+    live = rec("live", ttl_ms=60_000)
+    await store.create(live)
+    assert live.expires_at is not None
+    assert await redis.pexpiretime(key + "live") == math.ceil(live.expires_at * 1000)
+    await store.create(rec("forever"))
+    assert await redis.pexpiretime(key + "forever") == -1
+
+    gone = rec("gone", created_at=time.time() - 10, ttl_ms=1000)
+    await store.create(gone)  # its expiry is already past: Redis drops the key at once
+    assert not await redis.exists(key + "gone")
+    # A caller whose clock lags still must not get an id whose record Redis has dropped.
+    assert set(await store.claimable(gone.created_at, 10)) == {"live", "forever"}
+    assert await redis.zscore(store._claim_key, "gone") is None  # type: ignore[attr-defined]
+    assert await store.purge_expired(time.time()) == 1  # still counted, and the index emptied
+    assert await redis.zrange(store._expiry_key, 0, -1) == ["live"]  # type: ignore[attr-defined]
+
+
+async def test_open_store_picks_the_backend_from_the_url() -> None:
+    from mrtr.stores import open_store
+    from mrtr.stores._postgres import PostgresStore
+    from mrtr.stores._redis import RedisStore
+    from mrtr.stores._sqlite import SQLiteStore
+
+    memory = open_store("sqlite:///:memory:")
+    assert isinstance(memory, SQLiteStore)
+    await memory.close()
+    redis_store = open_store("redis://127.0.0.1:6379/0", namespace="svc")
+    assert isinstance(redis_store, RedisStore)
+    await redis_store.close()
+    assert isinstance(open_store("postgresql://postgres@127.0.0.1:5432/postgres", namespace="svc_tasks"), PostgresStore)
+    with pytest.raises(ValueError, match="unknown task store URL"):
+        open_store("mysql://nope")
+
+
+# -- the replay guard's ledger (mrtr._guard.RoundLedger), on every store -------------------------
+
+
+async def test_round_ledger_claim_fork_finish(store: Any) -> None:
+    far = time.time() + 600
+    assert await store.claim_round("f:1:s", "A", "w1", 10.0, far) == ("claimed", None)
+    assert await store.claim_round("f:1:s", "A", "w2", 10.0, far) == ("busy", None)
+    assert await store.claim_round("f:1:s", "B", "w2", 10.0, far) == ("forked", None)
+    assert not await store.finish_round("f:1:s", "w2", '{"k":"v"}')  # not the owner
+    assert await store.renew_round("f:1:s", "w1", 10.0)
+    assert await store.finish_round("f:1:s", "w1", '{"k":"v","v":1}')
+    assert not await store.finish_round("f:1:s", "w1", '{"k":"v","v":2}')  # recorded once
+    assert await store.claim_round("f:1:s", "A", "w2", 10.0, far) == ("done", '{"k":"v","v":1}')
+    assert await store.claim_round("f:1:s", "B", "w2", 10.0, far) == ("forked", None)
+    assert not await store.renew_round("f:1:s", "w1", 10.0)  # finished rounds have no lease
+    assert await store.claim_round("f:2:s", "B", "w2", 10.0, far) == ("claimed", None)  # another round
+
+
+async def test_round_ledger_lapsed_lease_is_taken_over_only_by_the_same_answers(store: Any) -> None:
+    far = time.time() + 600
+    assert (await store.claim_round("r", "A", "dead", 0.2, far))[0] == "claimed"
+    await asyncio.sleep(0.5)
+    assert await store.claim_round("r", "B", "w2", 10.0, far) == ("forked", None)
+    assert await store.claim_round("r", "A", "w2", 10.0, far) == ("claimed", None)
+    assert not await store.finish_round("r", "dead", "late")  # the dead owner lost it
+    assert await store.finish_round("r", "w2", "ok")
+    assert await store.claim_round("r", "A", "w3", 10.0, far) == ("done", "ok")
+
+
+async def test_round_ledger_entries_expire(store: Any) -> None:
+    assert (await store.claim_round("e", "A", "w1", 10.0, time.time() + 0.3))[0] == "claimed"
+    await asyncio.sleep(0.6)
+    assert await store.claim_round("e", "B", "w2", 10.0, time.time() + 60) == ("claimed", None)
+    await store.claim_round("gone", "A", "w1", 10.0, time.time() + 0.2)
+    await asyncio.sleep(0.4)
+    await store.purge_rounds()
+    assert await store.claim_round("gone", "B", "w1", 10.0, time.time() + 60) == ("claimed", None)
+
+
+async def test_round_ledger_concurrent_claims_exactly_one_wins(make_store: Factory) -> None:
+    stores: list[Any] = [await make_store()]
+    if make_store.backend != "sqlite-memory":  # type: ignore[attr-defined]
+        stores.append(await make_store())
+    far = time.time() + 600
+    for i in range(5):
+        claims = [stores[n % len(stores)].claim_round(f"c{i}", "A", f"w{n}", 10.0, far) for n in range(6)]
+        verdicts = [v for v, _ in await asyncio.gather(*claims)]
+        assert verdicts.count("claimed") == 1 and verdicts.count("busy") == 5, verdicts
+        forks = [stores[n % len(stores)].claim_round(f"d{i}", f"answers-{n}", "w", 10.0, far) for n in range(6)]
+        verdicts = [v for v, _ in await asyncio.gather(*forks)]
+        assert verdicts.count("claimed") == 1 and verdicts.count("forked") == 5, verdicts
+
+
+async def test_store_clock_is_close_to_this_hosts(store: Any) -> None:
+    # Same host here, so the store's clock (Redis TIME, PostgreSQL clock_timestamp()) agrees closely.
+    assert abs(await store.clock() - time.time()) < 1.0

@@ -1,0 +1,174 @@
+"""Durable tasks across real server processes sharing a store, with a worker killed mid-step.
+
+Each store runs the same scenario: instance A starts a task and is killed (SIGKILL) in
+the middle of its slow step; instance B takes the task over once A's lease runs out and
+replays it — the finished step is not re-run, the interrupted one runs again under the
+same idempotency key — then the task asks for input, which is answered through B, and
+completes. Redis and PostgreSQL are this machine's local services.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp_types as t
+import pytest
+from mcp import Client
+
+from mrtr.client import CreatedTask, TasksClient, update_task
+from tests.support.flowkit import task_state
+from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SERVER = SUPPORT / "task_server.py"
+READY = "task-server ready:"
+
+
+def _service_reachable(port: int) -> bool:
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def _store_url(kind: str, tmp_path: Path) -> tuple[str, str]:
+    namespace = f"mrtr_fleet_{secrets.token_hex(4)}"
+    if kind == "sqlite":
+        return f"sqlite:///{tmp_path / 'tasks.db'}", namespace
+    port = 6379 if kind == "redis" else 5432
+    if not _service_reachable(port):
+        message = f"{kind} is not reachable on 127.0.0.1:{port}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    if kind == "redis":
+        return "redis://127.0.0.1:6379/0", namespace
+    return "postgresql://postgres@127.0.0.1:5432/postgres", namespace
+
+
+@contextmanager
+def instances(labels: list[str], env: dict[str, str], tmp_path: Path) -> Iterator[dict[str, tuple[str, Any]]]:
+    specs = [ServerSpec(label, env | {"MRTR_INSTANCE": label}, script=SERVER, ready_prefix=READY) for label in labels]
+    with spawn_servers(specs, tmp_path) as servers:
+        yield {label: (server.url, server.process) for label, server in servers.items()}
+
+
+def audit(path: Path) -> list[dict[str, str]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def _never(*args: Any) -> Any:
+    raise AssertionError("answers go through tasks/update here")
+
+
+def client(url: str) -> Client:
+    return Client(url, extensions=[TasksClient(_never)], elicitation_callback=_never)
+
+
+async def wait_until(predicate, timeout: float, what: str) -> Any:
+    import anyio
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await anyio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
+async def test_a_killed_worker_loses_nothing(kind: str, tmp_path: Path) -> None:
+    store, namespace = _store_url(kind, tmp_path)
+    journal = tmp_path / "audit.jsonl"
+    env = {
+        "MRTR_STATE_KEY": secrets.token_hex(32),
+        "MRTR_STORE": store,
+        "MRTR_STORE_NAMESPACE": namespace,
+        "MRTR_AUDIT": str(journal),
+    }
+    with instances(["A", "B"], env, tmp_path) as servers:
+        url_a, process_a = servers["A"]
+        url_b, _ = servers["B"]
+        async with client(url_a) as on_a, client(url_b) as on_b:
+            created = await on_a.session.call_tool("pipeline", {"job": "j1", "slow": 1.5}, allow_claimed=True)
+            assert isinstance(created, CreatedTask)
+            task_id = created.task_id
+
+            async def transform_started() -> bool:
+                return any(e["step"] == "transform" and e["phase"] == "start" for e in audit(journal))
+
+            await wait_until(transform_started, 10, "A to start the slow step")
+            process_a.kill()  # SIGKILL, mid-step: no cleanup, no lease release
+            process_a.wait()
+
+            async def b_took_over() -> bool:
+                return any(e["step"] == "transform" and e["instance"] == "B" for e in audit(journal))
+
+            # No request has reached B yet: its worker, started with the app, adopts the task.
+            await wait_until(b_took_over, 15, "B's worker to adopt the orphaned task")
+
+            async def parked() -> dict[str, Any] | None:
+                task = await task_state(on_b.session, task_id)  # B answers for the dead A
+                return task if task["status"] == "input_required" else None
+
+            task = await wait_until(parked, 20, "B to take over and reach the question")
+            ((key, request),) = task["inputRequests"].items()
+            assert request["params"]["message"] == "Publish DATA(J1)?"
+            await update_task(on_b.session, task_id, {key: {"action": "accept", "content": {"publish": True}}})
+
+            async def completed() -> dict[str, Any] | None:
+                task = await task_state(on_b.session, task_id)
+                return task if task["status"] == "completed" else None
+
+            done = await wait_until(completed, 10, "the task to complete")
+            assert done["result"]["content"][0]["text"] == "published DATA(J1)"
+
+    entries = audit(journal)
+    fetches = [e for e in entries if e["step"] == "fetch"]
+    starts = [e for e in entries if e["step"] == "transform" and e["phase"] == "start"]
+    ends = [e for e in entries if e["step"] == "transform" and e["phase"] == "end"]
+    publishes = [e for e in entries if e["step"] == "publish"]
+    assert [e["instance"] for e in fetches] == ["A"], "a finished step is never re-run"
+    assert [e["instance"] for e in starts] == ["A", "B"], "the interrupted step runs again on B"
+    assert starts[0]["key"] == starts[1]["key"], "under the same idempotency key"
+    assert [e["instance"] for e in ends] == ["B"]
+    assert [e["instance"] for e in publishes] == ["B"]
+
+
+async def test_any_instance_serves_get_update_and_cancel(tmp_path: Path) -> None:
+    env = {
+        "MRTR_STATE_KEY": secrets.token_hex(32),
+        "MRTR_STORE": f"sqlite:///{tmp_path / 'tasks.db'}",
+        "MRTR_AUDIT": str(tmp_path / "audit.jsonl"),
+    }
+    with instances(["A", "B"], env, tmp_path) as servers:
+        async with client(servers["A"][0]) as on_a, client(servers["B"][0]) as on_b:
+            created = await on_a.session.call_tool("pipeline", {"job": "j2", "slow": 0}, allow_claimed=True)
+
+            async def parked() -> dict[str, Any] | None:
+                task = await task_state(on_b.session, created.task_id)
+                return task if task["status"] == "input_required" else None
+
+            task = await wait_until(parked, 10, "the question")
+            (key,) = task["inputRequests"]
+            await update_task(on_b.session, created.task_id, {key: {"action": "accept", "content": {"publish": False}}})
+
+            async def completed() -> dict[str, Any] | None:
+                task = await task_state(on_a.session, created.task_id)
+                return task if task["status"] == "completed" else None
+
+            done = await wait_until(completed, 10, "completion")
+            assert done["result"]["content"][0]["text"] == "not published"
+            assert isinstance(t.CallToolResult.model_validate(done["result"]), t.CallToolResult)

@@ -1,0 +1,221 @@
+"""A durable-flow server for the fleet tests: `python tests/support/task_server.py --port 0`.
+
+Reads MRTR_STATE_KEY (hex), MRTR_INSTANCE (label), MRTR_STORE (sqlite:///path, redis://...,
+postgresql://...), MRTR_STORE_NAMESPACE (Redis prefix / Postgres table) and MRTR_AUDIT (a
+file every step appends a JSON line to, so tests can count real side effects).
+Optional (issue 11): MRTR_TOKENS (`name=token,...`: bearer auth, one principal per token),
+MRTR_GUARD (a replay-guard store URL, namespaced like the store), MRTR_GUARD_LEASE, and
+MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight), MRTR_SEED=1 (seed dialect).
+Optional (issue 16): MRTR_BUS (a fleet bus URL for `subscriptions/listen`, namespaced like the
+store), MRTR_PLAIN=1 (no `mrtr.Flows` at all: the SDK's own listen handler on that bus).
+Optional (issue 22): MRTR_FLEET_BUS=0 (`Flows(fleet_bus=False)`: no bus derived from a shared store).
+Prints `task-server ready: URL` once it listens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateSecurity
+from pydantic import BaseModel
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
+    sys.path.insert(0, str(ROOT))
+
+import mrtr  # noqa: E402
+from mrtr.stores import open_store  # noqa: E402
+from tests.support.serving import serve_main  # noqa: E402
+
+INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
+REQUESTS: Counter[str] = Counter()
+"""Requests this instance served, by method (read through the `requests` tool)."""
+
+
+async def count_requests(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+    REQUESTS[ctx.method] += 1
+    if ctx.method == "subscriptions/listen" and os.environ.get("MRTR_NO_TASK_KEYS") == "1":
+        # An mrtr release from before listening ahead: it never sees `mrtr/taskKeys`.
+        (ctx.params or {}).get("notifications", {}).pop("mrtr/taskKeys", None)
+    return await call_next(ctx)
+
+
+def audit(step: str, phase: str) -> None:
+    info = mrtr.current_step()
+    line = {"step": step, "phase": phase, "instance": INSTANCE, "key": info.idempotency_key}
+    with open(os.environ["MRTR_AUDIT"], "a") as log:
+        log.write(json.dumps(line) + "\n")
+
+
+class Confirm(BaseModel):
+    publish: bool
+
+
+async def fetch(job: str) -> str:
+    audit("fetch", "done")
+    return f"data({job})"
+
+
+async def transform(data: str, seconds: float) -> str:
+    audit("transform", "start")
+    await asyncio.sleep(seconds)
+    audit("transform", "end")
+    return data.upper()
+
+
+async def publish(item: str) -> str:
+    audit("publish", "done")
+    return f"published {item}"
+
+
+class StaticTokens:
+    """The smallest real `TokenVerifier`: a fixed token -> client table (one principal each)."""
+
+    def __init__(self, spec: str) -> None:
+        self.clients = {token: name for name, token in (pair.split("=", 1) for pair in spec.split(","))}
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        client = self.clients.get(token)
+        return None if client is None else AccessToken(token=token, client_id=client, scopes=[], subject=client)
+
+
+class Target(BaseModel):
+    env: str
+
+
+def token_auth() -> dict[str, Any]:
+    """`MCPServer` keyword arguments for bearer auth from MRTR_TOKENS (none when unset)."""
+    tokens = os.environ.get("MRTR_TOKENS")
+    if not tokens:
+        return {}
+    return {
+        "auth": AuthSettings(
+            issuer_url="http://127.0.0.1/issuer",
+            resource_server_url="http://127.0.0.1/mcp",
+            validate_token_resource=False,
+        ),
+        "token_verifier": StaticTokens(tokens),
+    }
+
+
+def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
+    namespace = os.environ.get("MRTR_STORE_NAMESPACE", "mrtr_fleet")
+    auth = token_auth()
+    bus_url = os.environ.get("MRTR_BUS")
+    plain = os.environ.get("MRTR_PLAIN") == "1"
+    if bus_url:
+        bus = mrtr.open_bus(bus_url, namespace=namespace)
+        auth["subscriptions"] = bus
+        if plain:  # no Flows to start the bus with the app: the server's lifespan does
+            auth["lifespan"] = lambda _server: bus
+    server = MCPServer(
+        "task-fleet",
+        request_state_security=RequestStateSecurity(keys=[bytes.fromhex(os.environ["MRTR_STATE_KEY"])]),
+        middleware=[count_requests],
+        **auth,
+    )
+
+    @server.tool()
+    async def requests() -> dict[str, int]:
+        """Requests this instance served so far, by method."""
+        return dict(REQUESTS)
+
+    @server.tool()
+    async def touch(uri: str, ctx: Context) -> str:
+        """Raise `notifications/resources/updated` for `uri` (on this instance's bus)."""
+        await ctx.notify_resource_updated(uri)
+        return f"touched {uri} on {INSTANCE}"
+
+    if plain:
+        return server, None
+    guard_url = os.environ.get("MRTR_GUARD")
+    guard = None
+    if guard_url:
+        guard = mrtr.open_guard(
+            guard_url, namespace=namespace, lease=float(os.environ.get("MRTR_GUARD_LEASE", "10")), max_wait=20
+        )
+    max_inflight = os.environ.get("MRTR_MAX_INFLIGHT")
+    flows = mrtr.Flows(
+        server,
+        store=open_store(os.environ["MRTR_STORE"], namespace=namespace),
+        task_lease=float(os.environ.get("MRTR_LEASE", "1.0")),
+        task_scan_interval=0.2,
+        task_poll_interval=0.1,
+        replay_guard=guard,
+        max_inflight_rounds=int(max_inflight) if max_inflight else None,
+        dialects=["sep-2322-tasks"] if os.environ.get("MRTR_SEED") == "1" else (),
+        fleet_bus=os.environ.get("MRTR_FLEET_BUS", "1") == "1",
+    )
+
+    def counted(name: str) -> Any:
+        async def run(seconds: float = 0.0) -> str:
+            audit(name, "start")
+            await asyncio.sleep(seconds)
+            audit(name, "end")
+            return f"{name} done"
+
+        return run
+
+    @flows.tool()
+    async def deploy(slow: float, ctx: mrtr.FlowContext) -> str:
+        """Ephemeral: ask where, apply (a counted side effect, `slow` seconds), confirm."""
+        target = await ctx.elicit("Deploy where?", Target, key="where")
+        applied = await ctx.step("apply", counted(f"apply@{target.env}"), slow)
+        ok = await ctx.elicit(f"Keep {applied}?", Confirm, key="keep")
+        return f"{applied} at {target.env}, publish={ok.publish}"
+
+    @flows.tool()
+    async def work(slow: float, ctx: mrtr.FlowContext) -> str:
+        """Ephemeral, no input: two counted steps with a shed point between them."""
+        first = await ctx.step("a", counted("a"))
+        await ctx.checkpoint()
+        second = await ctx.step("b", counted("b"), slow)
+        return f"{first}, {second}"
+
+    @flows.tool()
+    async def hog(seconds: float, ctx: mrtr.FlowContext) -> str:
+        """Ephemeral: one slow step, to keep a round in flight."""
+        return await ctx.step("hog", counted("hog"), seconds)
+
+    @server.tool()
+    async def load() -> dict[str, int]:
+        """This instance's shedding counters."""
+        shedder = flows.shedder
+        if shedder is None:
+            return {"shed": 0, "kept": 0, "inflight": 0}
+        return {"shed": shedder.shed, "kept": shedder.kept, "inflight": shedder.inflight}
+
+    @flows.tool(task="required")
+    async def pipeline(job: str, slow: float, ctx: mrtr.FlowContext) -> str:
+        """Fetch, transform (slowly), ask whether to publish, publish: each side effect a step."""
+        data = await ctx.step("fetch", fetch, job)
+        shaped = await ctx.step("transform", transform, data, slow)
+        answer = await ctx.elicit(f"Publish {shaped}?", Confirm)
+        if not answer.publish:
+            return "not published"
+        return await ctx.step("publish", publish, shaped)
+
+    return server, flows
+
+
+def main() -> None:
+    # The task worker starts with the app.
+    def app() -> Any:
+        server, flows = build_server()
+        return (flows or server).streamable_http_app(stateless_http=True)
+
+    serve_main(app, "task-server ready:")
+
+
+if __name__ == "__main__":
+    main()
