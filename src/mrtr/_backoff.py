@@ -11,5 +11,5 @@ def equal_jitter(attempt: int, initial: float, cap: float) -> float:
     "Equal jitter": parties that failed together do not come back together, and none waits
     less than half its share.
     """
-    ceiling = min(cap, initial * 2 ** min(attempt, 30))
+    ceiling: float = min(cap, initial * 2 ** min(attempt, 30))  # int ** int is typed Any
     return ceiling / 2 + random.uniform(0, ceiling / 2)

@@ -34,9 +34,9 @@ def flow_context_param(fn: Callable[..., Any], flow: str) -> str:
     """
     hints = typing.get_type_hints(fn)
     signature = inspect.signature(fn)
-    for param, annotation in hints.items():
-        if param != "return" and inspect.isclass(annotation) and issubclass(annotation, FlowContext):
-            return param
+    for name, annotation in hints.items():
+        if name != "return" and inspect.isclass(annotation) and issubclass(annotation, FlowContext):
+            return name
     for param in signature.parameters.values():
         annotation = hints.get(param.name)
         if inspect.isclass(annotation) and issubclass(annotation, Context):

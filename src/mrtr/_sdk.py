@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 EXPECTED = "mcp>=2.3,<2.4"
 
 
-
 class SDKChanged(RuntimeError):
     """An SDK internal mrtr relies on has moved: pin the SDK version mrtr was tested with."""
 
@@ -79,7 +78,7 @@ def set_subscription_bus(server: MCPServer[Any], bus: SubscriptionBus) -> None:
     publish on it from then on; `subscriptions/listen` is served by mrtr's handler on it.
     """
     subscription_bus(server)  # fails clearly if the SDK moved the attribute
-    server._subscriptions = bus  # type: ignore[attr-defined]
+    server._subscriptions = bus
 
 
 def serves_listen(server: MCPServer[Any]) -> bool:
@@ -151,7 +150,7 @@ def track_default_keys() -> None:
         return
     make = RequestStateSecurity.ephemeral.__func__  # type: ignore[attr-defined]
 
-    def tracked(cls: type[RequestStateSecurity], **options: Any) -> RequestStateSecurity:
+    def tracked(cls: type[RequestStateSecurity], /, **options: Any) -> RequestStateSecurity:
         security: RequestStateSecurity = make(cls, **options)
         _ephemeral.add(security)
         return security

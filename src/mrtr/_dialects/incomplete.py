@@ -35,9 +35,14 @@ def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
 
 
 def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": outgoing_result(result)}
+
+
+def outgoing_result(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-RPC `result` of `outgoing`'s response: the incomplete result itself."""
     incomplete: dict[str, Any] = {"result_type": "incomplete"}
     if result.get("inputRequests"):
         incomplete["inputRequests"] = dict(result["inputRequests"])
     if result.get("requestState"):
         incomplete["requestState"] = result["requestState"]
-    return {"jsonrpc": "2.0", "id": request_id, "result": incomplete}
+    return incomplete

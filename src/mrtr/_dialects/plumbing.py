@@ -239,7 +239,7 @@ def seal(
     now = time.time()
     body = {"v": _TOKEN_VERSION, "k": kind, "iat": now, "exp": now + (ttl or security.ttl), "aud": audience}
     payload = json.dumps({**body, **claims}, separators=(",", ":")).encode()
-    return cast(str, security.codec.seal(payload))
+    return security.codec.seal(payload)
 
 
 def unseal(security: RequestStateSecurity, kind: str, audience: str | None, token: object) -> dict[str, Any]:

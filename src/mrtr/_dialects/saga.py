@@ -54,14 +54,15 @@ async def handle(
         state: str | None = None
     else:
         claims = unseal(security, TOKEN_KIND, audience, params.get("sagaToken"))
-        name, arguments, state = claims.get("t"), claims.get("args"), claims.get("rs")
-        asked, done = claims.get("asked"), claims.get("done")
-        if not (isinstance(name, str) and isinstance(arguments, dict) and isinstance(state, str | None)):
+        token_name, token_args, token_state = claims.get("t"), claims.get("args"), claims.get("rs")
+        token_asked, token_done = claims.get("asked"), claims.get("done")
+        if not (isinstance(token_name, str) and isinstance(token_args, dict) and isinstance(token_state, str | None)):
             raise invalid("Invalid or expired mrtr/saga token", "invalid_mrtr_saga_token")
-        if not (isinstance(asked, dict) and isinstance(done, dict)):
+        if not (isinstance(token_asked, dict) and isinstance(token_done, dict)):
             raise invalid("Invalid or expired mrtr/saga token", "invalid_mrtr_saga_token")
-        done = dict(done)
-        answers, accepted = check_steps(params.get("completedSteps"), asked, done)
+        name, arguments, state = token_name, token_args, token_state
+        done = dict(token_done)
+        answers, accepted = check_steps(params.get("completedSteps"), token_asked, done)
     call = {"name": name, "arguments": arguments}
     result = await gateway.call(origin, request_id, "tools/call", modern_params(call, answers, state, caller))
     if not is_input_required(result):
@@ -95,7 +96,7 @@ def check_steps(
         raise invalid("completedSteps must be an array of SagaStepResult", "malformed_completed_steps")
     answers: dict[str, Any] = {}
     fingerprints: dict[str, str] = {}
-    for entry in cast(list[Any], completed):
+    for entry in completed:
         if not isinstance(entry, dict) or not isinstance(entry.get("stepId"), str):
             raise invalid("every completed step needs a string stepId", "malformed_completed_steps")
         entry = cast(dict[str, Any], entry)

@@ -66,7 +66,7 @@ class DialectMiddleware:
         assert ctx.request_id is not None
         result = await self.gateway.call(ctx, ctx.request_id, ctx.method, modern)
         if is_input_required(result):
-            return incomplete.outgoing(ctx.request_id, result)["result"]
+            return incomplete.outgoing_result(result)
         return plain_result(result)
 
 

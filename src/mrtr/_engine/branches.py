@@ -71,7 +71,7 @@ def outside_branch() -> Iterator[None]:
 def install(loop: asyncio.AbstractEventLoop) -> None:
     """Make `loop` name the tasks flows create (idempotent; keeps a factory already set)."""
     if not getattr(loop.get_task_factory(), "mrtr_branches", False):
-        loop.set_task_factory(_factory_over(loop.get_task_factory()))  # type: ignore[arg-type]
+        loop.set_task_factory(_factory_over(loop.get_task_factory()))
 
 
 def _factory_over(previous: Any) -> Any:

@@ -42,7 +42,7 @@ def classify(tasks: Iterable[asyncio.Task[Any]], parked: Set[asyncio.Task[Any]])
         if task.done() or task in parked:
             continue
         try:
-            waiter = task._fut_waiter  # type: ignore[attr-defined]
+            waiter: asyncio.Future[Any] | None = task._fut_waiter  # type: ignore[attr-defined]
         except AttributeError:
             return Busy.UNKNOWN
         if waiter is None or waiter.done():

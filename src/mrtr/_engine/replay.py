@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from mcp_types import ClientCapabilities
 
@@ -358,7 +358,10 @@ class Replay:
                 continue
             busy = quiescence.classify(self.tasks, self._parked_tasks)
             if busy is quiescence.Busy.UNKNOWN:  # no insight into this loop: watch for activity
-                busy = quiescence.Busy.RUNNABLE if self._activity != mark else None
+                active: Literal[quiescence.Busy.RUNNABLE] | None = (
+                    quiescence.Busy.RUNNABLE if self._activity != mark else None
+                )
+                busy = active  # typed so: UNKNOWN is settled here, and what is left below is a future
                 mark = self._activity
             if busy is quiescence.Busy.RUNNABLE:
                 quiet = 0

@@ -57,7 +57,7 @@ class RedisBus(BrokerBus):
                 elif message["type"] == "message":
                     yield message["data"]
         finally:
-            await pubsub.aclose()
+            await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves PubSub.aclose unannotated
             await client.aclose()
 
     async def _reset_publisher(self) -> None:

@@ -19,14 +19,15 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeGuard
 
 import mcp_types as t
 
 from mrtr.cli._errors import UsageError
 from mrtr.cli._observe import last_user_text
 
-ACTIONS = ("accept", "decline", "cancel")
+Action = Literal["accept", "decline", "cancel"]
+ACTIONS: tuple[Action, ...] = ("accept", "decline", "cancel")
 SAMPLING_MODEL = "mrtr-cli"
 _CMD_TIMEOUT = 120.0
 
@@ -41,7 +42,7 @@ def load_answers(path: Path) -> dict[str, Any]:
         if path.suffix.lower() == ".json":
             data = json.loads(text)
         else:
-            import yaml
+            import yaml  # type: ignore[import-untyped]  # no stubs among the project's dependencies
 
             data = yaml.safe_load(text)
     except (ValueError, ImportError) as exc:
@@ -76,12 +77,16 @@ class AnswerBook:
         return False, None
 
 
+def _is_action(value: object) -> TypeGuard[Action]:
+    return isinstance(value, str) and value in ACTIONS
+
+
 def elicit_result(value: Any, where: str) -> t.ElicitResult:
     """An answers-file value as an `ElicitResult`."""
     if value is True:
         return t.ElicitResult(action="accept")
-    if isinstance(value, str) and value in ACTIONS:
-        return t.ElicitResult(action=value)  # type: ignore[arg-type]
+    if _is_action(value):
+        return t.ElicitResult(action=value)
     if isinstance(value, dict):
         if "action" in value and value["action"] in ACTIONS:
             content = value.get("content")
@@ -131,6 +136,6 @@ async def run_command(command: str, prompt: str) -> str:
 def root_of(value: str) -> t.Root:
     """`--root` as a `Root`: a URI as given, a path as an absolute file:// URI."""
     if "://" in value:
-        return t.Root(uri=value, name=value.rstrip("/").rsplit("/", 1)[-1] or value)
+        return t.Root.model_validate({"uri": value, "name": value.rstrip("/").rsplit("/", 1)[-1] or value})
     path = Path(value).expanduser().resolve()
-    return t.Root(uri=path.as_uri(), name=path.name or str(path))
+    return t.Root.model_validate({"uri": path.as_uri(), "name": path.name or str(path)})

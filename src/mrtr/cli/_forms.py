@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs among the project's dependencies
 import mcp_types as t
 from rich.console import Console
 from rich.markup import escape
@@ -30,7 +30,7 @@ _MAX_TRIES = 20
 class Refused(Exception):
     """The person typed `:decline` or `:cancel`."""
 
-    def __init__(self, action: str) -> None:
+    def __init__(self, action: Literal["decline", "cancel"]) -> None:
         super().__init__(action)
         self.action = action
 
@@ -94,7 +94,7 @@ class FormRenderer:
             raise Refused("cancel")
         except Refused as refused:
             self.console.print(f"[yellow]  → {refused.action}[/]")
-            return t.ElicitResult(action=refused.action)  # type: ignore[arg-type]
+            return t.ElicitResult(action=refused.action)
 
     def _fields(self, schema: dict[str, Any]) -> dict[str, Any]:
         properties = schema.get("properties") or {}
@@ -116,7 +116,9 @@ class FormRenderer:
         star = "[red]*[/]" if required else ""
         self.console.print(f"  [bold]{escape(label)}[/]{star}[dim]{escape(note)}[/]")
         if choices or item_choices:
-            listed = "  ".join(f"[cyan]{i}[/]) {escape(lab)}" for i, (_, lab) in enumerate(choices or item_choices, 1))
+            listed = "  ".join(
+                f"[cyan]{i}[/]) {escape(lab)}" for i, (_, lab) in enumerate(choices or item_choices or [], 1)
+            )
             self.console.print(f"    {listed}")
         has_default = "default" in prop
         default_text = f" [{_show(prop['default'])}]" if has_default else ""
@@ -156,7 +158,7 @@ class FormRenderer:
             raise Refused("cancel")
         except Refused as refused:
             self.console.print(f"[yellow]  → {refused.action}[/]")
-            return t.ElicitResult(action=refused.action)  # type: ignore[arg-type]
+            return t.ElicitResult(action=refused.action)
 
 
 class _Skip:

@@ -11,8 +11,10 @@ Over HTTP an httpx response hook also reads the header naming the answering inst
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, Protocol
 
 import httpx2
 from mcp.client.streamable_http import streamable_http_client
@@ -116,10 +118,22 @@ def last_user_text(messages: Any) -> str:
     return ""
 
 
+class _ReadStream(Protocol):
+    """What `_TappedRead` uses of an SDK transport's read stream."""
+
+    async def receive(self) -> Any: ...
+    async def aclose(self) -> None: ...
+    async def __anext__(self) -> Any: ...
+    async def __aenter__(self) -> Any: ...
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None: ...
+
+
 class _TappedRead:
     """A transport read stream that shows each incoming message to a `WireView` first."""
 
-    def __init__(self, inner: Any, view: WireView) -> None:
+    def __init__(self, inner: _ReadStream, view: WireView) -> None:
         self._inner = inner
         self._view = view
 
@@ -153,7 +167,7 @@ class _TappedRead:
 class ObservedTransport:
     """An SDK `Transport` wrapping another, feeding every incoming message to `view`."""
 
-    def __init__(self, inner: Any, view: WireView) -> None:
+    def __init__(self, inner: AbstractAsyncContextManager[tuple[Any, Any]], view: WireView) -> None:
         self._inner = inner
         self._view = view
 

@@ -13,7 +13,7 @@ import asyncio
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from mrtr.cli._errors import Unreachable, UsageError
 from mrtr.stores import TaskRecord, TaskStore, open_store
@@ -146,7 +146,8 @@ class RedisView:
                     break
             values: list[str | None] = []
             for start in range(0, len(keys), _REDIS_SCAN_BATCH):
-                values += await self._redis.mget(keys[start : start + _REDIS_SCAN_BATCH])
+                # decode_responses=True: str values, which redis-py's return type cannot express
+                values += cast("list[str | None]", await self._redis.mget(keys[start : start + _REDIS_SCAN_BATCH]))
         except redis.RedisError as exc:
             raise Unreachable(f"cannot read the store: {exc}") from None
         parsed = (_parse(None, v) for v in values if v is not None)

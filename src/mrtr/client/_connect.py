@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
@@ -22,6 +22,8 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_MODERN_VERSION
 from pydantic import ValidationError
 
 from mrtr.client._transport import LegacySessionRejected, RetryPolicy, resending
+
+_T = TypeVar("_T")
 
 # Answers to `server/discover` that settle "this server speaks no 2026-07-28": anything else is no verdict.
 _LEGACY_VERDICTS = frozenset({t.METHOD_NOT_FOUND, t.INVALID_REQUEST, t.UNSUPPORTED_PROTOCOL_VERSION})
@@ -82,10 +84,10 @@ class SessionWatch:
             self.detail = f"HTTP 404 on {response.request.method}"
             self.rejected.set()
 
-    async def guard(self, call: Callable[[], Awaitable[Any]]) -> Any:
+    async def guard(self, call: Callable[[], Awaitable[_T]]) -> _T:
         if self.rejected.is_set():
             raise LegacySessionRejected(self.detail)
-        outcome: list[Any] = []
+        outcome: list[_T] = []
         failure: list[Exception] = []
         async with anyio.create_task_group() as group:
 

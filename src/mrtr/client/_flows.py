@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Literal, overload
 
 import anyio
 import httpx2
@@ -56,6 +56,8 @@ McpElicitCallback = Callable[[Any, t.ElicitRequestParams], Awaitable[t.ElicitRes
 McpSampleCallback = Callable[[Any, t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
 McpRootsCallback = Callable[[Any], Awaitable[t.ListRootsResult]]
 
+
+_LegacyResult = t.CallToolResult | t.GetPromptResult | t.ReadResourceResult
 
 _RESULT_MODELS: dict[str, type[t.Result]] = {
     "tools/call": t.CallToolResult,
@@ -358,7 +360,7 @@ class FlowClient:
 
     async def _send(
         self, method: str, params: dict[str, Any], responses: dict[str, Any] | None, state: str | None
-    ) -> Any:
+    ) -> t.Result:
         """One request of the exchange, sent as a fresh request (new JSON-RPC id) every time.
 
         On 2026-07-28 the result is read by the spec's client rules rather than the SDK's
@@ -378,10 +380,11 @@ class FlowClient:
         raw = await sdk.send_stamped(session, method, {"method": method, "params": wire})
         return _parse_result(method, raw)
 
-    async def _send_legacy(self, method: str, params: dict[str, Any]) -> Any:
+    async def _send_legacy(self, method: str, params: dict[str, Any]) -> _LegacyResult:
         # Legacy servers ask through server->client requests (answered by our callbacks).
         session = self.session
         meta = params.get("_meta")
+        call: Callable[[], Awaitable[_LegacyResult]]
         if method == "tools/call":
             call = partial(session.call_tool, params["name"], params.get("arguments"), meta=meta)
         elif method == "prompts/get":
@@ -392,7 +395,20 @@ class FlowClient:
             return await call()
         return await self._legacy_http.guard(call)
 
-    async def _drive(self, method: str, target: str, params: dict[str, Any]) -> Any:
+    # The complete result's model is `_RESULT_MODELS[method]` (or the legacy SDK call's): one overload each.
+    @overload
+    async def _drive(
+        self, method: Literal["tools/call"], target: str, params: dict[str, Any]
+    ) -> t.CallToolResult | CreatedTask: ...
+    @overload
+    async def _drive(
+        self, method: Literal["prompts/get"], target: str, params: dict[str, Any]
+    ) -> t.GetPromptResult: ...
+    @overload
+    async def _drive(
+        self, method: Literal["resources/read"], target: str, params: dict[str, Any]
+    ) -> t.ReadResourceResult: ...
+    async def _drive(self, method: str, target: str, params: dict[str, Any]) -> t.Result:
         """Send, answer, resend until complete; transport failures and shed rounds resend the same round."""
         state: str | None = None
         answered: dict[str, Any] = {}
@@ -464,7 +480,7 @@ class FlowClient:
         return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
 
 
-def _parse_result(method: str, raw: dict[str, Any]) -> Any:
+def _parse_result(method: str, raw: dict[str, Any]) -> t.Result:
     """Read a result by the client rules: absent `resultType` is complete, unknown ones invalid."""
     kind = raw.setdefault("resultType", "complete")
     if kind == "input_required":

@@ -19,9 +19,9 @@ from typing import Any
 
 import mcp_types as t
 from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
-from mcp.client.session import ClientSession
+from mcp.client.session import ClientSession, ElicitationFnT, ListRootsFnT, SamplingFnT
 from mcp.shared.exceptions import MCPError
-from pydantic import TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from mrtr._wire import TASKS_EXTENSION, CreateTaskResult, DetailedTask, TaskRequestParams, UpdateTaskParams
 from mrtr.client._transport import NO_RETRY, RetryPolicy, TransportError, resending
@@ -35,9 +35,10 @@ class UnansweredInput(RuntimeError):
 
 
 def answer_with(
-    elicitation_callback: Callable[..., Awaitable[t.ElicitResult]] | None = None,
-    sampling_callback: Callable[..., Awaitable[t.CreateMessageResult]] | None = None,
-    list_roots_callback: Callable[..., Awaitable[t.ListRootsResult]] | None = None,
+    elicitation_callback: Callable[..., Awaitable[t.ElicitResult | t.ErrorData]] | None = None,
+    sampling_callback: Callable[..., Awaitable[t.CreateMessageResult | t.CreateMessageResultWithTools | t.ErrorData]]
+    | None = None,
+    list_roots_callback: Callable[..., Awaitable[t.ListRootsResult | t.ErrorData]] | None = None,
 ) -> Answerer:
     """One `answer(request)` made of `mcp.Client`'s callbacks (each called with `context=None`)."""
 
@@ -56,9 +57,9 @@ def answer_with(
 def tasks_client(
     server: Any,
     *,
-    elicitation_callback: Callable[..., Awaitable[t.ElicitResult]] | None = None,
-    sampling_callback: Callable[..., Awaitable[t.CreateMessageResult]] | None = None,
-    list_roots_callback: Callable[..., Awaitable[t.ListRootsResult]] | None = None,
+    elicitation_callback: ElicitationFnT | None = None,
+    sampling_callback: SamplingFnT | None = None,
+    list_roots_callback: ListRootsFnT | None = None,
     on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
     retry: RetryPolicy | None = None,
     **client_options: Any,
@@ -70,14 +71,22 @@ def tasks_client(
     """
     from mcp import Client
 
-    callbacks = {
-        "elicitation_callback": elicitation_callback,
-        "sampling_callback": sampling_callback,
-        "list_roots_callback": list_roots_callback,
-    }
-    extension = TasksClient(on_status=on_status, retry=retry, **callbacks)
+    extension = TasksClient(
+        elicitation_callback=elicitation_callback,
+        sampling_callback=sampling_callback,
+        list_roots_callback=list_roots_callback,
+        on_status=on_status,
+        retry=retry,
+    )
     extensions = [*client_options.pop("extensions", ()), extension]
-    return Client(server, extensions=extensions, **callbacks, **client_options)
+    return Client(
+        server,
+        extensions=extensions,
+        elicitation_callback=elicitation_callback,
+        sampling_callback=sampling_callback,
+        list_roots_callback=list_roots_callback,
+        **client_options,
+    )
 
 
 class TaskCancelled(RuntimeError):
@@ -96,7 +105,17 @@ class _UpdateRequest(t.Request[UpdateTaskParams, str]):
     name_param = "taskId"
 
 
-_ANY = TypeAdapter(dict[str, Any])
+class _AnyResult(BaseModel):
+    """Any JSON object: `tasks/cancel` and `tasks/update` answer with an acknowledgement only.
+
+    A model rather than `TypeAdapter(dict[str, Any])`: the SDK's `send_request` bounds its result
+    type by `BaseModel`.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+
+_ANY = _AnyResult
 _DETAILED = TypeAdapter(DetailedTask)
 _INPUT_REQUEST: TypeAdapter[t.InputRequest] = TypeAdapter(t.InputRequest)
 
@@ -286,9 +305,12 @@ class TasksClient(ClientExtension):
         self,
         answer: Answerer | None = None,
         *,
-        elicitation_callback: Callable[..., Awaitable[t.ElicitResult]] | None = None,
-        sampling_callback: Callable[..., Awaitable[t.CreateMessageResult]] | None = None,
-        list_roots_callback: Callable[..., Awaitable[t.ListRootsResult]] | None = None,
+        elicitation_callback: Callable[..., Awaitable[t.ElicitResult | t.ErrorData]] | None = None,
+        sampling_callback: Callable[
+            ..., Awaitable[t.CreateMessageResult | t.CreateMessageResultWithTools | t.ErrorData]
+        ]
+        | None = None,
+        list_roots_callback: Callable[..., Awaitable[t.ListRootsResult | t.ErrorData]] | None = None,
         on_status: Callable[[TaskSnapshot], Awaitable[None] | None] | None = None,
         on_created: Callable[[CreatedTask], Awaitable[None] | None] | None = None,
         retry: RetryPolicy | None = None,

@@ -270,16 +270,16 @@ class RoundTripDispatcher:
             if not event.data:
                 continue
             try:
-                reply = t.jsonrpc_message_adapter.validate_json(event.data, by_name=False)
+                message = t.jsonrpc_message_adapter.validate_json(event.data, by_name=False)
             except ValidationError:
                 logger.warning("%s: ignored an SSE event that is not JSON-RPC", method)
                 continue
-            if isinstance(reply, t.JSONRPCResponse | t.JSONRPCError):
-                return self._unwrap(method, reply)
-            if isinstance(reply, t.JSONRPCNotification):
-                await self._deliver(reply, opts)
+            if isinstance(message, t.JSONRPCResponse | t.JSONRPCError):
+                return self._unwrap(method, message)
+            if isinstance(message, t.JSONRPCNotification):
+                await self._deliver(message, opts)
             else:
-                logger.warning("%s: ignored a server request %r (none exist on 2026-07-28)", method, reply.method)
+                logger.warning("%s: ignored a server request %r (none exist on 2026-07-28)", method, message.method)
         raise TransportError(f"{method}: response stream ended without an answer", method=method)
 
     def _unwrap(self, method: str, reply: t.JSONRPCResponse | t.JSONRPCError) -> dict[str, Any]:

@@ -31,7 +31,7 @@ import asyncio
 import secrets
 import weakref
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import mcp_types as t
 from mcp.client.extension import NotificationBinding
@@ -145,7 +145,7 @@ class TaskFeed:
         task_id: str,
         fetch: Callable[[], Awaitable[DetailedTask]],
         reservation: Reservation | None = None,
-    ) -> AsyncIterator[DetailedTask]:
+    ) -> AsyncGenerator[DetailedTask]:
         """The task's states as they change, until the caller stops; `NotOffered` means poll.
 
         With the `reservation` whose key created the task, its batch stream (if it watches the

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mrtr.stores._base import TERMINAL, TaskExists, TaskRecord, TaskStatus, TaskStore, round_verdict
+from mrtr._wire import TERMINAL, TaskStatus
+from mrtr.stores._base import TaskExists, TaskRecord, TaskStore, round_verdict
 
 
 def open_store(url: str, *, namespace: str | None = None) -> TaskStore:

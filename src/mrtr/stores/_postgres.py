@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, LiteralString
 
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
@@ -59,7 +59,10 @@ class PostgresStore:
             "r": sql.Identifier(f"{table}_rounds"),
             "rounds_idx": sql.Identifier(f"{table}_rounds_exp"),
         }
-        q = lambda text: sql.SQL(text).format(**fmt)  # noqa: E731
+
+        def q(text: LiteralString) -> sql.Composed:
+            return sql.SQL(text).format(**fmt)
+
         self._schema = [
             q(
                 "CREATE TABLE IF NOT EXISTS {t} (task_id TEXT PRIMARY KEY, version BIGINT NOT NULL,"

@@ -139,10 +139,11 @@ class SQLiteStore:
 
     async def load(self, task_id: str, now: float) -> TaskRecord | None:
         def op(conn: sqlite3.Connection) -> tuple[int, str] | None:
-            return conn.execute(
+            found: tuple[int, str] | None = conn.execute(  # sqlite3 rows are untyped: the SELECT's columns
                 "SELECT version, data FROM mrtr_tasks WHERE task_id = ? AND (expires_at IS NULL OR expires_at > ?)",
                 (task_id, now),
             ).fetchone()
+            return found
 
         row = await self._run(op)
         if row is None:

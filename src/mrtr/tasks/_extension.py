@@ -20,9 +20,9 @@ the task the first call created (see `TaskRuntime.start`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs among the project's dependencies
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
@@ -163,7 +163,7 @@ class TasksExtension(Extension):
         return record
 
 
-def valid_idempotency_key(key: Any) -> bool:
+def valid_idempotency_key(key: object) -> TypeGuard[str]:
     """1-200 printable characters: what `_meta["mrtr/idempotencyKey"]` may be."""
     return isinstance(key, str) and 0 < len(key) <= _MAX_KEY_LENGTH and key.isprintable()
 
@@ -184,11 +184,12 @@ def _idempotency_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
 def _checked_answer(key: str, request: dict[str, Any], answer: Any) -> Any:
     """Validate one `tasks/update` answer against the request it answers; -32602 if it does not fit."""
     method = request.get("method")
-    model: type[BaseModel] = {
+    models: dict[str | None, type[BaseModel]] = {
         "elicitation/create": ElicitResult,
         "sampling/createMessage": CreateMessageResult,
         "roots/list": ListRootsResult,
-    }.get(method, ElicitResult)
+    }
+    model = models.get(method, ElicitResult)
     try:
         parsed = model.model_validate(answer)
         if isinstance(parsed, ElicitResult) and parsed.action == "accept":
