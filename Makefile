@@ -16,18 +16,22 @@ demo: $(STAMP)
 	$(PY) examples/demo.py
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests examples benchmarks
-	$(VENV)/bin/mypy --strict examples
+	$(VENV)/bin/ruff check src tests examples benchmarks tools
+	$(VENV)/bin/ruff format --check src tests examples benchmarks tools
+	$(VENV)/bin/mypy --strict src examples
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 # The quick loop: tests/unit and tests/integration only (no processes, brokers or foreign clients).
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n 2 tests/unit tests/integration
 
+# The static checks of `make test` alone: lint, format, types, import contracts (pyproject.toml).
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests examples benchmarks
-	$(VENV)/bin/ruff format --check src tests examples benchmarks
-	$(VENV)/bin/mypy --strict examples
+	$(VENV)/bin/ruff check src tests examples benchmarks tools
+	$(VENV)/bin/ruff format --check src tests examples benchmarks tools
+	$(VENV)/bin/mypy --strict src examples
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	$(PY) benchmarks/rounds.py

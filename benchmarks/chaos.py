@@ -9,7 +9,7 @@ instance every 2-4 s and restarts it. Meanwhile a load of three-round ephemeral 
 - `sdk`: the official `mcp.Client` (tasks followed by mrtr's `TasksClient` extension), no
   retries of its own; ONE client per worker shared by all that worker's concurrent flows
   (`--clients` workers, `--concurrency` flows in flight in all), as an agent host would;
-- `mrtr`: `mrtr.client._flows.FlowClient(tasks=True)`, once per fleet bus and client sharing:
+- `mrtr`: `mrtr.client.FlowClient(tasks=True)`, once per fleet bus and client sharing:
   - bus `plain`: the README's plain fleet recipe (a shared Redis store, no `subscriptions=`:
     the bus comes from the store); `explicit`: `MCPServer(subscriptions=mrtr.open_bus(url))`;
   - sharing `lane`: one client per lane (flow in flight); `shared`: one client for all lanes;

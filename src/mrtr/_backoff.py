@@ -13,3 +13,8 @@ def equal_jitter(attempt: int, initial: float, cap: float) -> float:
     """
     ceiling: float = min(cap, initial * 2 ** min(attempt, 30))  # int ** int is typed Any
     return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+__all__ = [
+    "equal_jitter",
+]

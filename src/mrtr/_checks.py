@@ -124,3 +124,9 @@ def _evaluate(node: ast.expr, names: dict[str, Any]) -> object:
         except ValueError:
             return {} if isinstance(node, ast.Dict) else _UNKNOWN
     return _UNKNOWN
+
+
+__all__ = [
+    "check_elicit_schemas",
+    "flow_context_param",
+]

@@ -92,3 +92,17 @@ class FlowSuspended(BaseException):
         super().__init__(
             f"flow {flow!r} is suspended until the client answers; ctx calls made while it unwinds do nothing"
         )
+
+
+__all__ = [
+    "Cancelled",
+    "Declined",
+    "FlowDefinitionError",
+    "FlowError",
+    "FlowExpired",
+    "FlowSuspended",
+    "InputRefused",
+    "NondeterminismError",
+    "StateTooLarge",
+    "TooManyRounds",
+]

@@ -443,3 +443,6 @@ def _sdk_entry_point(
     entry.__signature__ = signature.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
     entry.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
     return entry
+
+
+__all__ = ["Flows"]

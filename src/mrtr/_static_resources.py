@@ -70,3 +70,8 @@ def _contents(uri: str, value: Any, mime_type: str | None) -> TextResourceConten
         return BlobResourceContents(uri=uri, blob=blob, mime_type=mime_type or "application/octet-stream")
     text = value if isinstance(value, str) else pydantic_core.to_json(value, fallback=str, indent=2).decode()
     return TextResourceContents(uri=uri, text=text, mime_type=mime_type or "text/plain")
+
+
+__all__ = [
+    "StaticResourceFlows",
+]

@@ -23,7 +23,7 @@ from mcp import Client
 import mrtr
 from mrtr._shedding import SHEDDING_EXTENSION, LoadShedder, resends_state_only
 from mrtr.client import FlowClient
-from mrtr.client import _flows as client_module
+from mrtr.client import _flowclient as client_module
 from tests.support.flowkit import manual_client, new_server, text_of
 from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 

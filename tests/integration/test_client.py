@@ -1,4 +1,4 @@
-"""`mrtr.client._flows.FlowClient`: explicit round driving with the MRTR client rules."""
+"""`mrtr.client.FlowClient`: explicit round driving with the MRTR client rules."""
 
 from __future__ import annotations
 

@@ -37,3 +37,10 @@ def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
     if result.get("requestState"):
         body["request_state"] = result["requestState"]
     return body
+
+
+__all__ = [
+    "NAME",
+    "incoming",
+    "outgoing",
+]

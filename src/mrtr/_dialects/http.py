@@ -315,3 +315,18 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return again
+
+
+__all__ = [
+    "DECLARATION",
+    "PROTOCOL_VERSION_HEADER",
+    "SESSION_HEADER",
+    "SESSION_KIND",
+    "SESSION_PREFIX",
+    "SESSION_TTL",
+    "BodyTooLarge",
+    "DialectEndpoint",
+    "DialectServer",
+    "MainEndpoint",
+    "Shape",
+]

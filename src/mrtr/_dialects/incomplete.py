@@ -46,3 +46,12 @@ def outgoing_result(result: Mapping[str, Any]) -> dict[str, Any]:
     if result.get("requestState"):
         incomplete["requestState"] = result["requestState"]
     return incomplete
+
+
+__all__ = [
+    "NAME",
+    "VERSION",
+    "incoming",
+    "outgoing",
+    "outgoing_result",
+]

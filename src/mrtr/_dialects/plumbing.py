@@ -276,3 +276,23 @@ def digest(value: Any) -> str:
     """A short, canonical fingerprint of a client answer (what the saga token remembers)."""
     canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+__all__ = [
+    "DEFAULT_CAPABILITIES",
+    "Caller",
+    "DialectError",
+    "Gateway",
+    "OneExchange",
+    "Origin",
+    "digest",
+    "invalid",
+    "is_carrier",
+    "is_input_required",
+    "modern_params",
+    "plain_result",
+    "refusal",
+    "seal",
+    "unseal",
+    "unwrap_answer",
+]

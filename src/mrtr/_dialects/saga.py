@@ -132,3 +132,16 @@ def _step(step_id: str, ask: Mapping[str, Any]) -> dict[str, Any]:
     method = ask.get("method", "")
     step_type = STEP_TYPES.get(method, method)
     return {"type": step_type, "stepId": step_id, "params": dict(ask.get("params") or {})}
+
+
+__all__ = [
+    "CALL",
+    "CAPABILITIES",
+    "METHODS",
+    "NAME",
+    "RESUME",
+    "STEP_TYPES",
+    "TOKEN_KIND",
+    "check_steps",
+    "handle",
+]

@@ -46,3 +46,11 @@ def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(state, str) and state:
         requests[STATE_KEY_PREFIX + state] = {"method": "ping"}
     return {"jsonrpc": "2.0", "id": request_id, "dependent_requests": requests}
+
+
+__all__ = [
+    "NAME",
+    "STATE_KEY_PREFIX",
+    "incoming",
+    "outgoing",
+]

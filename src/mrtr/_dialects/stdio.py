@@ -83,3 +83,8 @@ def _caller(ctx: ServerRequestContext[Any, Any], fallback: dict[str, Any]) -> Ca
     capabilities = declared.model_dump(by_alias=True, exclude_none=True) if declared is not None else fallback
     info = params.client_info.model_dump(by_alias=True, exclude_none=True) if params is not None else None
     return Caller(capabilities=capabilities, client_info=info)
+
+
+__all__ = [
+    "DialectMiddleware",
+]

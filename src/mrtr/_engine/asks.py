@@ -349,3 +349,20 @@ def required_capability(capability: Capability) -> dict[str, Any]:
         "roots": ClientCapabilities(roots=RootsCapability()),
     }[capability]
     return required.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+__all__ = [
+    "SUPPORTED_FIELDS",
+    "Ask",
+    "AskKind",
+    "BadAnswer",
+    "Capability",
+    "elicit_ask",
+    "elicit_url_ask",
+    "not_a_model",
+    "render_form_schema",
+    "required_capability",
+    "roots_ask",
+    "sample_ask",
+    "supports",
+]

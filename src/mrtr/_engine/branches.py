@@ -109,3 +109,12 @@ def _flow_task(
     child.task = task
     parent.replay.adopt(task, child)
     return task
+
+
+__all__ = [
+    "Branch",
+    "FlowRun",
+    "current_branch",
+    "install",
+    "outside_branch",
+]

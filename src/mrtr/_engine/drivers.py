@@ -198,3 +198,12 @@ class LiveDriver:
 
     async def continue_as_task(self) -> None:
         """Legacy clients cannot take tasks: the flow simply carries on in this call."""
+
+
+__all__ = [
+    "BecomeTask",
+    "Checkpointer",
+    "JournalDriver",
+    "LiveDriver",
+    "missing_capability",
+]

@@ -189,3 +189,15 @@ def embedded_length(text: str) -> int:
 
 def _b64u(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Journal",
+    "JournalFormatError",
+    "JournalFromNewerVersion",
+    "decode",
+    "embedded_length",
+    "encode",
+    "entry_size",
+]

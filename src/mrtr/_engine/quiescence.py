@@ -80,3 +80,9 @@ def _first_timed(waited: list[asyncio.Future[Any]]) -> asyncio.Future[Any] | Non
             if id(arg) in ids:
                 return ids[id(arg)]
     return None
+
+
+__all__ = [
+    "Busy",
+    "classify",
+]

@@ -421,3 +421,10 @@ class Replay:
         self._watcher = None
         self.ending = None  # an exception's traceback holds frames that hold this run
         del self.root_task, self.root
+
+
+__all__ = [
+    "Replay",
+    "check_step_name",
+    "step_key",
+]

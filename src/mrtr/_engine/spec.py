@@ -90,3 +90,13 @@ class Services:
     """Outermost first (`mrtr._engine.round`): the replay guard, then load shedding."""
     handler: CallNext | None = field(default=None, repr=False)
     """The engine's round body behind `policies`, composed on first use."""
+
+
+__all__ = [
+    "FlowSpec",
+    "Limits",
+    "Services",
+    "ShedCheck",
+    "TaskStarter",
+    "TaskSupport",
+]

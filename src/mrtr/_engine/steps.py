@@ -136,3 +136,13 @@ def _build_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
         return TypeAdapter(annotation)
     except Exception:
         return None
+
+
+__all__ = [
+    "StepInfo",
+    "arg_digest",
+    "call_step",
+    "current_step",
+    "return_adapter",
+    "to_journal",
+]

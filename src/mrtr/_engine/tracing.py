@@ -150,6 +150,7 @@ def _finish_round(span: Span, spec: FlowSpec, replay: Any, before: set[str], rou
             from dataclasses import replace
 
             from mrtr._engine import journal as journal_codec
+
             state = journal_codec.encode(replace(journal, rounds=journal.rounds + 1, pending=replay.pending()))
             span.set_attribute("mrtr.state.bytes", len(state))
             span.set_attribute("mrtr.state.sealed_bytes", sealed_size(state, round))

@@ -139,3 +139,18 @@ def root_of(value: str) -> t.Root:
         return t.Root.model_validate({"uri": value, "name": value.rstrip("/").rsplit("/", 1)[-1] or value})
     path = Path(value).expanduser().resolve()
     return t.Root.model_validate({"uri": path.as_uri(), "name": path.name or str(path)})
+
+
+__all__ = [
+    "ACTIONS",
+    "SAMPLING_MODEL",
+    "Action",
+    "AnswerBook",
+    "check_sampling_mode",
+    "elicit_result",
+    "load_answers",
+    "prompt_text",
+    "root_of",
+    "run_command",
+    "sampling_result",
+]

@@ -46,7 +46,7 @@ def explain(exc: BaseException) -> tuple[int, str]:
     """The exit code and one-line message for anything a command raised."""
     from mcp.shared.exceptions import MCPError
 
-    from mrtr.client._flows import InputAbandoned, RoundLimitExceeded
+    from mrtr.client._flowclient import InputAbandoned, RoundLimitExceeded
     from mrtr.client._tasks import TaskCancelled
 
     exc = leaf(exc)
@@ -294,3 +294,24 @@ def inspect_state(
         return inspect(token, key_env, as_json, Console(highlight=False))
 
     run(work)
+
+
+__all__ = [
+    "EXIT_CODES_HELP",
+    "JsonOption",
+    "NamespaceOption",
+    "StoreOption",
+    "app",
+    "call",
+    "err_console",
+    "explain",
+    "inspect_state",
+    "leaf",
+    "run",
+    "run_loop",
+    "tasks_app",
+    "tasks_cancel",
+    "tasks_ls",
+    "tasks_purge",
+    "tasks_show",
+]

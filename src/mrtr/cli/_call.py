@@ -1,6 +1,6 @@
 """`mrtr call`: drive one tool call, prompt or resource read through every round, in a terminal.
 
-Built on `mrtr.client._flows.FlowClient`: its handlers answer each ask (a form rendered from the
+Built on `mrtr.client.FlowClient`: its handlers answer each ask (a form rendered from the
 schema, a link to confirm, a sampling answerer, the `--root` list), its `on_round` and
 `on_task` hooks drive the display, and with `tasks=True` it follows a durable task to the
 end. `--answers FILE` answers by key or question without a person; an ask it does not
@@ -39,7 +39,7 @@ from mrtr.cli._answers import (
 from mrtr.cli._errors import EXIT_OK, EXIT_TOOL_ERROR, Abandoned, UsageError
 from mrtr.cli._forms import CANCEL, FormRenderer
 from mrtr.cli._observe import ObservedTransport, WireView, http_transport, observed_http_client
-from mrtr.client._flows import FlowClient, Round
+from mrtr.client._flowclient import FlowClient, Round
 from mrtr.client._tasks import TaskSnapshot
 
 _LIST_PAGES = 20
@@ -375,3 +375,15 @@ def _print_block(out: Console, block: dict[str, Any]) -> None:
 
 def stdin_is_terminal() -> bool:
     return sys.stdin.isatty()
+
+
+__all__ = [
+    "CallRequest",
+    "CallSession",
+    "build_transport",
+    "parse_arguments",
+    "run_call",
+    "show_result",
+    "stdin_is_terminal",
+    "typed",
+]

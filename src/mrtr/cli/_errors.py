@@ -46,3 +46,20 @@ class Abandoned(CliError):
 def debug() -> bool:
     """`MRTR_DEBUG=1`: show the traceback instead of the one-line error."""
     return os.environ.get("MRTR_DEBUG", "") not in ("", "0")
+
+
+__all__ = [
+    "EXIT_ABANDONED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_PROTOCOL",
+    "EXIT_TASK_CANCELLED",
+    "EXIT_TOOL_ERROR",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "Abandoned",
+    "CliError",
+    "Unreachable",
+    "UsageError",
+    "debug",
+]

@@ -240,3 +240,14 @@ def _problems(schema: dict[str, Any], content: dict[str, Any]) -> str | None:
     except jsonschema.SchemaError:
         return None  # the server's schema is broken; let the server judge the answer
     return None
+
+
+__all__ = [
+    "CANCEL",
+    "DECLINE",
+    "FormRenderer",
+    "Reader",
+    "Refused",
+    "choices_of",
+    "field_type",
+]

@@ -213,3 +213,14 @@ class _OwningHttp:
             return await self._transport.__aexit__(*exc)
         finally:
             await self._client.__aexit__(None, None, None)
+
+
+__all__ = [
+    "Ask",
+    "ObservedTransport",
+    "WireView",
+    "fingerprint_of",
+    "http_transport",
+    "last_user_text",
+    "observed_http_client",
+]

@@ -110,3 +110,11 @@ def inspect(token: str, key_env: str, as_json: bool, out: Console) -> int:
             table.add_row(*(escape(cell) for cell in row))
         out.print(table)
     return EXIT_OK
+
+
+__all__ = [
+    "describe",
+    "inspect",
+    "load_security",
+    "unseal",
+]

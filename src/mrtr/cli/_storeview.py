@@ -194,3 +194,13 @@ def open_view(url: str, namespace: str | None) -> OpenedStore:
     except (ValueError, ImportError) as exc:
         raise UsageError(f"cannot open the store: {exc}") from None
     return OpenedStore(view, store, label)
+
+
+__all__ = [
+    "OpenedStore",
+    "PostgresView",
+    "RedisView",
+    "SQLiteView",
+    "StoreView",
+    "open_view",
+]

@@ -296,3 +296,21 @@ async def purge_tasks(url: str, namespace: str | None, yes: bool, out: Console) 
         return EXIT_OK
     finally:
         await opened.close()
+
+
+__all__ = [
+    "STATUSES",
+    "Filters",
+    "ago",
+    "cancel_task",
+    "describe_journal",
+    "iso",
+    "journal_view",
+    "lease_text",
+    "list_tasks",
+    "purge_tasks",
+    "seconds",
+    "select",
+    "show_task",
+    "summary",
+]

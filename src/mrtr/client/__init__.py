@@ -19,7 +19,7 @@ task runtime, the stores or the dialects — so a client process carries no serv
 """
 
 from mrtr._wire import IDEMPOTENCY_KEY, SHEDDING_EXTENSION, TASKS_EXTENSION
-from mrtr.client._flows import FlowClient, InputAbandoned, Round, RoundLimitExceeded
+from mrtr.client._flowclient import FlowClient, InputAbandoned, Round, RoundLimitExceeded
 from mrtr.client._tasks import (
     CreatedTask,
     TaskCancelled,

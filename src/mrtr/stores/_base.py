@@ -138,3 +138,11 @@ def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str,
     if outcome is not None:
         return "done", outcome
     return "busy", None
+
+
+__all__ = [
+    "TaskExists",
+    "TaskRecord",
+    "TaskStore",
+    "round_verdict",
+]

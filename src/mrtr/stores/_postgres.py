@@ -261,3 +261,8 @@ class PostgresStore:
             if self._pool is not None:
                 await self._pool.close()
                 self._pool = None
+
+
+__all__ = [
+    "PostgresStore",
+]

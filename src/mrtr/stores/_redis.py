@@ -253,3 +253,8 @@ class RedisStore:
 
     async def close(self) -> None:
         await self._redis.aclose()
+
+
+__all__ = [
+    "RedisStore",
+]

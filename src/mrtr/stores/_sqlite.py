@@ -240,3 +240,9 @@ class SQLiteStore:
 
         await asyncio.get_running_loop().run_in_executor(self._executor, op)
         self._executor.shutdown(wait=False)
+
+
+__all__ = [
+    "T",
+    "SQLiteStore",
+]

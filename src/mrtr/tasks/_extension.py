@@ -202,3 +202,9 @@ def _checked_answer(key: str, request: dict[str, Any], answer: Any) -> Any:
             message=f"inputResponses[{key!r}] does not answer the {method} request it is keyed to",
         ) from exc
     return parsed.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+__all__ = [
+    "TasksExtension",
+    "valid_idempotency_key",
+]

@@ -86,6 +86,7 @@ class LeaseLost(BaseException):
 _CAS_RETRIES = 20
 """Compare-and-set attempts of one `update` or `cancel` before it reports the task busy."""
 
+
 class TaskRuntime(StateChanges):
     """Creates, runs, resumes and cancels the durable flows of one server instance.
 
@@ -197,7 +198,6 @@ class TaskRuntime(StateChanges):
                 return
             record = await self.get(task_id)
         raise busy("cancel")
-
 
     # -- time and principals ---------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Client under test for the official MCP conformance suite (client mode), built on `mrtr.client._flows.FlowClient`.
+"""Client under test for the official MCP conformance suite (client mode), built on `mrtr.client.FlowClient`.
 
 Usage (the harness appends the mock server's URL as the last argument and sets the scenario in
 `MCP_CONFORMANCE_SCENARIO`, the protocol version in `MCP_CONFORMANCE_PROTOCOL_VERSION`):
