@@ -3,8 +3,9 @@
 import-linter sees external packages only as their root (`mcp`), so its built-in
 contracts cannot tell `mcp.server.mcpserver` (public) from `mcp.shared._httpx_utils`
 (private). This contract reads the import statements themselves: any module of `packages`
-whose import of an external root names a private submodule (a component starting with
-`_`) breaks it, unless it is one of the `allowed` modules.
+whose import of an external root names a private submodule or name (a component starting
+with `_`, in the module path or among the names on the import's first line) breaks it,
+unless it is one of the `allowed` modules.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import re
 
 from importlinter import Contract, ContractCheck, fields, output
 
-_IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))")
+_IMPORTED = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\s+\(?([\w\s,]*)|import\s+([\w.]+))")
 
 
 class ExternalPrivateImportsContract(Contract):
@@ -36,8 +37,11 @@ class ExternalPrivateImportsContract(Contract):
                     continue
                 for detail in graph.get_import_details(importer=importer, imported=root):
                     match = _IMPORTED.match(detail["line_contents"])
-                    path = (match.group(1) or match.group(2)) if match else ""
-                    if any(part.startswith("_") for part in path.split(".")[1:]):
+                    if match is None:
+                        continue
+                    path = match.group(1) or match.group(3)
+                    names = [n.split()[0] for n in (match.group(2) or "").split(",") if n.strip()]
+                    if any(part.startswith("_") for part in [*path.split(".")[1:], *names]):
                         offenders.append(
                             {"importer": importer, "line": detail["line_number"], "text": detail["line_contents"]}
                         )

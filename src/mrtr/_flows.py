@@ -32,7 +32,8 @@ from mrtr._checks import check_elicit_schemas, flow_context_param
 from mrtr._dialects import Dialects
 from mrtr._engine.asks import Capability
 from mrtr._engine.engine import run_flow
-from mrtr._engine.spec import FlowSpec, Limits, Services, TaskSupport
+from mrtr._engine.round import Services
+from mrtr._engine.spec import FlowSpec, Limits, TaskSupport
 from mrtr._errors import InputRefused
 from mrtr._guard import ReplayGuard, as_guard
 from mrtr._sdk import install_extension  # noqa: F401  (was defined here; kept importable)

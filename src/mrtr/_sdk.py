@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-from mcp_types._v2025_11_25 import PrimitiveSchemaDefinition  # the SDK's own gate for form fields
+from mcp_types import _v2025_11_25
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 
 EXPECTED = "mcp>=2.3,<2.4"
+
+PrimitiveSchemaDefinition: TypeAlias = _v2025_11_25.PrimitiveSchemaDefinition
+"""The spec's form-field schemas (the SDK's own gate for elicitation fields; no public route yet)."""
 
 
 class SDKChanged(RuntimeError):

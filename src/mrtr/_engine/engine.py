@@ -29,8 +29,8 @@ from mrtr._engine.context import FlowContext
 from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver, LiveDriver, missing_capability
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._engine.replay import Replay
-from mrtr._engine.round import Round, chain
-from mrtr._engine.spec import FlowSpec, Services, ShedCheck
+from mrtr._engine.round import Round, Services, chain
+from mrtr._engine.spec import FlowSpec, ShedCheck
 from mrtr._errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
 from mrtr._wire import TASKS_EXTENSION
 

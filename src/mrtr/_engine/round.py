@@ -14,7 +14,7 @@ back as state only) — and `chain` composes them once, around the engine's own 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp_types import ClientCapabilities, Implementation
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
     from mrtr._engine.journal import Journal
-    from mrtr._engine.spec import FlowSpec, ShedCheck
+    from mrtr._engine.spec import FlowSpec, ShedCheck, TaskStarter
 
 
 @dataclass(slots=True)
@@ -85,6 +85,17 @@ class RoundPolicy(Protocol):
     async def __call__(self, round: Round, call_next: CallNext) -> Any: ...
 
 
+@dataclass
+class Services:
+    """What one `Flows` lends the engine: task creation, and the policies every round runs behind."""
+
+    tasks: TaskStarter | None = None
+    policies: tuple[RoundPolicy, ...] = ()
+    """Outermost first (`mrtr._engine.round`): the replay guard, then load shedding."""
+    handler: CallNext | None = field(default=None, repr=False)
+    """The engine's round body behind `policies`, composed on first use."""
+
+
 def chain(policies: Sequence[RoundPolicy], body: CallNext) -> CallNext:
     """`body` behind `policies`, the first outermost; composed once, not per round."""
     handler = body
@@ -100,4 +111,4 @@ def _bind(policy: RoundPolicy, call_next: CallNext) -> CallNext:
     return handle
 
 
-__all__ = ["CallNext", "Round", "RoundPolicy", "chain"]
+__all__ = ["CallNext", "Round", "RoundPolicy", "Services", "chain"]

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from mcp_types import ClientCapabilities
 
 from mrtr._engine.asks import Capability
 from mrtr._engine.journal import Journal
-
-if TYPE_CHECKING:
-    from mrtr._engine.round import CallNext, RoundPolicy
 
 TaskSupport = Literal["never", "optional", "required"]
 
@@ -81,21 +78,9 @@ class ShedCheck(Protocol):
         ...
 
 
-@dataclass
-class Services:
-    """What one `Flows` lends the engine: task creation, and the policies every round runs behind."""
-
-    tasks: TaskStarter | None = None
-    policies: tuple[RoundPolicy, ...] = ()
-    """Outermost first (`mrtr._engine.round`): the replay guard, then load shedding."""
-    handler: CallNext | None = field(default=None, repr=False)
-    """The engine's round body behind `policies`, composed on first use."""
-
-
 __all__ = [
     "FlowSpec",
     "Limits",
-    "Services",
     "ShedCheck",
     "TaskStarter",
     "TaskSupport",
