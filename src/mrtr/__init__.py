@@ -14,7 +14,8 @@
 The server API is this module; the rest of the public surface is `mrtr.client` (everything
 a client needs), `mrtr.tasks` (the tasks extension and its runtime), `mrtr.stores` and
 `mrtr.buses` (where tasks and listen events live on a fleet), `mrtr.temporal`,
-`mrtr.testing`, `mrtr.tracing` and `mrtr.cli`. Modules whose names start with `_` are
+`mrtr.fastmcp` (the same flows on a FastMCP server), `mrtr.testing`, `mrtr.tracing` and
+`mrtr.cli`. Modules whose names start with `_` are
 private. Names load on first use: `import mrtr` imports no engine and changes nothing.
 """
 
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mrtr._engine.asks import Capability
-    from mrtr._engine.context import FlowContext
+    from mrtr._engine.context import FlowContext, gather, step
     from mrtr._engine.steps import StepInfo, current_step
     from mrtr._errors import (
         Cancelled,
@@ -69,6 +70,8 @@ _EXPORTS = {
     "TaskStore": "mrtr.stores",
     "TooManyRounds": "mrtr._errors",
     "current_step": "mrtr._engine.steps",
+    "gather": "mrtr._engine.context",
+    "step": "mrtr._engine.context",
     "open_bus": "mrtr.buses",
     "open_guard": "mrtr._guard",
     "open_store": "mrtr.stores",
@@ -98,9 +101,11 @@ __all__ = [
     "TaskStore",
     "TooManyRounds",
     "current_step",
+    "gather",
     "open_bus",
     "open_guard",
     "open_store",
+    "step",
 ]
 
 __version__ = "0.1.0"

@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import weakref
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types import _v2025_11_25
+from pydantic import TypeAdapter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -28,8 +29,9 @@ if TYPE_CHECKING:
 
 EXPECTED = "mcp>=2.3,<2.4"
 
-PrimitiveSchemaDefinition: TypeAlias = _v2025_11_25.PrimitiveSchemaDefinition
-"""The spec's form-field schemas (the SDK's own gate for elicitation fields; no public route yet)."""
+FORM_FIELD = TypeAdapter[Any](_v2025_11_25.PrimitiveSchemaDefinition)
+"""Validates one elicitation form field against the spec's `PrimitiveSchemaDefinition` (the SDK's
+own gate for form fields; no public route yet)."""
 
 
 class SDKChanged(RuntimeError):
@@ -190,9 +192,13 @@ def codec_cost(request: Context[Any, Any]) -> tuple[float, float]:
     Measured once per codec by sealing two payloads with it, so a custom `codec=` is
     estimated right too.
     """
-    global _DEFAULT_CODEC
     server = getattr(request, "_mcp_server", None)  # Context.mcp_server raises when absent
-    security = state_security(server) if server is not None else None
+    return security_cost(state_security(server) if server is not None else None)
+
+
+def security_cost(security: RequestStateSecurity | None) -> tuple[float, float]:
+    """`codec_cost` for a known policy (None: the SDK's default AES-GCM codec)."""
+    global _DEFAULT_CODEC
     if security is None:
         if _DEFAULT_CODEC is None:
             _DEFAULT_CODEC = RequestStateSecurity(keys=[bytes(32)]).codec  # only measured, never seals state
@@ -328,7 +334,7 @@ _listen_ids = itertools.count(1)
 __all__ = [
     "EXPECTED",
     "ListenStream",
-    "PrimitiveSchemaDefinition",
+    "FORM_FIELD",
     "SDKChanged",
     "codec_cost",
     "http_client",

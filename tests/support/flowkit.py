@@ -99,15 +99,17 @@ def text_of(result: t.CallToolResult) -> str:
 
 
 @contextlib.asynccontextmanager
-async def served(server: MCPServer) -> AsyncIterator[str]:
-    """Serve `server` over streamable HTTP from this test's own event loop; yields its URL.
+async def served(server: Any) -> AsyncIterator[str]:
+    """Serve `server` (an `MCPServer`, or a `FastMCP` through its `http_app()`) over streamable HTTP
+    from this test's own event loop; yields its URL.
 
     A real uvicorn on 127.0.0.1 with a real socket, so rounds cross HTTP exactly as they do
     in production, while the test can still count side effects in memory.
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
+    app = server.streamable_http_app() if isinstance(server, MCPServer) else server.http_app()
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
     runner = uvicorn.Server(config)
     serving = asyncio.get_running_loop().create_task(runner.serve(sockets=[sock]))
     try:

@@ -34,12 +34,12 @@ from mcp_types import (
     SamplingCapability,
     UrlElicitationCapability,
 )
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from mrtr._errors import FlowDefinitionError
-from mrtr._sdk import PrimitiveSchemaDefinition
+from mrtr._sdk import FORM_FIELD
 
 AskKind = Literal["elicit", "elicit_url", "sample", "roots"]
 
@@ -57,7 +57,17 @@ class Ask:
     find it answered), from parts that are cheap to hash on every replay.
     """
 
-    __slots__ = ("_build", "_fields", "_request", "allow_preanswer", "digest", "explicit_key", "kind", "schema")
+    __slots__ = (
+        "_build",
+        "_fields",
+        "_request",
+        "allow_preanswer",
+        "digest",
+        "explicit_key",
+        "kind",
+        "schema",
+        "validator",
+    )
 
     def __init__(
         self,
@@ -67,6 +77,8 @@ class Ask:
         explicit_key: str | None,
         allow_preanswer: bool,
         schema: type[BaseModel] | None = None,
+        validator: Callable[[dict[str, Any]], object] | None = None,
+        fields: frozenset[str] | None = None,
     ) -> None:
         if allow_preanswer and explicit_key is None:
             raise TypeError("allow_preanswer=True needs an explicit key=: a client can only pre-answer a key it knows")
@@ -77,7 +89,9 @@ class Ask:
         self.explicit_key = explicit_key
         self.allow_preanswer = allow_preanswer
         self.schema = schema
-        self._fields = _field_names(schema) if schema is not None else frozenset()
+        self.validator = validator
+        """Validates a form's content when the form is a rendered JSON schema, not a model."""
+        self._fields = fields if fields is not None else _field_names(schema) if schema is not None else frozenset()
 
     @property
     def request(self) -> InputRequest:
@@ -125,7 +139,10 @@ class Ask:
             # with no field beyond the form's (the usual case) is journaled as it came.
             content = result.content
             if not content.keys() <= self._fields:
-                content = validated.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                if isinstance(validated, BaseModel):
+                    content = validated.model_dump(mode="json", by_alias=True, exclude_unset=True)
+                else:
+                    content = {k: v for k, v in content.items() if k in self._fields}
             return {"action": "accept", "content": content}
         model = CreateMessageResult if self.kind == "sample" else ListRootsResult
         try:
@@ -134,7 +151,12 @@ class Ask:
             raise BadAnswer(f"not a {model.__name__}") from None
         return parsed.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-    def _validate_form(self, content: dict[str, Any]) -> BaseModel:
+    def _validate_form(self, content: dict[str, Any]) -> object:
+        if self.validator is not None:
+            try:
+                return self.validator(content)
+            except (ValidationError, ValueError, TypeError) as exc:
+                raise BadAnswer(f"content does not match the requested schema ({exc})") from None
         assert self.schema is not None
         try:
             return self.schema.model_validate(content)
@@ -184,6 +206,28 @@ def _elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_pr
         return ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=rendered))
 
     return Ask("elicit", build, _digest(b"elicit", canonical, message.encode()), key, allow_preanswer, schema)
+
+
+def form_ask(
+    message: str,
+    schema: dict[str, Any],
+    validate: Callable[[dict[str, Any]], object],
+    key: str | None,
+    allow_preanswer: bool = False,
+) -> Ask:
+    """A form whose JSON schema is already rendered (e.g. from FastMCP's `response_type`s).
+
+    `validate(content)` raises (`ValidationError`, `ValueError` or `TypeError`) for content
+    that does not fit: the question is asked again, as for a model's form.
+    """
+    canonical = json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()
+
+    def build() -> InputRequest:
+        return ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=schema))
+
+    digest = _digest(b"elicit", canonical, message.encode())
+    fields = frozenset(schema.get("properties") or ())
+    return Ask("elicit", build, digest, key, allow_preanswer, None, validator=validate, fields=fields)
 
 
 def elicit_url_ask(message: str, url: str, key: str | None) -> Ask:
@@ -274,9 +318,6 @@ class _FormJsonSchema(GenerateJsonSchema):
         return result
 
 
-_FIELD = TypeAdapter[PrimitiveSchemaDefinition](PrimitiveSchemaDefinition)
-
-
 def render_form_schema(schema: type[BaseModel]) -> dict[str, Any]:
     """`requestedSchema` for a model, with Enum fields inlined as the spec's string enums.
 
@@ -296,7 +337,7 @@ def render_form_schema(schema: type[BaseModel]) -> dict[str, Any]:
             prop["items"] = _inline(prop["items"], definitions)
         prop.setdefault("title", schema.model_fields[name].title or name.replace("_", " ").title())
         try:
-            _FIELD.validate_python(prop)
+            FORM_FIELD.validate_python(prop)
             if "enum" in prop.get("items", prop) and prop.get("items", prop).get("type") != "string":
                 raise ValueError("forms offer choices of strings only")
         except (ValidationError, ValueError):
@@ -352,6 +393,7 @@ def required_capability(capability: Capability) -> dict[str, Any]:
 
 
 __all__ = [
+    "form_ask",
     "SUPPORTED_FIELDS",
     "Ask",
     "AskKind",

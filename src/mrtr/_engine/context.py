@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from mcp_types import (
@@ -24,7 +25,7 @@ from mcp_types import (
 )
 from pydantic import BaseModel
 
-from mrtr._engine.asks import Ask, Capability, elicit_ask, elicit_url_ask, roots_ask, sample_ask
+from mrtr._engine.asks import Ask, Capability, elicit_ask, elicit_url_ask, form_ask, roots_ask, sample_ask
 from mrtr._engine.steps import StepInfo, current_step, return_adapter
 from mrtr._errors import Cancelled, Declined
 
@@ -119,6 +120,23 @@ class FlowContext:
         wire_key, answer = await self._driver.ask(elicit_ask(message, schema, key, allow_preanswer))
         _raise_if_refused(answer, message, wire_key)
         return schema.model_validate(answer["content"])
+
+    async def ask_form(
+        self,
+        message: str,
+        schema: dict[str, Any],
+        validate: Callable[[dict[str, Any]], object],
+        *,
+        key: str | None = None,
+    ) -> dict[str, Any]:
+        """Ask a form whose JSON schema is already rendered; returns the answer as journaled.
+
+        `{"action": "accept", "content": {...}}` (content that passed `validate`), or
+        `{"action": "decline"}` / `{"action": "cancel"}`: a refusal is returned, not raised.
+        For adapters such as `mrtr.fastmcp`; flows use `elicit`.
+        """
+        _, answer = await self._driver.ask(form_ask(message, schema, validate, key))
+        return dict(answer)
 
     async def elicit_url(self, message: str, url: str, *, key: str | None = None) -> None:
         """Send the user to `url` (URL-mode elicitation). Returns once they consent.
@@ -245,6 +263,36 @@ class FlowContext:
         return list(await asyncio.gather(*aws))
 
 
+current_flow_context: ContextVar[FlowContext | None] = ContextVar("mrtr_flow_context", default=None)
+"""The `FlowContext` of the flow running in this task (and in the tasks its `gather` starts)."""
+
+
+def current_flow() -> FlowContext:
+    """The `FlowContext` of the running flow, for code that was not handed one."""
+    ctx = current_flow_context.get()
+    if ctx is None:
+        raise RuntimeError(
+            "mrtr.step() and mrtr.gather() run inside a flow registered with @flows.tool/prompt/resource"
+        )
+    return ctx
+
+
+@overload
+async def step(name: str, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+@overload
+async def step(name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
+
+
+async def step(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """`ctx.step(...)` of the running flow: for flows that take FastMCP's `Context`, not a `FlowContext`."""
+    return await current_flow().step(name, fn, *args, **kwargs)
+
+
+async def gather(*aws: Awaitable[Any]) -> list[Any]:
+    """`ctx.gather(...)` of the running flow: every unanswered ask goes out in one round."""
+    return await current_flow().gather(*aws)
+
+
 def _raise_if_refused(answer: dict[str, Any], message: str, key: str) -> None:
     action = answer.get("action")
     if action == "decline":
@@ -253,4 +301,13 @@ def _raise_if_refused(answer: dict[str, Any], message: str, key: str) -> None:
         raise Cancelled(message, key=key)
 
 
-__all__ = ["Driver", "FlowContext", "StepInfo", "current_step"]  # StepInfo, current_step: see mrtr._engine.steps
+__all__ = [  # StepInfo, current_step: see mrtr._engine.steps
+    "Driver",
+    "FlowContext",
+    "StepInfo",
+    "current_flow",
+    "current_flow_context",
+    "current_step",
+    "gather",
+    "step",
+]

@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types import (
@@ -160,24 +159,24 @@ class JournalDriver:
 class LiveDriver:
     """2025-11-25 and earlier: asks are server-to-client requests; steps just run."""
 
-    def __init__(self, request: Context[Any, Any], flow: str = "flow") -> None:
-        self._request = request
+    def __init__(self, wire: Any, flow: str = "flow") -> None:
+        self._wire = wire  # the SDK's ServerRequestContext: its session, and the request's id
         self._flow = flow
         self.flow_id = os.urandom(12).hex()
         self._step_counts: dict[str, int] = {}
 
     def supports(self, capability: Capability) -> bool:
-        return supports(self._request.client_capabilities, capability)
+        return supports(self._wire.session.client_capabilities, capability)
 
     async def ask(self, ask: Ask) -> tuple[str, Any]:
         key = ask.explicit_key or ask.derived_key(1)
         if not self.supports(ask.capability):
             raise missing_capability(ask.capability)
         result_type = {"sample": CreateMessageResult, "roots": ListRootsResult}.get(ask.kind, ElicitResult)
-        metadata = ServerMessageMetadata(related_request_id=self._request.request_context.request_id)
+        metadata = ServerMessageMetadata(related_request_id=self._wire.request_id)
         for _ in range(_LEGACY_REASK_LIMIT):
             logger.debug("flow %s: asking %r over the legacy session", self._flow, key)
-            result = await self._request.session.send_request(ask.request, result_type, metadata=metadata)
+            result = await self._wire.session.send_request(ask.request, result_type, metadata=metadata)
             try:
                 return key, ask.accept(result.model_dump(mode="json", by_alias=True, exclude_none=True))
             except BadAnswer:

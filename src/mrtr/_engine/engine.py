@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.mcpserver import Context
+from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequiredResult
 from mcp_types.version import is_version_at_least
@@ -25,7 +26,7 @@ from mcp_types.version import is_version_at_least
 from mrtr._engine import branches, sealing, tracing
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.asks import Ask, supports
-from mrtr._engine.context import FlowContext
+from mrtr._engine.context import FlowContext, current_flow_context
 from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver, LiveDriver, missing_capability
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._engine.replay import Replay
@@ -99,7 +100,13 @@ class TaskCreated(MCPError):
 
 
 async def run_flow(
-    spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any], services: Services | None = None
+    spec: FlowSpec,
+    request: Any,
+    arguments: Mapping[str, Any],
+    services: Services | None = None,
+    *,
+    wire: Any = None,
+    state_security: Callable[[], RequestStateSecurity | None] | None = None,
 ) -> Any:
     """Run one request of `spec`; returns the flow's value or an `InputRequiredResult`.
 
@@ -107,7 +114,7 @@ async def run_flow(
     shedding); the engine only knows their shapes (`mrtr._engine.spec`).
     """
     services = services or _NO_SERVICES
-    round = Round.read(spec, request, arguments)
+    round = Round.read(spec, request, arguments, wire, state_security)
     version, capabilities = round.protocol_version, round.capabilities
     modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
     for capability in spec.requires:  # in round 1, before the user answers anything
@@ -126,7 +133,7 @@ async def run_flow(
             raise TaskCreated(await _tasks(spec, services).start(spec, arguments, capabilities, Journal.start()))
         probe = declared
     if not modern:
-        return await call_flow(spec, FlowContext(LiveDriver(request, spec.name), request), arguments)
+        return await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
     round.probe = probe
     # `params` already passed the SDK's validation (malformed inputResponses are -32602
     # before we run) and the boundary's unsealing (requestState is our plaintext).
@@ -161,8 +168,12 @@ def declares_tasks(capabilities: ClientCapabilities | None) -> bool:
 async def call_flow(spec: FlowSpec, ctx: FlowContext, arguments: Mapping[str, Any]) -> Any:
     kwargs = dict(arguments)
     if spec.ctx_param is not None:
-        kwargs[spec.ctx_param] = ctx
-    return await spec.fn(**kwargs)
+        kwargs[spec.ctx_param] = ctx if spec.wrap_context is None else spec.wrap_context(ctx)
+    token = current_flow_context.set(ctx)  # `mrtr.step` / `mrtr.gather` find it here
+    try:
+        return await spec.fn(**kwargs)
+    finally:
+        current_flow_context.reset(token)
 
 
 async def execute(

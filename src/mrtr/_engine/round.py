@@ -22,7 +22,7 @@ from mcp_types import ClientCapabilities, Implementation
 from mrtr import _sdk as sdk
 
 if TYPE_CHECKING:
-    from mcp.server.mcpserver import Context
+    from mcp.server.request_state import RequestStateSecurity
 
     from mrtr._engine.journal import Journal
     from mrtr._engine.spec import FlowSpec, ShedCheck, TaskStarter
@@ -33,8 +33,8 @@ class Round:
     """One request to a flow, as read at the edge (see the module docstring)."""
 
     spec: FlowSpec
-    request: Context[Any, Any]
-    """The SDK's per-request `Context` (what `ctx.request` gives the flow; sealing measures its codec)."""
+    request: Any
+    """What `ctx.request` gives the flow: the SDK's `Context` (or FastMCP's)."""
     method: str
     target: str
     """The tool or prompt name, or the resource URI: what the sealed state is bound to."""
@@ -52,12 +52,26 @@ class Round:
     """A task-enabled call asking inline first: the round ends at its first side effect."""
     shed: ShedCheck | None = None
     """Where the round may be handed back (set by a load-shedding policy)."""
+    wire: Any = None
+    """The SDK's plain per-request context (`ServerRequestContext`): session, request id, params."""
+    state_security: Callable[[], RequestStateSecurity | None] | None = None
+    """The policy that seals this round's state, when the request does not lead to it (FastMCP)."""
 
     @classmethod
-    def read(cls, spec: FlowSpec, request: Context[Any, Any], arguments: Mapping[str, Any]) -> Round:
-        # The SDK's plain per-request context, read directly: the pydantic `Context`
-        # properties cost more per access than the rest of a round's bookkeeping.
-        wire = sdk.request_wire(request)
+    def read(
+        cls,
+        spec: FlowSpec,
+        request: Any,
+        arguments: Mapping[str, Any],
+        wire: Any = None,
+        state_security: Callable[[], RequestStateSecurity | None] | None = None,
+    ) -> Round:
+        """`request` is what `ctx.request` gives the flow; `wire` the SDK's `ServerRequestContext`
+        (read from an `MCPServer` `Context` when not given)."""
+        if wire is None:
+            # The SDK's plain per-request context, read directly: the pydantic `Context`
+            # properties cost more per access than the rest of a round's bookkeeping.
+            wire = sdk.request_wire(request)
         params: Mapping[str, Any] = wire.params or {}
         session = wire.session
         client = session.client_params
@@ -73,6 +87,8 @@ class Round:
             client_info=client.client_info if client is not None else None,
             state=params.get("requestState"),
             answers=params.get("inputResponses") or {},
+            wire=wire,
+            state_security=state_security,
         )
 
 

@@ -33,7 +33,10 @@ def sealed_size(state: str, round: Round, *, target: str | None = None) -> int:
     claims = {"v": 1, "iat": now, "exp": now, "m": round.method, "t": target, "a": "x" * 22, "s": state}
     claims |= {"aud": round.spec.audience, "p": "x" * 32}
     payload = len(json.dumps(claims, separators=(",", ":"))) + 8
-    fixed, per_byte = sdk.codec_cost(round.request)
+    if round.state_security is None:
+        fixed, per_byte = sdk.codec_cost(round.request)
+    else:
+        fixed, per_byte = sdk.security_cost(round.state_security())
     return math.ceil(fixed + per_byte * payload) + 4
 
 

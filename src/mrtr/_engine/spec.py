@@ -51,6 +51,9 @@ class FlowSpec:
     """Task calls ask inline (MRTR rounds) until the first step or `continue_as_task()`."""
     requires: tuple[Capability, ...] = ()
     """Client capabilities every request must declare (checked before the flow runs)."""
+    wrap_context: Callable[[Any], Any] | None = None
+    """What the flow's context parameter receives, made from its `FlowContext` (FastMCP's `Context`
+    for 3.x-style flows); None: the `FlowContext` itself."""
 
     @property
     def request_param(self) -> str:

@@ -1,0 +1,289 @@
+"""`mrtr.fastmcp.Flows`: flows registered as ordinary FastMCP tools, prompts and resources.
+
+A flow is wrapped in a plain async function with the flow's own parameters (so FastMCP
+derives the same schema) that runs mrtr's engine on the request FastMCP is serving. The
+engine answers with the flow's value or an `InputRequiredResult`, which FastMCP's own
+guard-pattern path carries to the wire; FastMCP's `RequestStateBoundary` seals the journal
+with the server's `request_state_security`, so any instance sharing that key serves any
+round. FastMCP's middleware, auth, tags, `mcp.http_app()` and `mcp.run()` see ordinary
+components.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from fastmcp import Context, FastMCP
+from fastmcp.exceptions import ToolError
+from fastmcp.server.dependencies import get_context
+from mcp.server.request_state import RequestStateSecurity
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+
+from mrtr._checks import check_elicit_schemas
+from mrtr._engine.asks import Capability
+from mrtr._engine.context import FlowContext
+from mrtr._engine.engine import run_flow
+from mrtr._engine.round import RoundPolicy, Services
+from mrtr._engine.spec import FlowSpec, Limits
+from mrtr._errors import FlowDefinitionError, InputRefused
+from mrtr._guard import ReplayGuard, open_guard
+from mrtr._shedding import LoadShedder, ShedClients
+from mrtr.fastmcp._context import FlowsContext
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("mrtr.fleet")
+
+
+class Flows:
+    """Adds flows to a `fastmcp.FastMCP` server (see the module docstring).
+
+    Args:
+        mcp: The FastMCP server. Its `request_state_security` seals every journal: give every
+            instance the same key ring (and the same server name).
+        max_rounds, deadline, max_state_bytes: Per-flow defaults, as for `mrtr.Flows`.
+        replay_guard: Make every round's `requestState` single-use fleet-wide (a store URL
+            or a `mrtr.ReplayGuard`), as for `mrtr.Flows`.
+        max_inflight_rounds, max_loop_lag, shed_when, shed_clients: Load shedding, as for
+            `mrtr.Flows`.
+    """
+
+    def __init__(
+        self,
+        mcp: FastMCP[Any],
+        *,
+        max_rounds: int = 25,
+        deadline: float = 3600.0,
+        max_state_bytes: int = 64 * 1024,
+        replay_guard: str | ReplayGuard | None = None,
+        max_inflight_rounds: int | None = None,
+        max_loop_lag: float | None = None,
+        shed_when: Callable[[], bool] | None = None,
+        shed_clients: ShedClients | None = None,
+    ) -> None:
+        self.mcp = mcp
+        self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
+        security = self.state_security()
+        if security is None:
+            logger.warning(
+                "mrtr: FastMCP server %r has no request_state_security, so its requestState is sealed with a key "
+                "only this process holds: a second instance (or this one after a restart) rejects every flow in "
+                "flight with 'Invalid or expired requestState', after the user answered. Give every instance the "
+                "same key ring: FastMCP(..., request_state_security=RequestStateSecurity(keys=[...]))",
+                mcp.name,
+            )
+        self.replay_guard = None
+        if replay_guard is not None:
+            self.replay_guard = open_guard(replay_guard) if isinstance(replay_guard, str) else replay_guard
+            if self.replay_guard.state_ttl is None:
+                self.replay_guard.state_ttl = float(security.ttl) if security is not None else 600.0
+        self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when, shed_clients)
+        policies: tuple[RoundPolicy, ...] = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
+        self.services = Services(policies=policies)
+        self.specs: dict[str, FlowSpec] = {}
+        """Every flow registered here, by name."""
+
+    def state_security(self) -> RequestStateSecurity | None:
+        """The policy FastMCP seals `requestState` with (None: a key of this process only)."""
+        return getattr(self.mcp, "_request_state_security", None)
+
+    @property
+    def audience(self) -> str:
+        """The audience sealed into every `requestState`: the policy's own, else the server's name."""
+        security = self.state_security()
+        return (security.audience if security is not None else None) or self.mcp.name
+
+    # -- registration ---------------------------------------------------------------------
+
+    def tool(
+        self,
+        name: str | None = None,
+        *,
+        requires: Sequence[Capability] = (),
+        max_rounds: int | None = None,
+        deadline: float | None = None,
+        max_state_bytes: int | None = None,
+        **fastmcp_options: Any,
+    ) -> Callable[[F], F]:
+        """Register an async flow as a FastMCP tool; `fastmcp_options` are `FastMCP.tool`'s
+        (title, description, tags, annotations, meta, icons, output_schema, timeout, auth, ...)."""
+        _reject_bare_use(name, "tool")
+        _reject_fastmcp_tasks(fastmcp_options)
+
+        def decorator(fn: F) -> F:
+            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, requires)
+            self.mcp.tool(self._entry(fn, spec, _refused_as_tool_error), name=spec.name, **fastmcp_options)
+            return fn
+
+        return decorator
+
+    def prompt(
+        self,
+        name: str | None = None,
+        *,
+        requires: Sequence[Capability] = (),
+        max_rounds: int | None = None,
+        deadline: float | None = None,
+        max_state_bytes: int | None = None,
+        **fastmcp_options: Any,
+    ) -> Callable[[F], F]:
+        """Register an async flow as a FastMCP prompt (`prompts/get` may take several rounds)."""
+        _reject_bare_use(name, "prompt")
+
+        def decorator(fn: F) -> F:
+            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, requires)
+            self.mcp.prompt(self._entry(fn, spec, _refused_as_client_error(spec)), name=spec.name, **fastmcp_options)
+            return fn
+
+        return decorator
+
+    def resource(
+        self,
+        uri: str,
+        *,
+        name: str | None = None,
+        requires: Sequence[Capability] = (),
+        max_rounds: int | None = None,
+        deadline: float | None = None,
+        max_state_bytes: int | None = None,
+        **fastmcp_options: Any,
+    ) -> Callable[[F], F]:
+        """Register an async flow as a FastMCP resource or resource template."""
+        _reject_bare_use(uri, "resource")
+
+        def decorator(fn: F) -> F:
+            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, requires)
+            entry = self._entry(fn, spec, _refused_as_client_error(spec))
+            self.mcp.resource(uri, name=spec.name, **fastmcp_options)(entry)
+            return fn
+
+        return decorator
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _spec(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        max_rounds: int | None,
+        deadline: float | None,
+        max_state_bytes: int | None,
+        requires: Sequence[Capability],
+    ) -> FlowSpec:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"flow {name!r} must be an async function (it awaits the client)")
+        known = typing.get_args(Capability)
+        for capability in requires:
+            if capability not in known:
+                raise ValueError(f"flow {name!r}: requires={capability!r} is not a capability; use one of {known}")
+        limits = Limits(
+            max_rounds=max_rounds if max_rounds is not None else self.limits.max_rounds,
+            deadline=deadline if deadline is not None else self.limits.deadline,
+            max_state_bytes=max_state_bytes if max_state_bytes is not None else self.limits.max_state_bytes,
+        )
+        ctx_param, style = _context_param(fn, name)
+        if style == "mrtr" and ctx_param is not None:
+            check_elicit_schemas(fn, name, ctx_param)
+        spec = FlowSpec(
+            name=name,
+            fn=fn,
+            ctx_param=ctx_param,
+            limits=limits,
+            audience=self.audience,
+            requires=tuple(requires),
+            wrap_context=_fastmcp_context if style == "fastmcp" else None,
+        )
+        self.specs[name] = spec
+        return spec
+
+    def _entry(
+        self, fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception]
+    ) -> Callable[..., Any]:
+        """A FastMCP-registrable function: the flow's signature without its context parameter."""
+        hints = typing.get_type_hints(fn, include_extras=True)
+        signature = inspect.signature(fn)
+        params: list[inspect.Parameter] = []
+        for param in signature.parameters.values():
+            if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                raise TypeError(f"flow {spec.name!r}: *args/**kwargs cannot become a schema")
+            if param.name == spec.ctx_param:
+                continue
+            annotation = hints.get(param.name, param.annotation)
+            params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
+        returns = hints.get("return", signature.return_annotation)
+        services, security = self.services, self.state_security
+
+        async def entry(**kwargs: Any) -> Any:
+            ctx = get_context()
+            request = ctx.request_context
+            if request is None:
+                raise RuntimeError(f"flow {spec.name!r} runs only inside an MCP request")
+            try:
+                # `_srctx` is FastMCP's documented escape hatch to the SDK's request context.
+                return await run_flow(spec, ctx, kwargs, services, wire=request._srctx, state_security=security)
+            except InputRefused as exc:
+                raise refused(exc) from None
+
+        functools.update_wrapper(entry, fn, updated=())
+        del entry.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper; FastMCP must see our signature
+        entry.__signature__ = signature.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
+        entry.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
+        return entry
+
+
+def _fastmcp_context(flow: FlowContext) -> FlowsContext:
+    return FlowsContext(flow, get_context())
+
+
+def _context_param(fn: Callable[..., Any], flow: str) -> tuple[str | None, str]:
+    """The flow's context parameter and its style: `mrtr` (FlowContext) or `fastmcp` (FastMCP's Context)."""
+    hints = typing.get_type_hints(fn)
+    for name, annotation in hints.items():
+        if name == "return" or not inspect.isclass(annotation):
+            continue
+        if issubclass(annotation, FlowContext):
+            return name, "mrtr"
+        if issubclass(annotation, Context):
+            return name, "fastmcp"
+    for param in inspect.signature(fn).parameters.values():
+        if param.name in ("ctx", "context") and param.annotation is inspect.Parameter.empty:
+            raise FlowDefinitionError(
+                f"flow {flow!r}: parameter {param.name!r} has no annotation, so it would be published as a "
+                f"required argument; annotate it `{param.name}: mrtr.FlowContext` or `{param.name}: fastmcp.Context`"
+            )
+    return None, "none"  # a flow may also ask nothing and use only `mrtr.step` / `mrtr.gather`
+
+
+def _reject_bare_use(first: object, what: str) -> None:
+    if callable(first):
+        raise TypeError(f"use @flows.{what}(...) with parentheses")
+
+
+def _reject_fastmcp_tasks(options: dict[str, Any]) -> None:
+    if options.get("task"):
+        raise TypeError(
+            "mrtr.fastmcp: FastMCP's task= (the fastmcp-tasks extension) is not mrtr's; durable mrtr tasks on "
+            "FastMCP are not available yet: register the flow without task="
+        )
+    options.pop("task", None)
+
+
+def _refused_as_tool_error(exc: InputRefused) -> Exception:
+    return ToolError(str(exc))
+
+
+def _refused_as_client_error(spec: FlowSpec) -> Callable[[InputRefused], Exception]:
+    def refused(exc: InputRefused) -> Exception:
+        data = {"reason": f"input_{exc.action}", "flow": spec.name, "key": exc.key}
+        return MCPError(code=INVALID_PARAMS, message=str(exc), data=data)
+
+    return refused
+
+
+__all__ = ["Flows"]

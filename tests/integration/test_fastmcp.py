@@ -1,0 +1,214 @@
+"""`mrtr.fastmcp`: FastMCP 3.x-era flows (`ctx.elicit/sample/list_roots`) and `FlowContext` flows on FastMCP 4.
+
+Served by a real uvicorn on 127.0.0.1 (`mcp.http_app()`), driven by the official `mcp.Client`
+in both protocol eras; side effects counted in memory.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx2
+import mcp_types as t
+import pytest
+from fastmcp import Context, FastMCP
+from fastmcp.server.elicitation import AcceptedElicitation
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.request_state import RequestStateSecurity
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+from typing_extensions import TypedDict  # pydantic needs it for a TypedDict form on Python < 3.12
+
+import mrtr
+import mrtr.fastmcp
+from tests.support.flowkit import SHARED_KEY, served
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Person:
+    name: str
+    age: int
+
+
+class Address(TypedDict):
+    city: str
+
+
+class Size(enum.Enum):
+    SMALL = "small"
+    LARGE = "large"
+
+
+class Approval(BaseModel):
+    ok: bool
+
+
+def fastmcp_app(runs: Counter[str], seen: list[Any]) -> FastMCP[Any]:
+    mcp: FastMCP[Any] = FastMCP("fm-under-test", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    flows = mrtr.fastmcp.Flows(mcp)
+
+    @flows.tool(description="3.x-era code: only the decorator changed", tags={"trips"})
+    async def plan_trip(city: str, ctx: Context) -> str:
+        go = await ctx.elicit(f"Go to {city}?", response_type=bool)
+        if not isinstance(go, AcceptedElicitation) or not go.data:
+            return f"not going ({go.action})"
+        who = await ctx.elicit("Who travels?", response_type=Person)
+        where = await ctx.elicit("Address?", response_type=Address)
+        level = await ctx.elicit("Class?", response_type=["economy", "business"])
+        size = await ctx.elicit("Luggage?", response_type=Size)
+        mood = await ctx.elicit("Mood?", response_type=Literal["calm", "excited"])
+        seats = await ctx.elicit("Seats?", response_type=[["aisle", "window"]])
+        priority = await ctx.elicit("Priority?", response_type={"low": {"title": "Low"}, "high": {"title": "High"}})
+        count = await ctx.elicit("How many bags?", response_type=int)
+        booking = await mrtr.step("book", lambda: runs.update(["book"]) or f"B-{city}")
+        note = await ctx.sample(f"One line about {city}", system_prompt="be brief", temperature=0.2, max_tokens=30)
+        roots = await ctx.list_roots()
+        await mrtr.step("email", lambda: runs.update(["email"]))
+        seen.extend([who.data, where.data, level.data, size.data, mood.data, seats.data, priority.data, count.data])
+        return f"{booking} {note.text} {len(roots)} {type(ctx).__name__}"
+
+    @flows.tool()
+    async def pay(amount: int, ctx: mrtr.FlowContext) -> str:
+        approval = await ctx.elicit(f"Pay {amount}?", Approval)
+        await ctx.step("charge", lambda: runs.update(["charge"]))
+        return f"paid {amount}: {approval.ok}"
+
+    @flows.prompt()
+    async def brief(topic: str, ctx: Context) -> str:
+        who = await ctx.elicit(f"Brief about {topic} for whom?", response_type=str)
+        return f"Write about {topic} for {who.data if isinstance(who, AcceptedElicitation) else 'nobody'}."
+
+    @flows.resource("notes://{name}")
+    async def note(name: str, ctx: mrtr.FlowContext) -> str:
+        approval = await ctx.elicit(f"Show {name}?", Approval)
+        return f"note {name}: {approval.ok}"
+
+    return mcp
+
+
+ANSWERS: dict[str, Any] = {
+    "Go to Lisbon?": {"value": True},
+    "Who travels?": {"name": "Ada", "age": 36},
+    "Address?": {"city": "Porto"},
+    "Class?": {"value": "business"},
+    "Luggage?": {"value": "large"},
+    "Mood?": {"value": "calm"},
+    "Seats?": {"value": ["window"]},
+    "Priority?": {"value": "high"},
+    "How many bags?": {"value": 2},
+    "Pay 7?": {"ok": True},
+    "Brief about tasks for whom?": {"value": "devs"},
+    "Show x?": {"ok": True},
+}
+
+
+async def answer(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+    assert isinstance(params, t.ElicitRequestFormParams)
+    message = params.message.split("\n\n")[0]
+    if message == "Go to Oslo?":
+        return t.ElicitResult(action="decline")
+    return t.ElicitResult(action="accept", content=ANSWERS[message])
+
+
+async def complete(context: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+    assert params.system_prompt == "be brief" and params.max_tokens == 30
+    return t.CreateMessageResult(role="assistant", content=t.TextContent(type="text", text="sunny"), model="m")
+
+
+async def roots(context: Any) -> t.ListRootsResult:
+    return t.ListRootsResult(roots=[t.Root(uri="file:///trips")])
+
+
+@pytest.mark.parametrize("mode", ["modern", "legacy"])
+async def test_fastmcp_3x_tool_runs_unchanged_and_each_step_runs_once(mode: str) -> None:
+    runs: Counter[str] = Counter()
+    seen: list[Any] = []
+    mcp = fastmcp_app(runs, seen)
+    async with served(mcp) as url, httpx2.AsyncClient(trust_env=False, timeout=20.0) as http:
+        transport = streamable_http_client(url, http_client=http)
+        options: dict[str, Any] = {"mode": "legacy"} if mode == "legacy" else {}
+        async with Client(
+            transport,  # type: ignore[arg-type]
+            elicitation_callback=answer,
+            sampling_callback=complete,
+            list_roots_callback=roots,
+            input_required_max_rounds=25,  # eleven asks, one at a time (the official client's default is 10)
+            **options,
+        ) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(listed["plan_trip"].input_schema["properties"]) == {"city"}  # ctx is no argument
+            result = await client.call_tool("plan_trip", {"city": "Lisbon"})
+            assert not result.is_error, result
+            assert result.content[0].text == "B-Lisbon sunny 1 FlowsContext"
+            declined = await client.call_tool("plan_trip", {"city": "Oslo"})
+            assert declined.content[0].text == "not going (decline)"
+            paid = await client.call_tool("pay", {"amount": 7})
+            assert paid.content[0].text == "paid 7: True"
+            prompt = await client.get_prompt("brief", {"topic": "tasks"})
+            assert prompt.messages[0].content.text == "Write about tasks for devs."
+            shown = await client.read_resource("notes://x")
+            assert shown.contents[0].text == "note x: True"
+    assert runs == Counter(book=1, email=1, charge=1)
+    assert seen == [Person("Ada", 36), {"city": "Porto"}, "business", Size.LARGE, "calm", ["window"], "high", 2]
+
+
+async def test_an_answer_that_does_not_fit_the_response_type_is_asked_again() -> None:
+    mcp: FastMCP[Any] = FastMCP("fm-reask", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    flows = mrtr.fastmcp.Flows(mcp)
+
+    @flows.tool()
+    async def age(ctx: Context) -> str:
+        given = await ctx.elicit("Age?", response_type=int)
+        return f"age {given.data if isinstance(given, AcceptedElicitation) else None}"
+
+    asked: list[str] = []
+
+    async def sloppy(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        asked.append(params.message)
+        return t.ElicitResult(action="accept", content={"value": "old" if len(asked) == 1 else 41})
+
+    async with served(mcp) as url, Client(streamable_http_client(url), elicitation_callback=sloppy) as client:
+        result = await client.call_tool("age", {})
+    assert result.content[0].text == "age 41"
+    assert len(asked) == 2 and "Asked again" in asked[1]
+
+
+async def test_sample_with_tools_or_result_type_says_what_is_not_supported() -> None:
+    mcp: FastMCP[Any] = FastMCP("fm-sample", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    flows = mrtr.fastmcp.Flows(mcp)
+
+    @flows.tool()
+    async def summarize(ctx: Context) -> str:
+        result = await ctx.sample("Summarize", result_type=int)
+        return str(result.text)
+
+    async with served(mcp) as url, Client(streamable_http_client(url), sampling_callback=complete) as client:
+        result = await client.call_tool("summarize", {})
+    assert result.is_error and "result_type" in result.content[0].text
+
+
+async def test_a_server_without_a_shared_key_warns_at_start_up(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="mrtr"):
+        mrtr.fastmcp.Flows(FastMCP("no-key"))
+        mrtr.fastmcp.Flows(FastMCP("keyed", request_state_security=RequestStateSecurity(keys=[SHARED_KEY])))
+    warnings = [r.getMessage() for r in caplog.records if r.name == "mrtr.fleet"]
+    assert len(warnings) == 1 and "FastMCP server 'no-key' has no request_state_security" in warnings[0]
+
+
+async def test_fastmcp_tasks_option_is_refused_clearly() -> None:
+    flows = mrtr.fastmcp.Flows(FastMCP("tasks", request_state_security=RequestStateSecurity(keys=[SHARED_KEY])))
+    with pytest.raises(TypeError, match="fastmcp-tasks"):
+        flows.tool(task=True)
+
+
+async def test_mrtr_step_outside_a_flow_is_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="inside a flow"):
+        await mrtr.step("x", lambda: None)
+    _ = MCPError  # the protocol errors of flows are MCPErrors, as on MCPServer
