@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types import _v2025_11_25
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 EXPECTED = "mcp>=2.3,<2.4"
 
-FORM_FIELD = TypeAdapter[Any](_v2025_11_25.PrimitiveSchemaDefinition)
+# Through `cast`: with a warm incremental cache, mypy takes this union alias for a value.
+FORM_FIELD = TypeAdapter[Any](cast(Any, _v2025_11_25.PrimitiveSchemaDefinition))
 """Validates one elicitation form field against the spec's `PrimitiveSchemaDefinition` (the SDK's
 own gate for form fields; no public route yet)."""
 

@@ -212,3 +212,55 @@ async def test_mrtr_step_outside_a_flow_is_a_clear_error() -> None:
     with pytest.raises(RuntimeError, match="inside a flow"):
         await mrtr.step("x", lambda: None)
     _ = MCPError  # the protocol errors of flows are MCPErrors, as on MCPServer
+
+
+@pytest.mark.parametrize("style", ["fastmcp", "mrtr"])
+async def test_a_durable_task_on_fastmcp_asks_through_tasks_update_and_steps_once(style: str) -> None:
+    from mrtr.client import TaskSnapshot, tasks_client
+    from mrtr.stores import SQLiteStore
+
+    runs: Counter[str] = Counter()
+    mcp: FastMCP[Any] = FastMCP("fm-tasks", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    flows = mrtr.fastmcp.Flows(mcp, store=SQLiteStore(":memory:"), task_poll_interval=0.05)
+
+    if style == "fastmcp":
+
+        @flows.tool(task="optional")
+        async def publish(job: str, ctx: Context) -> str:
+            data = await mrtr.step("fetch", lambda: runs.update(["fetch"]) or f"DATA({job})")
+            ok = await ctx.elicit(f"Publish {data}?", response_type=bool)
+            if not isinstance(ok, AcceptedElicitation) or not ok.data:
+                return "not published"
+            await mrtr.step("publish", lambda: runs.update(["publish"]))
+            return f"published {data}"
+
+    else:
+
+        @flows.tool(task="optional")
+        async def publish(job: str, ctx: mrtr.FlowContext) -> str:
+            data = await ctx.step("fetch", lambda: runs.update(["fetch"]) or f"DATA({job})")
+            ok = await ctx.elicit(f"Publish {data}?", Approval)
+            if not ok.ok:
+                return "not published"
+            await ctx.step("publish", lambda: runs.update(["publish"]))
+            return f"published {data}"
+
+    statuses: list[str] = []
+
+    async def yes(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        content = {"value": True} if style == "fastmcp" else {"ok": True}
+        return t.ElicitResult(action="accept", content=content)
+
+    def status(snapshot: TaskSnapshot) -> None:
+        statuses.append(snapshot.status)
+
+    async with served(mcp) as url, httpx2.AsyncClient(trust_env=False, timeout=20.0) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with tasks_client(transport, elicitation_callback=yes, on_status=status) as client:
+            capabilities = client.session.server_capabilities
+            assert capabilities is not None and "io.modelcontextprotocol/tasks" in (capabilities.extensions or {})
+            result = await client.call_tool("publish", {"job": "j1"})
+    assert not result.is_error, result
+    assert result.content[0].text == "published DATA(j1)"
+    assert "input_required" in statuses and statuses[-1] == "completed"
+    assert runs == Counter(fetch=1, publish=1)

@@ -11,6 +11,7 @@ components.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -21,20 +22,28 @@ from typing import Any, TypeVar
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_context
-from mcp.server.request_state import RequestStateSecurity
+from fastmcp.tools import FunctionTool
+from mcp.server.request_state import RequestStateSecurity, authenticated_principal
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult
 
+from mrtr import _fleet as fleet
 from mrtr._checks import check_elicit_schemas
 from mrtr._engine.asks import Capability
 from mrtr._engine.context import FlowContext
-from mrtr._engine.engine import run_flow
+from mrtr._engine.engine import TaskCreated, run_flow
 from mrtr._engine.round import RoundPolicy, Services
-from mrtr._engine.spec import FlowSpec, Limits
+from mrtr._engine.spec import FlowSpec, Limits, TaskSupport
 from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._guard import ReplayGuard, open_guard
 from mrtr._shedding import LoadShedder, ShedClients
+from mrtr._wire import TASKS_EXTENSION
 from mrtr.fastmcp._context import FlowsContext
+from mrtr.fastmcp._tasks import FastMCPTasks, created_box
+from mrtr.stores import TaskStore
+from mrtr.tasks._extension import TasksExtension
+from mrtr.tasks._runtime import TaskRuntime
+from mrtr.tasks._seam import EngineOptions, TaskEngine
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,6 +61,12 @@ class Flows:
             or a `mrtr.ReplayGuard`), as for `mrtr.Flows`.
         max_inflight_rounds, max_loop_lag, shed_when, shed_clients: Load shedding, as for
             `mrtr.Flows`.
+        store, task_lease, task_ttl, task_poll_interval, task_scan_interval, tasks: Durable
+            tasks (`@flows.tool(task="optional"|"required")`), as for `mrtr.Flows`: mrtr's
+            lease runtime over `store` (SQLite, Redis, PostgreSQL), or another engine such as
+            `mrtr.temporal.TemporalTasks`. The tasks extension is registered on the FastMCP
+            server (`mcp.add_extension`) when the first task flow is, and its lease scanner
+            runs with the server's lifespan. Clients follow tasks by polling `tasks/get`.
     """
 
     def __init__(
@@ -66,8 +81,23 @@ class Flows:
         max_loop_lag: float | None = None,
         shed_when: Callable[[], bool] | None = None,
         shed_clients: ShedClients | None = None,
+        store: TaskStore | None = None,
+        task_lease: float = 10.0,
+        task_ttl: float | None = 3600.0,
+        task_poll_interval: float = 0.5,
+        task_scan_interval: float = 1.0,
+        tasks: TaskEngine | None = None,
     ) -> None:
         self.mcp = mcp
+        self._store = store
+        self._engine = tasks
+        self._task_options: dict[str, Any] = {
+            "lease": task_lease,
+            "ttl": task_ttl,
+            "poll_interval": task_poll_interval,
+            "scan_interval": task_scan_interval,
+        }
+        self._extension: TasksExtension | None = None
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         security = self.state_security()
         if security is None:
@@ -105,6 +135,8 @@ class Flows:
         self,
         name: str | None = None,
         *,
+        task: TaskSupport = "never",
+        mrtr_first: bool = False,
         requires: Sequence[Capability] = (),
         max_rounds: int | None = None,
         deadline: float | None = None,
@@ -112,13 +144,31 @@ class Flows:
         **fastmcp_options: Any,
     ) -> Callable[[F], F]:
         """Register an async flow as a FastMCP tool; `fastmcp_options` are `FastMCP.tool`'s
-        (title, description, tags, annotations, meta, icons, output_schema, timeout, auth, ...)."""
+        (title, description, tags, annotations, meta, icons, output_schema, timeout, auth, ...).
+
+        `task="optional"|"required"` and `mrtr_first` mean what they mean for `mrtr.Flows.tool`:
+        the call runs as a durable mrtr task when the client declares the tasks extension.
+        """
         _reject_bare_use(name, "tool")
-        _reject_fastmcp_tasks(fastmcp_options)
+        if task not in ("never", "optional", "required"):
+            raise TypeError(
+                f"mrtr.fastmcp: task={task!r} is not mrtr's; use task='optional' or 'required' (mrtr's durable "
+                "tasks). FastMCP's own task=True belongs to the fastmcp-tasks extension, which cannot serve mrtr flows"
+            )
+
+        options = dict(fastmcp_options)
+        app = options.pop("app", None)
+        if app:  # as FastMCP.tool does: an app config is the tool's meta["ui"]
+            options["meta"] = dict(options.get("meta") or {}) | {"ui": True if app is True else app}
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, requires)
-            self.mcp.tool(self._entry(fn, spec, _refused_as_tool_error), name=spec.name, **fastmcp_options)
+            spec = self.specs[spec.name] = dataclasses.replace(spec, task=task, mrtr_first=mrtr_first)
+            engine = self._tasks() if task != "never" else None
+            tool = FunctionTool.from_function(self._entry(fn, spec, _refused_as_tool_error), name=spec.name, **options)
+            self.mcp.add_tool(tool)
+            if engine is not None:  # a task's result is converted by FastMCP, exactly as the call's would be
+                engine.register(spec, functools.partial(_tool_result, tool))
             return fn
 
         return decorator
@@ -165,7 +215,37 @@ class Flows:
 
         return decorator
 
+    @property
+    def runtime(self) -> TaskEngine:
+        """The task engine (created, with the tasks extension, on first need)."""
+        return self._tasks()
+
     # -- internals --------------------------------------------------------------------------
+
+    def _tasks(self) -> TaskEngine:
+        if self._extension is not None:
+            return self._extension.engine
+        engine = self._engine
+        if engine is None:
+            if self._store is None:
+                from mrtr.stores._sqlite import SQLiteStore
+
+                self._store = SQLiteStore("mrtr-tasks.db")  # the embedded default
+                fleet.warn_about_default_store("mrtr-tasks.db")
+            options = self._task_options | {"bind_principal": authenticated_principal}
+            engine = self._engine = TaskRuntime(self._store, **options)
+        else:
+            options = self._task_options
+            engine.configure(EngineOptions(options["ttl"], options["poll_interval"], authenticated_principal))
+        self._extension = TasksExtension(engine)
+        if TASKS_EXTENSION in getattr(self.mcp, "_extensions", {}):
+            raise RuntimeError(
+                f"mrtr.fastmcp: this FastMCP server already has a {TASKS_EXTENSION} extension (fastmcp-tasks?); "
+                "mrtr's durable tasks need that identifier: register mrtr task flows on a server without it"
+            )
+        self.mcp.add_extension(FastMCPTasks(self._extension))
+        self.services.tasks = engine
+        return engine
 
     def _spec(
         self,
@@ -197,7 +277,7 @@ class Flows:
             limits=limits,
             audience=self.audience,
             requires=tuple(requires),
-            wrap_context=_fastmcp_context if style == "fastmcp" else None,
+            wrap_context=functools.partial(_fastmcp_context, self.mcp) if style == "fastmcp" else None,
         )
         self.specs[name] = spec
         return spec
@@ -229,6 +309,13 @@ class Flows:
                 return await run_flow(spec, ctx, kwargs, services, wire=request._srctx, state_security=security)
             except InputRefused as exc:
                 raise refused(exc) from None
+            except TaskCreated as created:
+                box = created_box.get()
+                if box is None:
+                    raise
+                box.append(created.result)
+                # A result FastMCP passes through untouched; the tasks interceptor replaces it.
+                return InputRequiredResult(request_state="mrtr:task-created")
 
         functools.update_wrapper(entry, fn, updated=())
         del entry.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper; FastMCP must see our signature
@@ -237,8 +324,13 @@ class Flows:
         return entry
 
 
-def _fastmcp_context(flow: FlowContext) -> FlowsContext:
-    return FlowsContext(flow, get_context())
+def _fastmcp_context(mcp: FastMCP[Any], flow: FlowContext) -> FlowsContext:
+    """The request's FastMCP `Context`; in a durable task's run (no request), one bound to the server."""
+    try:
+        base = get_context()
+    except RuntimeError:
+        base = Context(fastmcp=mcp)
+    return FlowsContext(flow, base)
 
 
 def _context_param(fn: Callable[..., Any], flow: str) -> tuple[str | None, str]:
@@ -265,13 +357,11 @@ def _reject_bare_use(first: object, what: str) -> None:
         raise TypeError(f"use @flows.{what}(...) with parentheses")
 
 
-def _reject_fastmcp_tasks(options: dict[str, Any]) -> None:
-    if options.get("task"):
-        raise TypeError(
-            "mrtr.fastmcp: FastMCP's task= (the fastmcp-tasks extension) is not mrtr's; durable mrtr tasks on "
-            "FastMCP are not available yet: register the flow without task="
-        )
-    options.pop("task", None)
+def _tool_result(tool: FunctionTool, value: Any) -> CallToolResult:
+    """A task flow's return value as its tool's `CallToolResult`, converted by FastMCP itself."""
+    result = tool.convert_result(value)
+    fields = {"content": result.content, "structuredContent": result.structured_content, "_meta": result.meta}
+    return CallToolResult.model_validate({k: v for k, v in fields.items() if v is not None})
 
 
 def _refused_as_tool_error(exc: InputRefused) -> Exception:

@@ -1,0 +1,85 @@
+"""mrtr's tasks extension on FastMCP: the same `tasks/get|update|cancel` and task engine, as a
+FastMCP `ServerExtension`.
+
+FastMCP's extension API mirrors the SDK's: method handlers take the SDK's request context
+and validated params, and a `tools/call` interceptor wraps the tool body. This adapter
+hands both to mrtr's `TasksExtension` unchanged, turns the `CreateTaskResult` it answers a
+task-augmented call with into a model FastMCP serializes, and ties the engine's background
+work (the lease scanner that adopts orphaned tasks) to the server's lifespan.
+
+FastMCP masks exceptions a tool body raises into `isError` results, so the engine's
+`TaskCreated` cannot travel up to the interceptor as it does on `MCPServer`: the tool entry
+drops the `CreateTaskResult` into the box this interceptor set for the call (`created_box`)
+and ends the body with a placeholder the interceptor replaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from fastmcp import Context
+from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation, ToolCallOutcome
+from mcp.server.context import ServerRequestContext
+from mcp_types import CallToolRequestParams
+
+from mrtr._wire import TASKS_EXTENSION, CreateTaskResult
+from mrtr.tasks._extension import TasksExtension
+
+created_box: ContextVar[list[dict[str, Any]] | None] = ContextVar("mrtr_fastmcp_created_task", default=None)
+"""Set by the interceptor for one `tools/call`; the tool entry puts the task it created in it."""
+
+
+class FastMCPTasks(ServerExtension):
+    """`io.modelcontextprotocol/tasks` on a FastMCP server, served by mrtr's `TasksExtension`."""
+
+    identifier = TASKS_EXTENSION
+
+    def __init__(self, tasks: TasksExtension) -> None:
+        self.tasks = tasks
+
+    def clone(self) -> FastMCPTasks:
+        return FastMCPTasks(self.tasks)  # the engine is shared state, never deep-copied
+
+    def methods(self) -> Sequence[MethodBinding]:
+        return [MethodBinding(b.method, b.params_type, b.handler) for b in self.tasks.methods()]
+
+    async def intercept_tool_call(
+        self, params: CallToolRequestParams, context: Context, call_next: ToolCallContinuation
+    ) -> ToolCallOutcome:
+        request = context.request_context
+        if request is None:  # not a wire request (a background call): nothing to turn into a task
+            return await call_next()
+
+        async def proceed(_: ServerRequestContext[Any, Any]) -> Any:
+            return await call_next()
+
+        box: list[dict[str, Any]] = []
+        token = created_box.set(box)
+        try:
+            outcome = await self.tasks.intercept_tool_call(params, request._srctx, proceed)
+        finally:
+            created_box.reset(token)
+        if box:  # the call became a task: its CreateTaskResult replaces the body's placeholder
+            return CreateTaskResult.model_validate(box[0])
+        if isinstance(outcome, dict):
+            return CreateTaskResult.model_validate(outcome)
+        if outcome is None:
+            raise RuntimeError("the tool call produced no result")
+        return outcome  # the tool's own result, as FastMCP produced it
+
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        self.tasks.engine.ensure_running()  # adopt orphaned tasks from boot, not from the first tasks/* request
+        try:
+            yield
+        finally:
+            await self.tasks.engine.close()
+
+    def lifespan(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._running()
+
+
+__all__ = ["FastMCPTasks", "created_box"]
