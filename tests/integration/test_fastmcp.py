@@ -205,7 +205,7 @@ async def test_a_server_without_a_shared_key_warns_at_start_up(caplog: pytest.Lo
 async def test_fastmcp_tasks_option_is_refused_clearly() -> None:
     flows = mrtr.fastmcp.Flows(FastMCP("tasks", request_state_security=RequestStateSecurity(keys=[SHARED_KEY])))
     with pytest.raises(TypeError, match="fastmcp-tasks"):
-        flows.tool(task=True)
+        flows.tool(task=True)  # type: ignore[arg-type]  # FastMCP's task=, not mrtr's
 
 
 async def test_mrtr_step_outside_a_flow_is_a_clear_error() -> None:
@@ -264,3 +264,46 @@ async def test_a_durable_task_on_fastmcp_asks_through_tasks_update_and_steps_onc
     assert result.content[0].text == "published DATA(j1)"
     assert "input_required" in statuses and statuses[-1] == "completed"
     assert runs == Counter(fetch=1, publish=1)
+
+
+async def test_flows_are_ordinary_fastmcp_components_middleware_and_tags_included() -> None:
+    from fastmcp.server.middleware import Middleware, MiddlewareContext
+
+    seen: list[str] = []
+
+    class Watch(Middleware):
+        async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
+            seen.append(context.message.name)
+            return await call_next(context)
+
+    mcp: FastMCP[Any] = FastMCP("fm-mw", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    mcp.add_middleware(Watch())
+    flows = mrtr.fastmcp.Flows(mcp)
+
+    @flows.tool(tags={"money"}, description="Pay after approval")
+    async def pay(amount: int, ctx: mrtr.FlowContext) -> str:
+        approval = await ctx.elicit(f"Pay {amount}?", Approval)
+        return f"paid {amount}: {approval.ok}"
+
+    tool = await mcp.get_tool("pay")
+    assert tool is not None and tool.tags == {"money"} and tool.description == "Pay after approval"
+    async with served(mcp) as url, Client(streamable_http_client(url), elicitation_callback=answer) as client:
+        result = await client.call_tool("pay", {"amount": 7})
+    assert result.content[0].text == "paid 7: True"
+    assert seen == ["pay", "pay"]  # FastMCP's middleware sees every round of the flow
+
+
+async def test_a_server_with_another_tasks_extension_refuses_mrtr_task_flows() -> None:
+    from fastmcp.server.extensions import ServerExtension
+
+    class OtherTasks(ServerExtension):
+        identifier = "io.modelcontextprotocol/tasks"
+
+    mcp: FastMCP[Any] = FastMCP("fm-other", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    mcp.add_extension(OtherTasks())
+    flows = mrtr.fastmcp.Flows(mcp)
+    with pytest.raises(RuntimeError, match="already has a io.modelcontextprotocol/tasks extension"):
+
+        @flows.tool(task="optional")
+        async def job(ctx: mrtr.FlowContext) -> str:
+            return "done"
