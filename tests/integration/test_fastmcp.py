@@ -302,7 +302,7 @@ async def test_a_server_with_another_tasks_extension_refuses_mrtr_task_flows() -
     mcp: FastMCP[Any] = FastMCP("fm-other", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
     mcp.add_extension(OtherTasks())
     flows = mrtr.fastmcp.Flows(mcp)
-    with pytest.raises(RuntimeError, match="already has a io.modelcontextprotocol/tasks extension"):
+    with pytest.raises(RuntimeError, match=r"already has a io\.modelcontextprotocol/tasks extension"):
 
         @flows.tool(task="optional")
         async def job(ctx: mrtr.FlowContext) -> str:
