@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from fastmcp.client.elicitation import ElicitResult as FastMCPElicitResult
 from fastmcp.client.transports import StreamableHttpTransport
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from pydantic import FileUrl
 
 from mrtr.client import FlowClient
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, new_key, spawn_servers
@@ -70,7 +72,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     key = new_key()
     audit_log = workdir / "audit.log"
     specs = [
-        ServerSpec(label, {"MRTR_STATE_KEY": key, "MRTR_INSTANCE": label, "MRTR_AUDIT": str(audit_log)}, SCRIPT, READY_PREFIX)
+        ServerSpec(
+            label, {"MRTR_STATE_KEY": key, "MRTR_INSTANCE": label, "MRTR_AUDIT": str(audit_log)}, SCRIPT, READY_PREFIX
+        )
         for label in ("A", "B")
     ]
     with spawn_servers(specs, workdir) as servers:
@@ -151,7 +155,7 @@ def sample_result(params: t.CreateMessageRequestParams, asked: Asked) -> t.Creat
 
 def roots_result(asked: Asked) -> list[t.Root]:
     asked.kinds["roots"] += 1
-    return [t.Root(uri=ROOT_URI)]
+    return [t.Root(uri=FileUrl(ROOT_URI))]
 
 
 # -- one driver per client ---------------------------------------------------------------------
@@ -229,9 +233,17 @@ async def with_fastmcp(fleet: Fleet, asked: Asked) -> AsyncIterator[Driver]:
         return roots_result(asked)
 
     balancer = Alternating(fleet.ports())
-    transport = StreamableHttpTransport(
-        fleet.url, httpx_client_factory=lambda **options: balanced_http(balancer, **options)
-    )
+
+    def factory(
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+        follow_redirects: bool = True,
+    ) -> httpx2.AsyncClient:
+        options: dict[str, Any] = {"headers": headers, "auth": auth} | ({"timeout": timeout} if timeout else {})
+        return balanced_http(balancer, follow_redirects=follow_redirects, **options)
+
+    transport = StreamableHttpTransport(fleet.url, httpx_client_factory=factory)
     client = FastMCPClient(
         transport,
         elicitation_handler=elicit,
@@ -332,5 +344,5 @@ async def test_fastmcp_flows_cross_instances_and_each_step_runs_once(fleet: Flee
     served = driver.balancer.served
     # Lisbon alone takes nine requests; every one went to the other instance than the one before.
     assert len(served) >= 9 + 1 + 4 + 2 + 2, served
-    assert all(a != b for a, b in zip(served, served[1:], strict=False)), served
+    assert all(a != b for a, b in pairwise(served)), served
     assert set(served) == {"A", "B"}

@@ -79,8 +79,9 @@ def build() -> FastMCP[Any]:
         prefs = await ctx.elicit("Preferences?", response_type=Preferences)
         assert isinstance(bags, AcceptedElicitation) and isinstance(extras, AcceptedElicitation)
         assert isinstance(prefs, AcceptedElicitation)
-        note = await ctx.sample(f"One line about {city}", system_prompt="be brief", max_tokens=30)
-        roots = await ctx.list_roots()
+        # FastMCP 4's `Context` no longer declares these: at run time ctx is mrtr's FlowsContext.
+        note = await ctx.sample(f"One line about {city}", system_prompt="be brief", max_tokens=30)  # type: ignore[attr-defined]
+        roots = await ctx.list_roots()  # type: ignore[attr-defined]
         await mrtr.step("email", record, "email", city)
         traveller: Traveller = who.data
         return (
