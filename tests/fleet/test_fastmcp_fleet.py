@@ -122,7 +122,7 @@ def reply(message: str) -> dict[str, Any] | None:
     if message.startswith("Which class to "):
         return None if message.startswith("Which class to Bergen") else {"value": "business"}
     if message.startswith("Pay "):
-        return {"ok": True}
+        return None if message.endswith(" to nobody?") else {"ok": True}
     if message.startswith("Brief about "):
         return {"value": "devs"}
     fixed: dict[str, dict[str, Any]] = {
@@ -311,6 +311,7 @@ async def test_fastmcp_flows_cross_instances_and_each_step_runs_once(fleet: Flee
             at_once = await driver.tool("plan_trip", {"city": f"Oslo-{kind}"})
             midway = await driver.tool("plan_trip", {"city": f"Bergen-{kind}"})
             paid = await driver.tool("pay", {"amount": 7, "payee": kind})
+            refused = await driver.tool("pay", {"amount": 8, "payee": "nobody"})
             prompt = await driver.prompt("brief", {"topic": kind})
 
     assert driver.protocol_version == (LEGACY if kind == "legacy" else MODERN)
@@ -321,11 +322,13 @@ async def test_fastmcp_flows_cross_instances_and_each_step_runs_once(fleet: Flee
     assert at_once == f"Oslo-{kind}: not going (decline)"  # the tool's own decline path, not an error
     assert midway == f"Bergen-{kind}: booked, class decline"
     assert paid == f"{kind}: paid 7"
+    # A `FlowContext` flow's decline is a tool error (`Declined` raised in the flow), for every client.
+    assert refused == "error: The user declined the request: Pay 8 to nobody?"
     assert prompt == f"Write about {kind} for devs."
-    # Lisbon: 6 questions, Oslo: 1, Bergen: 3, pay: 1, brief: 1; one sample and one roots (Lisbon).
-    assert asked.kinds == Counter(elicit=12, sample=1, roots=1)
+    # Lisbon: 6 questions, Oslo: 1, Bergen: 3, pay: 1 + 1, brief: 1; one sample and one roots (Lisbon).
+    assert asked.kinds == Counter(elicit=13, sample=1, roots=1)
 
-    tags = {f"Lisbon-{kind}", f"Oslo-{kind}", f"Bergen-{kind}", kind}
+    tags = {f"Lisbon-{kind}", f"Oslo-{kind}", f"Bergen-{kind}", kind, "nobody"}
     runs = [line for line in fleet.steps() if line["tag"] in tags]
     assert Counter((line["step"], line["tag"]) for line in runs) == Counter(
         {
@@ -343,6 +346,26 @@ async def test_fastmcp_flows_cross_instances_and_each_step_runs_once(fleet: Flee
         return
     served = driver.balancer.served
     # Lisbon alone takes nine requests; every one went to the other instance than the one before.
-    assert len(served) >= 9 + 1 + 4 + 2 + 2, served
+    assert len(served) >= 9 + 1 + 4 + 2 + 2 + 2, served
     assert all(a != b for a, b in pairwise(served)), served
     assert set(served) == {"A", "B"}
+
+
+async def test_an_answer_that_does_not_fit_is_asked_again_by_the_other_instance(fleet: Fleet) -> None:
+    asked: list[str] = []
+
+    async def sloppy(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        asked.append(params.message)
+        return t.ElicitResult(action="accept", content={"ok": "maybe" if len(asked) == 1 else True})
+
+    balancer = Alternating(fleet.ports())
+    with anyio.fail_after(TEST_TIMEOUT):
+        async with (
+            balanced_http(balancer) as http,
+            Client(streamable_http_client(fleet.url, http_client=http), elicitation_callback=sloppy) as client,
+        ):
+            result = await client.call_tool("pay", {"amount": 9, "payee": "sloppy"})
+    assert tool_text(result) == "sloppy: paid 9"
+    assert len(asked) == 2 and asked[0] == "Pay 9 to sloppy?" and "Asked again" in asked[1], asked
+    assert [line["step"] for line in fleet.steps() if line["tag"] == "sloppy"] == ["charge"]
+    assert all(a != b for a, b in pairwise(balancer.served)) and set(balancer.served) == {"A", "B"}
