@@ -14,6 +14,10 @@ same fixtures, with no baseline: every one of their checks must be SUCCESS, exce
 `wire-schema-valid` FAILURE made only of the pinned suite's known task-envelope bug (see
 `tests.external.conformance.harness.TASK_ENVELOPE_SCHEMA_BUG_IN`; excused under that version alone).
 
+The 14 MRTR scenarios also run against the same MRTR flows registered with `mrtr.fastmcp` on a
+FastMCP app (`tests/external/conformance/fastmcp_server.py`), one `--scenario` run each: every
+run must exit 0 and every check must be SUCCESS.
+
 Needs `npx` (Node.js; npx itself fetches Node 22 and the suite, ~15 s the first time). Without
 it the tests skip on a laptop but fail when `CI` is set, so CI can never go green by skipping.
 """
@@ -35,12 +39,14 @@ from tests.external.conformance.harness import (
     TASKS_ALWAYS_SKIPPED,
     TASKS_FIXED_PACKAGE,
     TASKS_SCENARIOS,
+    fastmcp_fixture_server,
     find_npx,
     fixture_server,
     is_task_envelope_schema_bug,
     load_checks,
     not_successful,
     run_client_scenario,
+    run_scenarios,
     run_server_suite,
     run_tasks_suite,
     tasks_failures,
@@ -73,6 +79,25 @@ def test_server_suite_all_2026_07_28(npx: str, tmp_path: Path) -> None:
     assert not missing, f"MRTR scenarios that did not run: {missing}\n{run.tail()}"
     failing = {name: bad for name in MRTR_SCENARIOS if (bad := not_successful(results[name]))}
     assert not failing, f"MRTR checks that are not SUCCESS: {failing}"
+
+
+def test_mrtr_scenarios_on_fastmcp(npx: str, tmp_path: Path) -> None:
+    """The 14 MRTR scenarios against the same flows on FastMCP (`mrtr.fastmcp.Flows`): all SUCCESS."""
+    with fastmcp_fixture_server(tmp_path) as url:
+        runs = run_scenarios(npx, url, MRTR_SCENARIOS, tmp_path / "out")
+    results = load_checks(tmp_path / "out")
+    for name in MRTR_SCENARIOS:
+        checks = results.get(name, [])
+        print(f"{name}: {sum(c.get('status') == 'SUCCESS' for c in checks)}/{len(checks)} SUCCESS")
+    server_log = (tmp_path / "server-conformance-fastmcp.log").read_text()[-4000:]
+
+    exited = {name: run.returncode for name, run in zip(MRTR_SCENARIOS, runs, strict=True) if run.returncode != 0}
+    tails = "\n".join(run.tail(30) for run in runs if run.returncode != 0)
+    assert not exited, f"harness runs that did not exit 0: {exited}\n{tails}\nserver log:\n{server_log}"
+    missing = [name for name in MRTR_SCENARIOS if not results.get(name)]
+    assert not missing, f"MRTR scenarios that did not run: {missing}"
+    failing = {name: bad for name in MRTR_SCENARIOS if (bad := not_successful(results[name]))}
+    assert not failing, f"MRTR checks that are not SUCCESS on FastMCP: {failing}\nserver log:\n{server_log}"
 
 
 def test_server_tasks_scenarios(npx: str, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from tests.support.servers import ServerSpec, spawn_servers
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 SERVER_SCRIPT = HERE / "server.py"
+FASTMCP_SERVER_SCRIPT = HERE / "fastmcp_server.py"
 CLIENT_SCRIPT = HERE / "client.py"
 BASELINE = HERE / "expected-failures.yml"
 RESULTS_MD = HERE / "results.md"
@@ -182,6 +184,29 @@ def run_tasks_suite(npx: str, url: str, out_dir: Path, *, package: str = CONFORM
     return run_conformance(npx, ["server", "--url", url, "--suite", "pending"], out_dir, package=package)
 
 
+SCENARIO_WORKERS = 2
+"""Harness runs at once in `run_scenarios`: one `--scenario` run is ~0.7 s, mostly Node start-up."""
+
+
+def run_scenarios(npx: str, url: str, scenarios: Sequence[str], out_dir: Path) -> list[SuiteRun]:
+    """One `--scenario NAME --spec-version 2026-07-28` run per name against `url`, all writing under `out_dir`.
+
+    Why one run each: `--scenario` takes one name (given twice, the last wins) and no suite is
+    "the MRTR scenarios" alone; `--suite all` would also run every non-MRTR scenario, whose
+    fixtures a server with only the MRTR flows (fastmcp_server.py) does not have. No baseline:
+    callers require each run's exit code 0 and every check SUCCESS. Runs are independent (each
+    its own client and flows), so they go `SCENARIO_WORKERS` at a time; results come back in
+    the order of `scenarios`.
+    """
+
+    def one(scenario: str) -> SuiteRun:
+        args = ["server", "--url", url, "--scenario", scenario, "--spec-version", SPEC_VERSION]
+        return run_conformance(npx, args, out_dir)
+
+    with ThreadPoolExecutor(max_workers=SCENARIO_WORKERS) as pool:
+        return list(pool.map(one, scenarios))
+
+
 def is_task_envelope_schema_bug(check: Mapping[str, Any]) -> bool:
     """Whether `check` fails only because of the harness bug in `TASK_ENVELOPE_SCHEMA_BUG_IN`.
 
@@ -270,3 +295,16 @@ def fixture_server(workdir: Path, env: Mapping[str, str] | None = None) -> Itera
     spec = ServerSpec("conformance", dict(env or {}), script=SERVER_SCRIPT, ready_prefix=READY_PREFIX)
     with spawn_servers([spec], workdir) as servers:
         yield servers["conformance"].url
+
+
+@contextmanager
+def fastmcp_fixture_server(workdir: Path) -> Iterator[str]:
+    """Run tests/external/conformance/fastmcp_server.py (the MRTR fixtures on FastMCP) like `fixture_server`.
+
+    Its log is `workdir / "server-conformance-fastmcp.log"`.
+    """
+    from tests.external.conformance.fastmcp_server import READY_PREFIX as FASTMCP_READY_PREFIX  # needs fastmcp
+
+    spec = ServerSpec("conformance-fastmcp", {}, script=FASTMCP_SERVER_SCRIPT, ready_prefix=FASTMCP_READY_PREFIX)
+    with spawn_servers([spec], workdir) as servers:
+        yield servers["conformance-fastmcp"].url

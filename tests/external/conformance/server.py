@@ -44,10 +44,10 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, TypeVar
 
 ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
@@ -104,6 +104,8 @@ JSON_SCHEMA_2020_12 = {
 
 # -- MRTR fixtures: all mrtr flows ------------------------------------------------------------
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 class Name(BaseModel):
     name: str
@@ -121,8 +123,21 @@ class PromptContext(BaseModel):
     context: str
 
 
-def add_mrtr_fixtures(flows: mrtr.Flows) -> None:
-    """The fixtures of the 14 `input-required-result-*` scenarios (conformance.md §4)."""
+class FlowRegistry(Protocol):
+    """What `add_mrtr_fixtures` needs of a flow registry: `mrtr.Flows` (on the SDK's MCPServer)
+    and `mrtr.fastmcp.Flows` (on FastMCP, see tests/external/conformance/fastmcp_server.py) both fit."""
+
+    def tool(self, name: str | None = None, *, description: str | None = None) -> Callable[[F], F]: ...
+
+    def prompt(self, name: str | None = None, *, description: str | None = None) -> Callable[[F], F]: ...
+
+
+def add_mrtr_fixtures(flows: FlowRegistry) -> None:
+    """The fixtures of the 14 `input-required-result-*` scenarios (conformance.md §4).
+
+    The same flows whichever host registers them: the SDK's MCPServer here, FastMCP in
+    tests/external/conformance/fastmcp_server.py.
+    """
 
     @flows.tool(description="MRTR: asks the user's name (key user_name), then greets them.")
     async def test_input_required_result_elicitation(ctx: mrtr.FlowContext) -> str:
