@@ -307,3 +307,33 @@ async def test_a_server_with_another_tasks_extension_refuses_mrtr_task_flows() -
         @flows.tool(task="optional")
         async def job(ctx: mrtr.FlowContext) -> str:
             return "done"
+
+
+async def test_the_fastmcp_example_runs_as_documented() -> None:
+    import importlib.util
+    import sys
+
+    from tests.support.flowkit import ROOT_DIR
+
+    spec = importlib.util.spec_from_file_location("fastmcp_trips", ROOT_DIR / "examples" / "fastmcp_trips.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = example  # its dataclass looks its module up
+    spec.loader.exec_module(example)
+
+    async def fill(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        assert isinstance(params, t.ElicitRequestFormParams)
+        content = {"value": True} if params.message == "Go to Rome?" else {"name": "Ada", "bags": 1}
+        return t.ElicitResult(action="accept", content=content)
+
+    async def sample(context: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+        return t.CreateMessageResult(role="assistant", content=t.TextContent(type="text", text="eternal"), model="m")
+
+    async with (
+        served(example.mcp) as url,
+        Client(
+            streamable_http_client(url), elicitation_callback=fill, sampling_callback=sample, list_roots_callback=roots
+        ) as client,
+    ):
+        result = await client.call_tool("plan_trip", {"city": "Rome"})
+    assert result.content[0].text == "B-Rome-Ada: eternal (1 roots)"

@@ -7,6 +7,7 @@ import contextlib
 import os
 import socket
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -17,6 +18,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 
+ROOT_DIR = Path(__file__).resolve().parents[2]
+"""The repository's root (examples/, README.md)."""
 SHARED_KEY = os.urandom(32)
 
 
