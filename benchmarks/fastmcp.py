@@ -75,6 +75,7 @@ from pydantic import BaseModel  # noqa: E402
 
 import mrtr  # noqa: E402
 import mrtr.fastmcp  # noqa: E402
+import mrtr.fastmcp._flows as mrtr_fastmcp_flows  # noqa: E402
 
 VARIANTS = ("guard", "mrtr")
 LABELS = {"guard": "(1) FastMCP guard", "mrtr": "(2) mrtr flow"}
@@ -292,41 +293,121 @@ async def main(args: argparse.Namespace) -> list[tuple[str, float, tuple[float, 
 # -- profiling -------------------------------------------------------------------------------
 
 
-def profile_inprocess(n: int, top: int = 25) -> None:
-    """cProfile `n` in-process calls of each variant; print totals and (2)'s costliest functions."""
+def _where(filename: str) -> str:
+    """A short file name: relative to site-packages or src/, else the file's own name."""
+    if "site-packages/" in filename:
+        return filename.split("site-packages/")[-1]
+    if "/src/" in filename:
+        return filename.split("/src/")[-1]
+    return Path(filename).name if filename.startswith("/") else filename
 
-    async def run(variant: str) -> cProfile.Profile:
+
+def _package(filename: str) -> str:
+    """Who owns a frame: mrtr, fastmcp, mcp (incl. mcp_types), pydantic, this script, or the stdlib."""
+    where = _where(filename)
+    if filename == __file__:
+        return "benchmark"
+    for name in ("mrtr", "fastmcp", "mcp_types", "mcp", "pydantic_core", "pydantic", "anyio"):
+        if where.startswith(f"{name}/"):
+            return "mcp" if name == "mcp_types" else "pydantic" if name == "pydantic_core" else name
+    return "stdlib/other"
+
+
+def profile_inprocess(n: int, top: int = 20) -> None:
+    """cProfile `n` in-process calls of each variant on one client; print where (2)'s extra time goes.
+
+    Both variants are profiled on the same server and client, interleaved, after a shared warm-up.
+    Reported per call: own (self) time by package, the functions whose cumulative time grows most
+    from (1) to (2), and mrtr's own functions in (2).
+    """
+
+    async def run() -> dict[str, pstats.Stats]:
+        profilers = {variant: cProfile.Profile() for variant in VARIANTS}
         async with inprocess() as (call, _client):
             for _ in range(100):
-                await call(variant)
+                for variant in VARIANTS:
+                    await call(variant)
             gc.collect()
-            profiler = cProfile.Profile()
-            profiler.enable()
-            for _ in range(n):
-                await call(variant)
-            profiler.disable()
-        return profiler
+            for i in range(n):  # interleaved like the timed cycles; each profiler sees only its variant
+                for j in range(len(VARIANTS)):
+                    variant = VARIANTS[(i + j) % len(VARIANTS)]
+                    profilers[variant].enable()
+                    await call(variant)
+                    profilers[variant].disable()
+        return {variant: pstats.Stats(profiler) for variant, profiler in profilers.items()}
 
-    stats = {variant: pstats.Stats(asyncio.run(run(variant))) for variant in VARIANTS}
-    totals = {v: s.total_tt / n for v, s in stats.items()}  # type: ignore[attr-defined]
+    stats = asyncio.run(run())
+    raw: dict[str, dict[tuple[str, int, str], Any]] = {v: s.stats for v, s in stats.items()}  # type: ignore[attr-defined]
+    totals = {v: sum(row[2] for row in raw[v].values()) / n for v in VARIANTS}
     print(
-        f"\nProfile, {n} in-process calls per variant under cProfile (profiling inflates small calls): "
-        f"CPU per call (1) {ms(totals['guard'])} ms, (2) {ms(totals['mrtr'])} ms"
+        f"\nProfile: {n} in-process calls per variant under cProfile (it inflates small calls; compare the two "
+        f"columns, not with the latencies above). CPU per call: (1) {ms(totals['guard'])} ms, "
+        f"(2) {ms(totals['mrtr'])} ms, (2)-(1) = {ms(totals['mrtr'] - totals['guard'])} ms"
     )
+
+    own: dict[str, dict[str, float]] = {v: {} for v in VARIANTS}
     for variant in VARIANTS:
-        print(f"\n{LABELS[variant]}: top {top} by cumulative time (per call = cumtime / {n})")
-        raw: dict[tuple[str, int, str], Any] = stats[variant].stats  # type: ignore[attr-defined]
-        rows = sorted(raw.items(), key=lambda kv: -kv[1][3])
-        print(f"  {'us/call':>8} {'own us':>7} {'calls/call':>10}  function")
-        shown = 0
-        for (filename, line, name), (_cc, ncalls, tottime, cumtime, _callers) in rows:
-            short = filename.split("site-packages/")[-1].split("/src/")[-1]
-            if "asyncio" in short or short.startswith("<") or name.startswith("<"):
-                continue  # the event loop's own frames wrap everything
-            print(f"  {cumtime / n * 1e6:>8.1f} {tottime / n * 1e6:>7.1f} {ncalls / n:>10.1f}  {name} ({short}:{line})")
-            shown += 1
-            if shown >= top:
-                break
+        for (filename, _line, _name), row in raw[variant].items():
+            package = _package(filename)
+            own[variant][package] = own[variant].get(package, 0.0) + row[2] / n
+    print(f"\n  own (self) time per call by package: {'(1) us':>8} {'(2) us':>8} {'(2)-(1)':>8}")
+    packages = sorted(set(own["guard"]) | set(own["mrtr"]), key=lambda p: -(own["mrtr"].get(p, 0.0)))
+    for package in packages:
+        guard, flow = own["guard"].get(package, 0.0), own["mrtr"].get(package, 0.0)
+        print(f"  {package:<37} {guard * 1e6:>8.1f} {flow * 1e6:>8.1f} {(flow - guard) * 1e6:>+8.1f}")
+
+    def cumulative(variant: str) -> dict[tuple[str, int, str], float]:
+        return {key: row[3] / n for key, row in raw[variant].items() if "asyncio" not in key[0]}
+
+    cum = {v: cumulative(v) for v in VARIANTS}
+    keys = set(cum["guard"]) | set(cum["mrtr"])
+    delta = {key: cum["mrtr"].get(key, 0.0) - cum["guard"].get(key, 0.0) for key in keys}
+    print(f"\n  largest growth in cumulative time per call, (1) -> (2): {'(1) us':>8} {'(2) us':>8} {'(2)-(1)':>8}")
+    for key, grow in sorted(delta.items(), key=lambda kv: -kv[1])[:top]:
+        filename, line, name = key
+        label = f"{name} ({_where(filename)}:{line})"
+        guard, flow = cum["guard"].get(key, 0.0), cum["mrtr"].get(key, 0.0)
+        print(f"  {label[:70]:<70} {guard * 1e6:>8.1f} {flow * 1e6:>8.1f} {grow * 1e6:>+8.1f}")
+
+    print(f"\n  {LABELS['mrtr']}: mrtr's own functions by cumulative time per call {'us':>8} {'own us':>7}")
+    rows = [(key, row) for key, row in raw["mrtr"].items() if _package(key[0]) == "mrtr"]
+    for (filename, line, name), row in sorted(rows, key=lambda kv: -kv[1][3])[:top]:
+        label = f"{name} ({_where(filename)}:{line})"
+        print(f"  {label[:70]:<70} {row[3] / n * 1e6:>8.1f} {row[2] / n * 1e6:>7.1f}")
+
+
+def engine_timers(n: int) -> None:
+    """Wall time of mrtr's `run_flow` per round inside real in-process (2) calls (timers, no profiler)."""
+    samples: dict[str, list[float]] = {"first": [], "retry": []}
+    original = mrtr_fastmcp_flows.run_flow
+
+    async def timed_run_flow(spec: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
+        retry = ctx.request_state is not None
+        start = time.perf_counter()
+        try:
+            return await original(spec, ctx, *args, **kwargs)
+        finally:
+            samples["retry" if retry else "first"].append(time.perf_counter() - start)
+
+    async def run() -> Times:
+        async with inprocess() as (call, _client):
+            times = await timed_cycles(call, n, 100)
+        for values in samples.values():
+            del values[: len(values) - n]  # keep the timed cycles only
+        return times
+
+    mrtr_fastmcp_flows.run_flow = timed_run_flow  # type: ignore[assignment]
+    try:
+        times = asyncio.run(run())
+    finally:
+        mrtr_fastmcp_flows.run_flow = original
+    first, retry = statistics.median(samples["first"]), statistics.median(samples["retry"])
+    extra = statistics.median(times["mrtr"]) - statistics.median(times["guard"])
+    print(
+        f"\nmrtr's engine alone in (2), in-process, medians over {n} calls (timers, no profiler): run_flow round 1 "
+        f"{ms(first)} ms + round 2 {ms(retry)} ms = {ms(first + retry)} ms per call; (2)-(1) latency in the same "
+        f"run: {ms(extra)} ms per call. The rest of (2) is the FastMCP/SDK path it shares with (1)."
+    )
 
 
 # -- entry -----------------------------------------------------------------------------------
@@ -357,6 +438,7 @@ def _entry() -> int:
         return 0
     asyncio.run(main(args))
     if args.profile:
+        engine_timers(args.profile_n)
         profile_inprocess(args.profile_n)
     return 0  # a measurement, not a test: missing the target is reported, never an error
 

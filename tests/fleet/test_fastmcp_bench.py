@@ -11,7 +11,7 @@ import asyncio
 import math
 
 import pytest
-from benchmarks.fastmcp import main, parse_args, profile_inprocess
+from benchmarks.fastmcp import engine_timers, main, parse_args, profile_inprocess
 
 
 @pytest.mark.slow
@@ -20,6 +20,8 @@ def test_the_fastmcp_benchmark_runs_on_every_transport(capsys: pytest.CaptureFix
     assert [name for name, _ratio, _ci in found] == ["in-process", "in-memory fastmcp.Client", "HTTP"]
     for _name, ratio, (low, high) in found:
         assert math.isfinite(ratio) and ratio > 0 and 0 < low <= high
+    engine_timers(5)
     profile_inprocess(5, top=3)
     out = capsys.readouterr().out
-    assert "requestState as sealed on the wire" in out and "TARGET" in out and "(2) mrtr flow: top 3" in out
+    assert "requestState as sealed on the wire" in out and "TARGET" in out
+    assert "largest growth in cumulative time" in out and "run_flow round 1" in out
