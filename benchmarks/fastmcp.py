@@ -369,6 +369,13 @@ def profile_inprocess(n: int, top: int = 20) -> None:
         guard, flow = cum["guard"].get(key, 0.0), cum["mrtr"].get(key, 0.0)
         print(f"  {label[:70]:<70} {guard * 1e6:>8.1f} {flow * 1e6:>8.1f} {grow * 1e6:>+8.1f}")
 
+    print(f"\n  what (1) does and (2) skips, by cumulative time: {'(1) us':>8} {'(2) us':>8} {'(2)-(1)':>8}")
+    for key, grow in sorted(delta.items(), key=lambda kv: kv[1])[: top // 2]:
+        filename, line, name = key
+        label = f"{name} ({_where(filename)}:{line})"
+        guard, flow = cum["guard"].get(key, 0.0), cum["mrtr"].get(key, 0.0)
+        print(f"  {label[:70]:<70} {guard * 1e6:>8.1f} {flow * 1e6:>8.1f} {grow * 1e6:>+8.1f}")
+
     print(f"\n  {LABELS['mrtr']}: mrtr's own functions by cumulative time per call {'us':>8} {'own us':>7}")
     rows = [(key, row) for key, row in raw["mrtr"].items() if _package(key[0]) == "mrtr"]
     for (filename, line, name), row in sorted(rows, key=lambda kv: -kv[1][3])[:top]:
