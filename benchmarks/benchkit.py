@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import socket
 import statistics
 import sys
@@ -32,6 +33,17 @@ def p90(values: Sequence[float]) -> float:
 
 def median_or_zero(values: Sequence[float] | None) -> float:
     return statistics.median(values) if values else 0.0
+
+
+def ratio_ci(num: Sequence[float], den: Sequence[float], rng: random.Random, reps: int = 300) -> tuple[float, float]:
+    """Bootstrap 95% interval of median(num)/median(den), resampling whole cycles (pairs)."""
+    idx = range(len(num))
+    ratios = []
+    for _ in range(reps):
+        sample = rng.choices(idx, k=len(num))
+        ratios.append(statistics.median([num[i] for i in sample]) / statistics.median([den[i] for i in sample]))
+    ratios.sort()
+    return ratios[int(0.025 * reps)], ratios[int(0.975 * reps) - 1]
 
 
 def drain(samples: dict[str, list[float]]) -> dict[str, list[float]]:

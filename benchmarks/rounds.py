@@ -61,7 +61,7 @@ from typing import Annotated, Any
 
 import mcp.server.mcpserver.tools.base as sdk_tool_base
 import mcp_types as t
-from benchkit import drain, loopback_socket, median_or_zero, ms, p90, server_processes
+from benchkit import drain, loopback_socket, median_or_zero, ms, p90, ratio_ci, server_processes
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -377,17 +377,6 @@ async def state_sizes(client: Client, tool: str, security: RequestStateSecurity 
 
 
 # -- statistics and printing -----------------------------------------------------------------
-
-
-def ratio_ci(num: Sequence[float], den: Sequence[float], rng: random.Random, reps: int = 300) -> tuple[float, float]:
-    """Bootstrap 95% interval of median(num)/median(den), resampling whole cycles (pairs)."""
-    idx = range(len(num))
-    ratios = []
-    for _ in range(reps):
-        sample = rng.choices(idx, k=len(num))
-        ratios.append(statistics.median([num[i] for i in sample]) / statistics.median([den[i] for i in sample]))
-    ratios.sort()
-    return ratios[int(0.025 * reps)], ratios[int(0.975 * reps) - 1]
 
 
 @dataclass
