@@ -337,3 +337,36 @@ async def test_the_fastmcp_example_runs_as_documented() -> None:
     ):
         result = await client.call_tool("plan_trip", {"city": "Rome"})
     assert result.content[0].text == "B-Rome-Ada: eternal (1 roots)"
+
+
+async def test_task_notifications_on_fastmcp_let_the_client_follow_without_polling() -> None:
+    from mrtr.client import FlowClient
+    from mrtr.stores import SQLiteStore
+
+    mcp: FastMCP[Any] = FastMCP("fm-listen", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    flows = mrtr.fastmcp.Flows(mcp, store=SQLiteStore(":memory:"), task_poll_interval=5.0)  # polling would be slow
+
+    @flows.tool(task="optional")
+    async def publish(job: str, ctx: mrtr.FlowContext) -> str:
+        ok = await ctx.elicit(f"Publish {job}?", Approval)
+        return f"published {job}: {ok.ok}"
+
+    methods: list[str] = []
+
+    async def yes(params: t.ElicitRequestParams) -> t.ElicitResult:
+        return t.ElicitResult(action="accept", content={"ok": True})
+
+    async with served(mcp) as url, httpx2.AsyncClient(trust_env=False, timeout=20.0) as http:
+
+        async def record(request: httpx2.Request) -> None:
+            if request.method == "POST":
+                import json
+
+                methods.append(json.loads(request.content).get("method", ""))
+
+        http.event_hooks["request"].append(record)
+        async with FlowClient(url, elicit=yes, tasks=True, http_client=http) as client:
+            result = await client.call_tool("publish", {"job": "j"})
+    assert result.content[0].text == "published j: True"
+    # Every state came as a `notifications/tasks` on the listen stream: no `tasks/get` poll at all.
+    assert methods == ["server/discover", "tools/call", "subscriptions/listen", "tasks/update"]

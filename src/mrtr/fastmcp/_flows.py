@@ -24,6 +24,7 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_context
 from fastmcp.tools import FunctionTool
 from mcp.server.request_state import RequestStateSecurity, authenticated_principal
+from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult
 
@@ -38,10 +39,13 @@ from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._guard import ReplayGuard, open_guard
 from mrtr._shedding import LoadShedder, ShedClients
 from mrtr._wire import TASKS_EXTENSION
+from mrtr.buses._base import BrokerBus
 from mrtr.fastmcp._context import FlowsContext
-from mrtr.fastmcp._tasks import FastMCPTasks, created_box
+from mrtr.fastmcp._tasks import FastMCPTasks, created_box, serve_listen
 from mrtr.stores import TaskStore
+from mrtr.tasks._events import TaskEvents
 from mrtr.tasks._extension import TasksExtension
+from mrtr.tasks._listen import ListenHandler
 from mrtr.tasks._runtime import TaskRuntime
 from mrtr.tasks._seam import EngineOptions, TaskEngine
 
@@ -66,7 +70,12 @@ class Flows:
             lease runtime over `store` (SQLite, Redis, PostgreSQL), or another engine such as
             `mrtr.temporal.TemporalTasks`. The tasks extension is registered on the FastMCP
             server (`mcp.add_extension`) when the first task flow is, and its lease scanner
-            runs with the server's lifespan. Clients follow tasks by polling `tasks/get`.
+            runs with the server's lifespan.
+        fleet_bus, bus: Task notifications. FastMCP 4.2 serves no `subscriptions/listen`, so
+            mrtr serves it (core filter plus the tasks extension's `taskIds`) on `bus`; by
+            default the store's fleet bus when the store is shared (Redis, PostgreSQL; not with
+            `fleet_bus=False`), else an in-process bus. A bus that cannot hear every task
+            change acknowledges listens without task ids, and clients poll.
     """
 
     def __init__(
@@ -87,6 +96,8 @@ class Flows:
         task_poll_interval: float = 0.5,
         task_scan_interval: float = 1.0,
         tasks: TaskEngine | None = None,
+        fleet_bus: bool = True,
+        bus: SubscriptionBus | None = None,
     ) -> None:
         self.mcp = mcp
         self._store = store
@@ -98,6 +109,9 @@ class Flows:
             "scan_interval": task_scan_interval,
         }
         self._extension: TasksExtension | None = None
+        self._fleet_bus = fleet_bus
+        self.bus: SubscriptionBus | None = bus
+        """The bus task notifications ride (set when the first task flow is registered, unless given)."""
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         security = self.state_security()
         if security is None:
@@ -243,9 +257,34 @@ class Flows:
                 f"mrtr.fastmcp: this FastMCP server already has a {TASKS_EXTENSION} extension (fastmcp-tasks?); "
                 "mrtr's durable tasks need that identifier: register mrtr task flows on a server without it"
             )
-        self.mcp.add_extension(FastMCPTasks(self._extension))
+        bus, hears_every_task = self._task_bus(engine)
+        if engine.on_change is None:
+            engine.on_change = TaskEvents(bus).publish
+        listen = ListenHandler(bus, self._extension if hears_every_task and engine.reports_every_change else None)
+        serve_listen(self.mcp, listen)
+        self.mcp.add_extension(FastMCPTasks(self._extension, bus if isinstance(bus, BrokerBus) else None))
         self.services.tasks = engine
         return engine
+
+    def _task_bus(self, engine: TaskEngine) -> tuple[SubscriptionBus, bool]:
+        """The bus for task notifications, and whether it hears every task change (see `Flows`)."""
+        if self.bus is not None:
+            return self.bus, True
+        derive = getattr(engine.shared_store, "fleet_bus", None)
+        bus = derive() if derive is not None and self._fleet_bus else None
+        if bus is not None:
+            self.bus = bus
+            logger.info("mrtr: FastMCP server %r: task notifications ride the store's fleet bus", self.mcp.name)
+            return bus, True
+        self.bus = InMemorySubscriptionBus()
+        if derive is not None:
+            logger.warning(
+                "mrtr: FastMCP server %r keeps an in-process bus beside a shared store: listens are acknowledged "
+                "without task ids and task clients poll",
+                self.mcp.name,
+            )
+            return self.bus, False
+        return self.bus, engine.run_worker_here
 
     def _spec(
         self,

@@ -16,17 +16,22 @@ and ends the body with a placeholder the interceptor replaces.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
-from fastmcp import Context
+from fastmcp import Context, FastMCP
 from fastmcp.server.extensions import MethodBinding, ServerExtension, ToolCallContinuation, ToolCallOutcome
 from mcp.server.context import ServerRequestContext
-from mcp_types import CallToolRequestParams
+from mcp_types import CallToolRequestParams, SubscriptionsListenRequestParams
 
 from mrtr._wire import TASKS_EXTENSION, CreateTaskResult
+from mrtr.buses._base import BrokerBus
 from mrtr.tasks._extension import TasksExtension
+from mrtr.tasks._listen import ListenHandler
+
+logger = logging.getLogger("mrtr.fleet")
 
 created_box: ContextVar[list[dict[str, Any]] | None] = ContextVar("mrtr_fastmcp_created_task", default=None)
 """Set by the interceptor for one `tools/call`; the tool entry puts the task it created in it."""
@@ -37,11 +42,13 @@ class FastMCPTasks(ServerExtension):
 
     identifier = TASKS_EXTENSION
 
-    def __init__(self, tasks: TasksExtension) -> None:
+    def __init__(self, tasks: TasksExtension, bus: BrokerBus | None = None) -> None:
         self.tasks = tasks
+        self.bus = bus
+        """A fleet bus to start and close with the server (None: an in-process bus, nothing to run)."""
 
     def clone(self) -> FastMCPTasks:
-        return FastMCPTasks(self.tasks)  # the engine is shared state, never deep-copied
+        return FastMCPTasks(self.tasks, self.bus)  # the engine is shared state, never deep-copied
 
     def methods(self) -> Sequence[MethodBinding]:
         return [MethodBinding(b.method, b.params_type, b.handler) for b in self.tasks.methods()]
@@ -72,14 +79,31 @@ class FastMCPTasks(ServerExtension):
 
     @contextlib.asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
+        if self.bus is not None:
+            try:
+                await self.bus.start(timeout=5.0)
+            except Exception:
+                logger.warning("the fleet bus could not reach its broker at start; it keeps trying in the background")
         self.tasks.engine.ensure_running()  # adopt orphaned tasks from boot, not from the first tasks/* request
         try:
             yield
         finally:
             await self.tasks.engine.close()
+            if self.bus is not None:
+                await self.bus.close()
 
     def lifespan(self) -> contextlib.AbstractAsyncContextManager[None]:
         return self._running()
 
 
-__all__ = ["FastMCPTasks", "created_box"]
+def serve_listen(mcp: FastMCP[Any], handler: ListenHandler) -> None:
+    """Serve `subscriptions/listen` with mrtr's handler: FastMCP 4.2 does not serve it at all.
+
+    Through the SDK's public `Server.add_request_handler` on the low-level server FastMCP
+    wraps (`FastMCP._mcp_server`, its one attribute mrtr reads besides the request
+    context's `_srctx`).
+    """
+    mcp._mcp_server.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, handler)
+
+
+__all__ = ["FastMCPTasks", "created_box", "serve_listen"]
