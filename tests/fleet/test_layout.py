@@ -120,7 +120,7 @@ _SDK_INTERNALS = re.compile(
 def test_only_the_sdk_adapter_touches_sdk_internals() -> None:
     offenders = []
     for name, path in MODULES.items():
-        if name == "mrtr._sdk":
+        if name in ("mrtr._sdk", "mrtr.fastmcp._internals"):  # the SDK's fence, and FastMCP's
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]

@@ -40,6 +40,7 @@ from mrtr._guard import ReplayGuard, open_guard
 from mrtr._shedding import LoadShedder, ShedClients
 from mrtr._wire import TASKS_EXTENSION
 from mrtr.buses._base import BrokerBus
+from mrtr.fastmcp import _internals as internals
 from mrtr.fastmcp._context import FlowsContext
 from mrtr.fastmcp._tasks import FastMCPTasks, created_box, serve_listen
 from mrtr.stores import TaskStore
@@ -135,7 +136,7 @@ class Flows:
 
     def state_security(self) -> RequestStateSecurity | None:
         """The policy FastMCP seals `requestState` with (None: a key of this process only)."""
-        return getattr(self.mcp, "_request_state_security", None)
+        return internals.state_security(self.mcp)
 
     @property
     def audience(self) -> str:
@@ -252,7 +253,7 @@ class Flows:
             options = self._task_options
             engine.configure(EngineOptions(options["ttl"], options["poll_interval"], authenticated_principal))
         self._extension = TasksExtension(engine)
-        if TASKS_EXTENSION in getattr(self.mcp, "_extensions", {}):
+        if internals.has_extension(self.mcp, TASKS_EXTENSION):
             raise RuntimeError(
                 f"mrtr.fastmcp: this FastMCP server already has a {TASKS_EXTENSION} extension (fastmcp-tasks?); "
                 "mrtr's durable tasks need that identifier: register mrtr task flows on a server without it"
@@ -340,12 +341,11 @@ class Flows:
 
         async def entry(**kwargs: Any) -> Any:
             ctx = get_context()
-            request = ctx.request_context
-            if request is None:
+            wire = internals.request_wire(ctx)
+            if wire is None:
                 raise RuntimeError(f"flow {spec.name!r} runs only inside an MCP request")
             try:
-                # `_srctx` is FastMCP's documented escape hatch to the SDK's request context.
-                return await run_flow(spec, ctx, kwargs, services, wire=request._srctx, state_security=security)
+                return await run_flow(spec, ctx, kwargs, services, wire=wire, state_security=security)
             except InputRefused as exc:
                 raise refused(exc) from None
             except TaskCreated as created:

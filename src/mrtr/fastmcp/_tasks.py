@@ -28,6 +28,7 @@ from mcp_types import CallToolRequestParams, SubscriptionsListenRequestParams
 
 from mrtr._wire import TASKS_EXTENSION, CreateTaskResult
 from mrtr.buses._base import BrokerBus
+from mrtr.fastmcp import _internals as internals
 from mrtr.tasks._extension import TasksExtension
 from mrtr.tasks._listen import ListenHandler
 
@@ -56,8 +57,8 @@ class FastMCPTasks(ServerExtension):
     async def intercept_tool_call(
         self, params: CallToolRequestParams, context: Context, call_next: ToolCallContinuation
     ) -> ToolCallOutcome:
-        request = context.request_context
-        if request is None:  # not a wire request (a background call): nothing to turn into a task
+        wire = internals.request_wire(context)
+        if wire is None:  # not a wire request (a background call): nothing to turn into a task
             return await call_next()
 
         async def proceed(_: ServerRequestContext[Any, Any]) -> Any:
@@ -66,7 +67,7 @@ class FastMCPTasks(ServerExtension):
         box: list[dict[str, Any]] = []
         token = created_box.set(box)
         try:
-            outcome = await self.tasks.intercept_tool_call(params, request._srctx, proceed)
+            outcome = await self.tasks.intercept_tool_call(params, wire, proceed)
         finally:
             created_box.reset(token)
         if box:  # the call became a task: its CreateTaskResult replaces the body's placeholder
@@ -97,13 +98,8 @@ class FastMCPTasks(ServerExtension):
 
 
 def serve_listen(mcp: FastMCP[Any], handler: ListenHandler) -> None:
-    """Serve `subscriptions/listen` with mrtr's handler: FastMCP 4.2 does not serve it at all.
-
-    Through the SDK's public `Server.add_request_handler` on the low-level server FastMCP
-    wraps (`FastMCP._mcp_server`, its one attribute mrtr reads besides the request
-    context's `_srctx`).
-    """
-    mcp._mcp_server.add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, handler)
+    """Serve `subscriptions/listen` with mrtr's handler: FastMCP 4.2 does not serve it at all."""
+    internals.add_request_handler(mcp, "subscriptions/listen", SubscriptionsListenRequestParams, handler)
 
 
 __all__ = ["FastMCPTasks", "created_box", "serve_listen"]

@@ -1,0 +1,64 @@
+"""The one place `mrtr.fastmcp` reaches into FastMCP's internals (tested against fastmcp 4.2).
+
+FastMCP has no public route yet for what is here; every use names what it needs, so a
+FastMCP release that moves one fails at start-up with the name and the version mrtr
+expects, not deep in a request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastmcp import Context, FastMCP
+from mcp.server.request_state import RequestStateSecurity
+
+EXPECTED = "fastmcp>=4.2,<5"
+
+
+class FastMCPChanged(RuntimeError):
+    """A FastMCP internal mrtr relies on has moved: pin the FastMCP version mrtr was tested with."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the installed fastmcp no longer has {what}; mrtr.fastmcp expects {EXPECTED}")
+
+
+def request_wire(ctx: Context) -> Any | None:
+    """The SDK's `ServerRequestContext` of the request `ctx` serves (None outside a wire request).
+
+    `FastMCPRequestContext._srctx` is FastMCP's documented escape hatch to it.
+    """
+    request = ctx.request_context
+    if request is None:
+        return None
+    if not hasattr(request, "_srctx"):
+        raise FastMCPChanged("FastMCPRequestContext._srctx (the SDK request context)")
+    return request._srctx
+
+
+def state_security(mcp: FastMCP[Any]) -> RequestStateSecurity | None:
+    """The `request_state_security` the server was built with (None: FastMCP seals with a process-local key)."""
+    if not hasattr(mcp, "_request_state_security"):
+        raise FastMCPChanged("FastMCP._request_state_security")
+    security: RequestStateSecurity | None = mcp._request_state_security
+    return security
+
+
+def has_extension(mcp: FastMCP[Any], identifier: str) -> bool:
+    """Whether an extension with `identifier` is registered on the server."""
+    extensions = getattr(mcp, "_extensions", None)
+    if extensions is None:
+        raise FastMCPChanged("FastMCP._extensions (registered server extensions)")
+    return identifier in extensions
+
+
+def add_request_handler(mcp: FastMCP[Any], method: str, params_type: Any, handler: Any) -> None:
+    """Serve a spec method FastMCP does not serve, through the SDK's public `Server.add_request_handler`
+    on the low-level server FastMCP wraps (`FastMCP._mcp_server`). Extension `MethodBinding`s
+    cannot bind spec methods, which `subscriptions/listen` is."""
+    lowlevel = getattr(mcp, "_mcp_server", None)
+    if lowlevel is None or not hasattr(lowlevel, "add_request_handler"):
+        raise FastMCPChanged("FastMCP._mcp_server (the SDK low-level server it wraps)")
+    lowlevel.add_request_handler(method, params_type, handler)
+
+
+__all__ = ["EXPECTED", "FastMCPChanged", "add_request_handler", "has_extension", "request_wire", "state_security"]
