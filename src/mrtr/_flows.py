@@ -131,6 +131,9 @@ class Flows:
         fleet.warn_about_state_key(server)
         self._dialects = Dialects(server, dialects) if dialects else None
         task_dialect = self._dialects.task_methods if self._dialects is not None else None
+        # However the server is served (`flows.streamable_http_app()`, `server.streamable_http_app()`,
+        # `server.run()`), its task worker starts with it and adopts orphaned tasks from boot.
+        sdk.wrap_lifespan(server, self._worker_started)
         self.replay_guard = as_guard(replay_guard, server)
         self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when, shed_clients)
         policies = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
@@ -176,6 +179,12 @@ class Flows:
             self._notify_tasks(extension)
         elif store is not None or task_dialect is not None:
             self._tasks()
+
+    @contextlib.asynccontextmanager
+    async def _worker_started(self) -> AsyncIterator[None]:
+        if self._runtime is not None:
+            self._runtime.ensure_running()
+        yield
 
     @property
     def runtime(self) -> Any:

@@ -17,7 +17,8 @@ from mcp_types import _v2025_11_25
 from pydantic import TypeAdapter
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
+    from contextlib import AbstractAsyncContextManager
 
     import httpx2
     from mcp.client.session import ClientSession
@@ -124,6 +125,24 @@ def request_wire(request: Context[Any, Any]) -> Any:
 def lowlevel_server(server: MCPServer[Any]) -> Any:
     """The low-level `Server` an `MCPServer` wraps (what `serve_one` dispatches to)."""
     return _required(server, "_lowlevel_server", "MCPServer._lowlevel_server")
+
+
+def wrap_lifespan(server: MCPServer[Any], around: Callable[[], AbstractAsyncContextManager[None]]) -> None:
+    """Enter `around()` inside the server's lifespan, however it is served.
+
+    `server.streamable_http_app()` (its session manager) and `server.run()` both enter the
+    low-level server's `lifespan`; wrapping it there makes every way of serving the server
+    start what `around` starts (the task worker, the fleet bus), not only `Flows`' own app.
+    """
+    lowlevel = lowlevel_server(server)
+    inner = _required(lowlevel, "lifespan", "Server.lifespan (the low-level server's lifespan)")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[Any]:
+        async with inner(app) as state, around():
+            yield state
+
+    lowlevel.lifespan = lifespan
 
 
 def http_lifespan_state(server: MCPServer[Any]) -> Any:

@@ -88,8 +88,12 @@ async def wait_until(predicate, timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
-async def test_a_killed_worker_loses_nothing(kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("kind", "app"),
+    [("sqlite", "flows"), ("redis", "flows"), ("postgres", "flows"), ("sqlite", "server")],
+)
+async def test_a_killed_worker_loses_nothing(kind: str, app: str, tmp_path: Path) -> None:
+    """`app="server"`: the SDK's own `server.streamable_http_app()` adopts orphaned tasks at boot too."""
     store, namespace = _store_url(kind, tmp_path)
     journal = tmp_path / "audit.jsonl"
     env = {
@@ -97,6 +101,7 @@ async def test_a_killed_worker_loses_nothing(kind: str, tmp_path: Path) -> None:
         "MRTR_STORE": store,
         "MRTR_STORE_NAMESPACE": namespace,
         "MRTR_AUDIT": str(journal),
+        "MRTR_SERVER_APP": "1" if app == "server" else "0",
     }
     with instances(["A", "B"], env, tmp_path) as servers:
         url_a, process_a = servers["A"]

@@ -5,7 +5,7 @@ postgresql://...), MRTR_STORE_NAMESPACE (Redis prefix / Postgres table) and MRTR
 file every step appends a JSON line to, so tests can count real side effects).
 Optional (issue 11): MRTR_TOKENS (`name=token,...`: bearer auth, one principal per token),
 MRTR_GUARD (a replay-guard store URL, namespaced like the store), MRTR_GUARD_LEASE, and
-MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight), MRTR_SEED=1 (seed dialect).
+MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight), MRTR_SEED=1 (seed dialect), MRTR_SERVER_APP=1 (serve `server.streamable_http_app()`).
 Optional (issue 16): MRTR_BUS (a fleet bus URL for `subscriptions/listen`, namespaced like the
 store), MRTR_PLAIN=1 (no `mrtr.Flows` at all: the SDK's own listen handler on that bus).
 Optional (issue 22): MRTR_FLEET_BUS=0 (`Flows(fleet_bus=False)`: no bus derived from a shared store).
@@ -209,9 +209,12 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
 
 
 def main() -> None:
-    # The task worker starts with the app.
+    # The task worker starts with the app, whichever app: MRTR_SERVER_APP=1 serves the SDK's own
+    # `server.streamable_http_app()` instead of `flows.streamable_http_app()`.
     def app() -> Any:
         server, flows = build_server()
+        if os.environ.get("MRTR_SERVER_APP") == "1":
+            return server.streamable_http_app(stateless_http=True)
         return (flows or server).streamable_http_app(stateless_http=True)
 
     serve_main(app, "task-server ready:")
