@@ -21,6 +21,7 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 
 from mrtr import _sdk as sdk
+from mrtr._errors import FlowDefinitionError
 
 logger = logging.getLogger("mrtr.fleet")
 
@@ -33,6 +34,16 @@ def warn_about_state_key(server: MCPServer[Any]) -> None:
             "'Invalid or expired requestState', after the user answered. Give every instance the same key ring: "
             "MCPServer(..., request_state_security=RequestStateSecurity(keys=[...]))",
             server.name,
+        )
+
+
+def require_shared_key(server: MCPServer[Any]) -> None:
+    """`Flows(require_shared_key=True)`: refuse to start with a process-local `requestState` key."""
+    if sdk.uses_process_local_key(server) or sdk.state_security(server) is None:
+        raise FlowDefinitionError(
+            f"server {server.name!r} has no shared request_state_security (Flows(require_shared_key=True)): "
+            "every instance must seal with the same key ring: "
+            "MCPServer(..., request_state_security=RequestStateSecurity(keys=[...]))"
         )
 
 
@@ -140,4 +151,4 @@ def _redacted(url: str) -> str:
     return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
 
 
-__all__ = ["choose_bus", "warn_about_default_store", "warn_about_state_key"]
+__all__ = ["require_shared_key", "choose_bus", "warn_about_default_store", "warn_about_state_key"]

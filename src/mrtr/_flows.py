@@ -65,7 +65,8 @@ class Flows:
     Args:
         server: The official SDK server to register on. Its `request_state_security`
             seals every journal; share its keys (and its name) across a fleet.
-        max_rounds: Default cap on client round trips per flow.
+        max_rounds: Default cap on client round trips per flow: 10, the official `mcp.Client`'s own
+            default (`input_required_max_rounds`), so both stop at the same round; raise both together.
         deadline: Default seconds a flow may take from its first round; never renewed.
         max_state_bytes: Default cap on the sealed `requestState`.
         store: Where durable tasks live (`SQLiteStore`, `RedisStore`, `PostgresStore`);
@@ -103,6 +104,12 @@ class Flows:
             hears of changes made on any instance (logged at start-up on logger `mrtr.fleet`). `False` keeps
             the SDK's in-process bus: listens are then acknowledged without task ids, and task
             clients poll. An explicit `subscriptions=` always wins.
+        require_shared_key: Refuse to start (`FlowDefinitionError`) when the server seals
+            `requestState` with a key only this process holds, instead of warning: a fleet then
+            fails at deploy time, not after its users answered.
+        instance_name: Name this instance in an `X-Mrtr-Instance` header on every response of
+            `flows.streamable_http_app()` (`mrtr call` shows it per round; handy behind a load
+            balancer). None (the default): no header.
     """
 
     def __init__(
@@ -110,7 +117,7 @@ class Flows:
         server: MCPServer[Any],
         *,
         store: TaskStore | None = None,
-        max_rounds: int = 25,
+        max_rounds: int = 10,
         deadline: float = 3600.0,
         max_state_bytes: int = 64 * 1024,
         task_lease: float = 10.0,
@@ -125,10 +132,17 @@ class Flows:
         tasks: TasksExtension | TaskEngine | None = None,
         dialects: Sequence[str] = (),
         fleet_bus: bool = True,
+        require_shared_key: bool = False,
+        instance_name: str | None = None,
     ) -> None:
         self.server = server
         sdk.track_default_keys()  # for servers built after this one (this one was built before)
-        fleet.warn_about_state_key(server)
+        if require_shared_key:
+            fleet.require_shared_key(server)
+        else:
+            fleet.warn_about_state_key(server)
+        self.instance_name = instance_name
+        """Sent as `X-Mrtr-Instance` on every response of `streamable_http_app()` (None: no header)."""
         self._dialects = Dialects(server, dialects) if dialects else None
         task_dialect = self._dialects.task_methods if self._dialects is not None else None
         # However the server is served (`flows.streamable_http_app()`, `server.streamable_http_app()`,
@@ -226,6 +240,8 @@ class Flows:
         app = self.server.streamable_http_app(**options)
         if self._dialects is not None:
             self._dialects.mount(app, options.get("streamable_http_path", "/mcp"))
+        if self.instance_name is not None:
+            app.add_middleware(_InstanceHeader, name=self.instance_name)
         runtime = self._runtime
         bus = self.bus if isinstance(self.bus, BrokerBus) else None
         if runtime is None and bus is None:
@@ -391,6 +407,27 @@ class Flows:
         )
         self.specs[name] = spec
         return spec
+
+
+class _InstanceHeader:
+    """ASGI middleware: `X-Mrtr-Instance: <name>` on every HTTP response (`Flows(instance_name=...)`)."""
+
+    def __init__(self, app: Any, name: str) -> None:
+        self.app = app
+        self.header = (b"x-mrtr-instance", name.encode("latin-1", "replace"))
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def stamped(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", []), self.header]
+            await send(message)
+
+        await self.app(scope, receive, stamped)
 
 
 def _capabilities(flow: str, requires: Sequence[Capability]) -> tuple[Capability, ...]:

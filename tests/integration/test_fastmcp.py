@@ -52,7 +52,7 @@ class Approval(BaseModel):
 
 def fastmcp_app(runs: Counter[str], seen: list[Any]) -> FastMCP[Any]:
     mcp: FastMCP[Any] = FastMCP("fm-under-test", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
-    flows = mrtr.fastmcp.Flows(mcp)
+    flows = mrtr.fastmcp.Flows(mcp, max_rounds=25)  # eleven asks, one at a time
 
     @flows.tool(description="3.x-era code: only the decorator changed", tags={"trips"})
     async def plan_trip(city: str, ctx: Context) -> str:

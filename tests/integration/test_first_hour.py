@@ -139,7 +139,9 @@ async def test_a_task_obeys_max_rounds_exactly_as_an_inline_flow() -> None:
     assert task["status"] == "failed"
     assert task["error"] == {
         "code": -32602,
-        "message": "flow 'survey' needed more than 8 rounds of client input",
+        "message": "flow 'survey' needed more than 8 rounds of client input; raise max_rounds= (Flows or the "
+        "decorator) for a longer flow, and the client's own cap with it (the official mcp.Client stops after "
+        "input_required_max_rounds=10 by default)",
         "data": {"reason": "too_many_rounds", "flow": "survey"},
     }
     assert inline.value.error.message == task["error"]["message"]
@@ -490,3 +492,49 @@ def test_gather_and_step_are_typed_for_mypy_strict(tmp_path: Path) -> None:
     module.write_text(TYPED_FLOW)
     out, err, status = api.run(["--strict", "--no-incremental", str(module)])
     assert status == 0, out + err
+
+
+async def test_the_round_caps_agree_with_the_official_client_so_mrtr_says_why_first() -> None:
+    """Item 2 of issue 27: a loop flow on the official client's defaults stops with mrtr's message, not its."""
+    server = new_server("loop")
+    flows = mrtr.Flows(server)
+
+    class Item(BaseModel):
+        name: str
+
+    @flows.tool()
+    async def expenses(ctx: mrtr.FlowContext) -> int:
+        items = [await ctx.elicit(f"Line item {i}?", Item) for i in range(12)]
+        return len(items)
+
+    async def fill(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        return accept(name="taxi")
+
+    async with Client(server, elicitation_callback=fill) as client:  # input_required_max_rounds: its default, 10
+        with pytest.raises(MCPError) as caught:
+            await client.call_tool("expenses", {})
+    assert caught.value.error.data["reason"] == "too_many_rounds"
+    assert "input_required_max_rounds=10" in caught.value.error.message
+
+
+async def test_sample_text_returns_the_completion_as_text() -> None:
+    server = new_server("sampler")
+    flows = mrtr.Flows(server)
+
+    @flows.tool()
+    async def haiku(ctx: mrtr.FlowContext) -> str:
+        return await ctx.sample_text("A haiku about queues", max_tokens=40)
+
+    async with Client(server, sampling_callback=lambda context, params: _sampled("queues wait in line")) as client:
+        result = await client.call_tool("haiku", {})
+    assert result.content[0].text == "queues wait in line"
+
+
+async def _sampled(text: str) -> t.CreateMessageResult:
+    return t.CreateMessageResult(role="assistant", content=t.TextContent(type="text", text=text), model="m")
+
+
+def test_require_shared_key_refuses_to_start_without_a_key_ring() -> None:
+    with pytest.raises(mrtr.FlowDefinitionError, match="require_shared_key"):
+        mrtr.Flows(MCPServer("no-key"), require_shared_key=True)
+    mrtr.Flows(new_server("keyed"), require_shared_key=True)  # a key ring: starts

@@ -5,7 +5,8 @@ postgresql://...), MRTR_STORE_NAMESPACE (Redis prefix / Postgres table) and MRTR
 file every step appends a JSON line to, so tests can count real side effects).
 Optional (issue 11): MRTR_TOKENS (`name=token,...`: bearer auth, one principal per token),
 MRTR_GUARD (a replay-guard store URL, namespaced like the store), MRTR_GUARD_LEASE, and
-MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight), MRTR_SEED=1 (seed dialect), MRTR_SERVER_APP=1 (serve `server.streamable_http_app()`).
+MRTR_MAX_INFLIGHT (load shedding above that many rounds in flight), MRTR_SEED=1 (seed dialect),
+MRTR_SERVER_APP=1 (serve `server.streamable_http_app()`).
 Optional (issue 16): MRTR_BUS (a fleet bus URL for `subscriptions/listen`, namespaced like the
 store), MRTR_PLAIN=1 (no `mrtr.Flows` at all: the SDK's own listen handler on that bus).
 Optional (issue 22): MRTR_FLEET_BUS=0 (`Flows(fleet_bus=False)`: no bus derived from a shared store).

@@ -179,6 +179,36 @@ class FlowContext:
         _, answer = await self._driver.ask(sample_ask(params, key, allow_preanswer))
         return CreateMessageResult.model_validate(answer)
 
+    async def sample_text(
+        self,
+        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        *,
+        max_tokens: int,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: list[str] | None = None,
+        model_preferences: ModelPreferences | None = None,
+        key: str | None = None,
+    ) -> str:
+        """`sample(...)`'s completion as text (what most flows want).
+
+        Raises:
+            TypeError: The client answered with non-text content (an image, audio, tool use);
+                call `sample` to handle those.
+        """
+        result = await self.sample(
+            prompt,
+            max_tokens=max_tokens,
+            system_prompt=system_prompt,
+            temperature=temperature,
+            stop_sequences=stop_sequences,
+            model_preferences=model_preferences,
+            key=key,
+        )
+        if not isinstance(result.content, TextContent):
+            raise TypeError(f"the client's completion is {result.content.type!r} content, not text; use ctx.sample()")
+        return result.content.text
+
     async def list_roots(self, *, key: str | None = None, allow_preanswer: bool = False) -> list[Root]:
         """The client's roots (`roots/list`)."""
         _, answer = await self._driver.ask(roots_ask(key, allow_preanswer))

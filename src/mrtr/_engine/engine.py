@@ -363,7 +363,11 @@ def close_round(spec: FlowSpec, replay: Replay) -> None:
         )
     journal.rounds += 1
     if journal.rounds > spec.limits.max_rounds:
-        raise TooManyRounds(f"flow {spec.name!r} needed more than {spec.limits.max_rounds} rounds of client input")
+        raise TooManyRounds(
+            f"flow {spec.name!r} needed more than {spec.limits.max_rounds} rounds of client input; raise "
+            "max_rounds= (Flows or the decorator) for a longer flow, and the client's own cap with it "
+            "(the official mcp.Client stops after input_required_max_rounds=10 by default)"
+        )
     journal.pending = replay.pending()
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug(

@@ -24,7 +24,7 @@ TaskSupport = Literal["never", "optional", "required"]
 class Limits:
     """Per-flow limits. The deadline counts from the flow's first round and never renews."""
 
-    max_rounds: int = 25
+    max_rounds: int = 10
     deadline: float = 3600.0
     max_state_bytes: int = 64 * 1024
 

@@ -77,13 +77,14 @@ class Flows:
             default the store's fleet bus when the store is shared (Redis, PostgreSQL; not with
             `fleet_bus=False`), else an in-process bus. A bus that cannot hear every task
             change acknowledges listens without task ids, and clients poll.
+        require_shared_key: Refuse to start without `request_state_security` instead of warning.
     """
 
     def __init__(
         self,
         mcp: FastMCP[Any],
         *,
-        max_rounds: int = 25,
+        max_rounds: int = 10,
         deadline: float = 3600.0,
         max_state_bytes: int = 64 * 1024,
         replay_guard: str | ReplayGuard | None = None,
@@ -99,6 +100,7 @@ class Flows:
         tasks: TaskEngine | None = None,
         fleet_bus: bool = True,
         bus: SubscriptionBus | None = None,
+        require_shared_key: bool = False,
     ) -> None:
         self.mcp = mcp
         self._store = store
@@ -115,6 +117,12 @@ class Flows:
         """The bus task notifications ride (set when the first task flow is registered, unless given)."""
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         security = self.state_security()
+        if security is None and require_shared_key:
+            raise FlowDefinitionError(
+                f"FastMCP server {mcp.name!r} has no request_state_security (Flows(require_shared_key=True)): every "
+                "instance must seal with the same key ring: FastMCP(..., request_state_security="
+                "RequestStateSecurity(keys=[...]))"
+            )
         if security is None:
             logger.warning(
                 "mrtr: FastMCP server %r has no request_state_security, so its requestState is sealed with a key "
