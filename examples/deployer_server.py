@@ -56,14 +56,12 @@ from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import mrtr
 
 SERVER_NAME = "deployer"
 """Constant across instances: it is the audience sealed into every `requestState`."""
 
-INSTANCE_HEADER = "X-Mrtr-Instance"
 READY_PREFIX = "deployer ready:"
 """First stdout line of an HTTP server, followed by its URL: spawners wait for it."""
 
@@ -222,9 +220,9 @@ def build_server(
     """The deployer server and its `Flows`; every instance of a fleet must get the same `key`.
 
     With a `store` (shared by the fleet) it also registers the durable `migrate` task.
-    The `Flows` is returned because serving over HTTP must go through
-    `flows.streamable_http_app()`: that starts this instance's task worker at boot, so it
-    adopts a dead instance's tasks without waiting for a request to arrive first.
+    The `Flows` is returned because the app is `flows.streamable_http_app()`, the one way to
+    build it: it starts this instance's task worker at boot (so it adopts a dead instance's
+    tasks without waiting for a request) and can name the instance in a response header.
     """
     instructions = "Deployment assistant: call `deploy` with an app name and answer its questions."
     if store is not None:
@@ -382,26 +380,6 @@ def build_server(
 # -- serving ---------------------------------------------------------------------------------
 
 
-class InstanceHeader:
-    """ASGI middleware stamping `X-Mrtr-Instance` on every response, so clients see who answered."""
-
-    def __init__(self, app: ASGIApp, label: str) -> None:
-        self.app = app
-        self.header = (INSTANCE_HEADER.lower().encode(), label.encode())
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def stamped(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), self.header]}
-            await send(message)
-
-        await self.app(scope, receive, stamped)
-
-
 def load_store() -> tuple[mrtr.TaskStore | None, float]:
     """The fleet's task store from `MRTR_STORE` (None if unset) and the lease from `MRTR_TASK_LEASE`."""
     raw_lease = os.environ.get("MRTR_TASK_LEASE", "10")
@@ -446,7 +424,8 @@ async def serve_http(flows: mrtr.Flows, port: int) -> None:
     """
     import uvicorn
 
-    app = InstanceHeader(flows.streamable_http_app(), instance_label())
+    flows.instance_name = instance_label()  # `X-Mrtr-Instance` on every response: who answered
+    app = flows.streamable_http_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))  # bound before serving, so the printed port is really ours
