@@ -103,6 +103,9 @@ class Flows:
             hears of changes made on any instance (logged at start-up on logger `mrtr.fleet`). `False` keeps
             the SDK's in-process bus: listens are then acknowledged without task ids, and task
             clients poll. An explicit `subscriptions=` always wins.
+        strict: Log every replay of a flow's body at WARNING on logger `mrtr.replay` (DEBUG
+            otherwise): code outside `ctx.step` runs again each round. `mrtr.testing.run_rounds`
+            counts what ran more than once.
     """
 
     def __init__(
@@ -125,8 +128,10 @@ class Flows:
         tasks: TasksExtension | TaskEngine | None = None,
         dialects: Sequence[str] = (),
         fleet_bus: bool = True,
+        strict: bool = False,
     ) -> None:
         self.server = server
+        self.strict = strict
         sdk.track_default_keys()  # for servers built after this one (this one was built before)
         fleet.warn_about_state_key(server)
         self._dialects = Dialects(server, dialects) if dialects else None
@@ -379,6 +384,7 @@ class Flows:
             limits=limits,
             audience=sdk.state_audience(self.server),
             task=task,
+            strict=self.strict,
         )
         self.specs[name] = spec
         return spec
