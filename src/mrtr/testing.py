@@ -132,8 +132,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 Answer = Any
 """What an ask is answered with: an `ElicitResult` / `CreateMessageResult` / `ListRootsResult`; or, for
-a form, its content as a dict or a pydantic model (accepted), or `"decline"` / `"cancel"`; `"accept"` for
-a URL elicitation; a string for sampling (the completion's text); a list of URIs for roots."""
+a form, its content as a dict or a pydantic model (accepted), `"accept"` (its defaults), `"decline"` or
+`"cancel"`; `"accept"` for a URL elicitation; a string for sampling (the completion's text); a list of URIs for roots."""
 Answers = Mapping[str, Answer] | Callable[[str, InputRequest], Answer]
 
 
@@ -156,7 +156,7 @@ class Effects:
 
     def track(self, fn: F, *, name: str | None = None) -> F:
         """`fn`, counted on every call (sync or async alike, signature and annotations kept)."""
-        label = name or getattr(fn, "__qualname__", repr(fn))
+        label = name or getattr(fn, "__name__", repr(fn))
 
         def describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
             shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
@@ -278,7 +278,8 @@ async def run_rounds(
     then (for a form or URL elicitation) by a fragment of its message (one fragment must
     match), then by the ask's method (`"sampling/createMessage"`, `"roots/list"`); or a
     callable `(wire_key, request) -> answer` (see `Answer`). An ask with no answer raises
-    `LookupError` naming it. A protocol error from the server (`MCPError`) propagates.
+    `LookupError` naming it, an answer the flow does not accept (asked again) `ValueError`.
+    A protocol error from the server (`MCPError`) propagates.
 
     `effects` (see `EffectSource`) is read around every round; the report lists each effect
     with the rounds it ran in, and `report.repeated` those that ran more than once.
@@ -286,36 +287,49 @@ async def run_rounds(
     if name not in flows.specs:
         raise KeyError(f"no flow {name!r} is registered on these Flows (known: {sorted(flows.specs)})")
     counts = _Counts(effects)
-    state: str | None = None
-    responses: dict[str, InputResponse] | None = None
     client = Client(
         flows.server,
         elicitation_callback=_no_elicit,
         sampling_callback=_no_sample,
         list_roots_callback=_no_roots,
     )
+    # Raised outside the client's task group, so a failure is itself, not an exception group.
+    failure: Exception | None = None
+    report: RoundsReport | None = None
     async with client:
-        for round in range(1, max_rounds + 1):
-            counts.start(round)
-            try:
-                result = await client.session.call_tool(
-                    name,
-                    dict(arguments or {}),
-                    input_responses=responses,
-                    request_state=state,
-                    allow_input_required=True,
-                )
-            finally:
-                counts.end(round)
-            if isinstance(result, InputRequiredResult):
-                state = result.request_state
-                responses = {
-                    key: _answer(key, request, answers) for key, request in (result.input_requests or {}).items()
-                }
-                continue
-            if not isinstance(result, CallToolResult):
-                raise TypeError(f"tool {name!r} answered {type(result).__name__}, not a CallToolResult")
+        try:
+            report = await _drive(client, name, dict(arguments or {}), answers, counts, max_rounds)
+        except Exception as exc:
+            failure = exc
+    if failure is not None:
+        raise failure
+    assert report is not None
+    return report
+
+
+async def _drive(
+    client: Client, name: str, arguments: dict[str, Any], answers: Answers | None, counts: _Counts, max_rounds: int
+) -> RoundsReport:
+    state: str | None = None
+    responses: dict[str, InputResponse] | None = None
+    for round in range(1, max_rounds + 1):
+        counts.start(round)
+        try:
+            result = await client.session.call_tool(
+                name, arguments, input_responses=responses, request_state=state, allow_input_required=True
+            )
+        finally:
+            counts.end(round)
+        if isinstance(result, CallToolResult):
             return RoundsReport(flow=name, result=result, rounds=round, effects=counts.seen)
+        if not isinstance(result, InputRequiredResult):
+            raise TypeError(f"tool {name!r} answered {type(result).__name__}, not a CallToolResult")
+        asked = result.input_requests or {}
+        for key in asked.keys() & (responses or {}).keys():
+            message = getattr(asked[key].params, "message", None)
+            raise ValueError(f"the flow asked {key!r} again: it did not accept the answer given ({message!r})")
+        state = result.request_state
+        responses = {key: _answer(key, request, answers) for key, request in asked.items()}
     raise RuntimeError(f"flow {name!r} still asked for input after {max_rounds} rounds")
 
 
@@ -326,7 +340,10 @@ def _answer(key: str, request: InputRequest, answers: Answers | None) -> InputRe
     if isinstance(answer, ElicitResult | CreateMessageResult | CreateMessageResultWithTools | ListRootsResult):
         return answer
     if method == "elicitation/create":
-        if answer in ("accept", "decline", "cancel"):
+        if answer == "accept":  # a URL's consent, or a form's defaults
+            url = getattr(request.params, "mode", None) == "url"
+            return ElicitResult(action="accept", content=None if url else {})
+        if answer in ("decline", "cancel"):
             return ElicitResult(action=answer)
         if isinstance(answer, BaseModel):
             return ElicitResult(action="accept", content=answer.model_dump(mode="json"))

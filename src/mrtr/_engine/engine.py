@@ -248,13 +248,12 @@ def _log_replay(spec: FlowSpec, journal: Journal) -> None:
     if replay_logger.isEnabledFor(level):
         replay_logger.log(
             level,
-            "flow %s (%s): replaying the body for round %d (%d step(s), %d answer(s) journaled); "
-            "code outside ctx.step runs again",
+            "flow %s (%s): replaying the body for round %d; code outside ctx.step runs again "
+            "(its %d journaled step(s) do not)",
             spec.name,
             journal.flow_id,
             journal.rounds + 1,
             len(journal.steps),
-            len(journal.answers),
         )
 
 
