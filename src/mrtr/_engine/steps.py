@@ -137,7 +137,8 @@ def typed_result(name: str, fn: Callable[..., Any], value: Any) -> Any:
         return adapter.validate_python(value)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(map(str, error['loc'])) or 'value'}: {error['msg']}" for error in exc.errors()[:3]
+            f"{'.'.join(map(str, error['loc']))}: {error['msg']}" if error["loc"] else error["msg"]
+            for error in exc.errors()[:3]
         )
         more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
         raise StepResultError(
