@@ -133,7 +133,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 Answer = Any
 """What an ask is answered with: an `ElicitResult` / `CreateMessageResult` / `ListRootsResult`; or, for
 a form, its content as a dict or a pydantic model (accepted), `"accept"` (its defaults), `"decline"` or
-`"cancel"`; `"accept"` for a URL elicitation; a string for sampling (the completion's text); a list of URIs for roots."""
+`"cancel"`; `"accept"` for a URL elicitation; a string for sampling (the completion's text); a list of
+URIs for roots."""
 Answers = Mapping[str, Answer] | Callable[[str, InputRequest], Answer]
 
 
