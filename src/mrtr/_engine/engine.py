@@ -209,7 +209,7 @@ async def execute(
     )
     round = run.round
     request = round.request if round is not None else None
-    if (journal.rounds or journal.steps or journal.answers) and not run.dry_run:
+    if (journal.rounds or journal.steps or journal.answers) and not run.dry_run:  # the body runs again
         _log_replay(spec, journal)
     if tracing.enabled():
         with tracing.round_span(spec, replay, round):
