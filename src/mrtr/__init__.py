@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         InputRefused,
         NondeterminismError,
         StateTooLarge,
+        StepResultError,
         TooManyRounds,
     )
     from mrtr._flows import Flows
@@ -66,6 +67,7 @@ _EXPORTS = {
     "SQLiteStore": "mrtr.stores",
     "StateTooLarge": "mrtr._errors",
     "StepInfo": "mrtr._engine.steps",
+    "StepResultError": "mrtr._errors",
     "TaskRecord": "mrtr.stores",
     "TaskStore": "mrtr.stores",
     "TooManyRounds": "mrtr._errors",
@@ -97,6 +99,7 @@ __all__ = [
     "SQLiteStore",
     "StateTooLarge",
     "StepInfo",
+    "StepResultError",
     "TaskRecord",
     "TaskStore",
     "TooManyRounds",

@@ -12,6 +12,8 @@ And one control-flow signal, `FlowSuspended`, which flow code never needs to cat
 
 from __future__ import annotations
 
+from mcp.server.mcpserver.exceptions import ToolError
+
 
 class InputRefused(Exception):
     """The client answered an elicitation with something other than `accept`."""
@@ -79,6 +81,18 @@ class FlowExpired(FlowError):
     reason = "flow_expired"
 
 
+class StepResultError(ToolError, TypeError):
+    """A step's value does not match its function's return annotation (a bug in the step or its annotation).
+
+    A `ToolError`, so the call ends as a tool error that names the step, the value and the
+    annotation (not a bare pydantic `ValidationError`, not a generic "Error executing tool").
+    """
+
+    def __init__(self, message: str, *, step: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
 class FlowSuspended(BaseException):
     """The round has ended: this run of the flow is unwinding and may not ask, step or journal.
 
@@ -104,5 +118,6 @@ __all__ = [
     "InputRefused",
     "NondeterminismError",
     "StateTooLarge",
+    "StepResultError",
     "TooManyRounds",
 ]

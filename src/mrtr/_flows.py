@@ -110,6 +110,9 @@ class Flows:
         instance_name: Name this instance in an `X-Mrtr-Instance` header on every response of
             `flows.streamable_http_app()` (`mrtr call` shows it per round; handy behind a load
             balancer). None (the default): no header.
+        strict: Log every replay of a flow's body at WARNING on logger `mrtr.replay` (DEBUG
+            otherwise): code outside `ctx.step` runs again each round. `mrtr.testing.run_rounds`
+            counts what ran more than once.
     """
 
     def __init__(
@@ -134,8 +137,10 @@ class Flows:
         fleet_bus: bool = True,
         require_shared_key: bool = False,
         instance_name: str | None = None,
+        strict: bool = False,
     ) -> None:
         self.server = server
+        self.strict = strict
         sdk.track_default_keys()  # for servers built after this one (this one was built before)
         if require_shared_key:
             fleet.require_shared_key(server)
@@ -404,6 +409,7 @@ class Flows:
             limits=limits,
             audience=sdk.state_audience(self.server),
             task=task,
+            strict=self.strict,
         )
         self.specs[name] = spec
         return spec

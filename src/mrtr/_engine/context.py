@@ -26,7 +26,7 @@ from mcp_types import (
 from pydantic import BaseModel
 
 from mrtr._engine.asks import Ask, Capability, elicit_ask, elicit_url_ask, form_ask, roots_ask, sample_ask
-from mrtr._engine.steps import StepInfo, current_step, return_adapter
+from mrtr._engine.steps import StepInfo, current_step, typed_result
 from mrtr._errors import Cancelled, Declined
 
 if TYPE_CHECKING:
@@ -225,12 +225,12 @@ class FlowContext:
         Replays return the journaled value. The value is what a JSON round trip of the
         result gives back, validated against `fn`'s return annotation when it has one,
         on the first run as on every replay, so both behave the same. A step that raises
-        is not journaled: the error propagates, and a later round runs the step again.
+        is not journaled: the error propagates, and a later round runs the step again. A
+        value that does not match the annotation raises `mrtr.StepResultError` (a `ToolError`).
         Inside `fn`, `mrtr.current_step().idempotency_key` names this step stably.
         """
         value = await self._driver.step(name, fn, args, kwargs)
-        adapter = return_adapter(fn)
-        return value if adapter is None else adapter.validate_python(value)
+        return typed_result(name, fn, value)
 
     def patched(self, patch_id: str) -> bool:
         """Branch around a code change while flows started by the old code are in flight.

@@ -36,6 +36,7 @@ from mrtr._errors import FlowError, FlowExpired, NondeterminismError, TooManyRou
 from mrtr._wire import TASKS_EXTENSION
 
 logger = logging.getLogger("mrtr.engine")
+replay_logger = logging.getLogger("mrtr.replay")
 
 _STATELESS_VERSION = "2026-07-28"
 
@@ -208,6 +209,8 @@ async def execute(
     )
     round = run.round
     request = round.request if round is not None else None
+    if (journal.rounds or journal.steps or journal.answers) and not run.dry_run:  # the body runs again
+        _log_replay(spec, journal)
     if tracing.enabled():
         with tracing.round_span(spec, replay, round):
             await _run(spec, replay, driver, request, arguments)
@@ -234,6 +237,24 @@ async def execute(
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug("flow %s (%s): this run %s", spec.name, journal.flow_id, _ending(outcome))
     return outcome
+
+
+def _log_replay(spec: FlowSpec, journal: Journal) -> None:
+    """Make a re-run of the body visible: every line outside `ctx.step` runs again, once per round.
+
+    DEBUG on logger `mrtr.replay`; WARNING for a flow registered under `Flows(strict=True)`.
+    """
+    level = logging.WARNING if spec.strict else logging.DEBUG
+    if replay_logger.isEnabledFor(level):
+        replay_logger.log(
+            level,
+            "flow %s (%s): replaying the body for round %d; code outside ctx.step runs again "
+            "(its %d journaled step(s) do not)",
+            spec.name,
+            journal.flow_id,
+            journal.rounds + 1,
+            len(journal.steps),
+        )
 
 
 def _ending(outcome: Outcome) -> str:

@@ -54,6 +54,8 @@ class FlowSpec:
     wrap_context: Callable[[Any], Any] | None = None
     """What the flow's context parameter receives, made from its `FlowContext` (FastMCP's `Context`
     for 3.x-style flows); None: the `FlowContext` itself."""
+    strict: bool = False
+    """Log every replay of the body at WARNING (not DEBUG): code outside `ctx.step` runs again."""
 
     @property
     def request_param(self) -> str:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic_core
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
-from mrtr._errors import FlowDefinitionError
+from mrtr._errors import FlowDefinitionError, StepResultError
 
 logger = logging.getLogger("mrtr.steps")
 
@@ -124,6 +124,42 @@ def return_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
     return adapter
 
 
+def typed_result(name: str, fn: Callable[..., Any], value: Any) -> Any:
+    """`value` (a step's journaled JSON form) validated against `fn`'s return annotation, if it has one.
+
+    A mismatch is a bug in the step (or its annotation): `StepResultError` names the step,
+    the value and the annotation, first run and replay alike.
+    """
+    adapter = return_adapter(fn)
+    if adapter is None:
+        return value
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc']))}: {error['msg']}" if error["loc"] else error["msg"]
+            for error in exc.errors()[:3]
+        )
+        more = f" (and {exc.error_count() - 3} more)" if exc.error_count() > 3 else ""
+        raise StepResultError(
+            f"step {name!r} returned {type(value).__name__} {_summary(value)}, which does not match its return "
+            f"annotation {_type_name(fn)}: {problems}{more}",
+            step=name,
+        ) from None
+
+
+def _summary(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _type_name(fn: Callable[..., Any]) -> str:
+    annotation = typing.get_type_hints(fn).get("return")  # resolved before, by `return_adapter`
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__qualname__
+    return repr(annotation).replace("typing.", "")
+
+
 def _build_adapter(fn: Callable[..., Any]) -> TypeAdapter[Any] | None:
     try:
         hints = typing.get_type_hints(fn)
@@ -145,4 +181,5 @@ __all__ = [
     "current_step",
     "return_adapter",
     "to_journal",
+    "typed_result",
 ]
