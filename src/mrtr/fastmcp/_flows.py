@@ -78,6 +78,7 @@ class Flows:
             `fleet_bus=False`), else an in-process bus. A bus that cannot hear every task
             change acknowledges listens without task ids, and clients poll.
         require_shared_key: Refuse to start without `request_state_security` instead of warning.
+        strict: Log every replay of a flow's body at WARNING, as for `mrtr.Flows`.
     """
 
     def __init__(
@@ -101,8 +102,10 @@ class Flows:
         fleet_bus: bool = True,
         bus: SubscriptionBus | None = None,
         require_shared_key: bool = False,
+        strict: bool = False,
     ) -> None:
         self.mcp = mcp
+        self.strict = strict
         self._store = store
         self._engine = tasks
         self._task_options: dict[str, Any] = {
@@ -326,6 +329,7 @@ class Flows:
             audience=self.audience,
             requires=tuple(requires),
             wrap_context=functools.partial(_fastmcp_context, self.mcp) if style == "fastmcp" else None,
+            strict=self.strict,
         )
         self.specs[name] = spec
         return spec
