@@ -41,7 +41,7 @@ ENDPOINT_DIALECTS = ("sketch", "draft")
 
 _SHAPES = {
     sketch.NAME: Shape(sketch.NAME, sketch.incoming, sketch.outgoing),
-    draft.NAME: Shape(draft.NAME, draft.incoming, draft.outgoing),
+    draft.NAME: Shape(draft.NAME, draft.incoming, draft.outgoing, tasks=True),
     incomplete.NAME: Shape(incomplete.NAME, incomplete.incoming, incomplete.outgoing, version=incomplete.VERSION),
 }
 
