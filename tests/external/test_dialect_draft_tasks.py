@@ -225,3 +225,23 @@ async def test_another_principal_gets_what_an_unknown_task_gets(fleet: Fleet) ->
         assert final["result"]["content"][0]["text"] == "Echo: Hello World!"
         bob_late = refusal(await r.send(seed("001-task-11-result.json5", task_id), BOB), task_id)
         assert bob_late["error"]["code"] == -32602
+
+
+async def test_ask_inline_first_then_become_a_task(fleet: Fleet) -> None:
+    """The seed's "Interactions Between Ephemeral and Persistent Workflows", with the seed's messages."""
+    before = flows(fleet.audit)
+    async with alternating(fleet) as r:
+        call = seed("001-task-01-call.json5")
+        call["params"]["name"] = "echo_first"
+        asked = await r.send(call)  # 1-2: ephemeral input_requests; nothing stored yet
+        assert set(asked) == {"jsonrpc", "id", "input_requests", "request_state"}, asked
+        assert without_titles(asked["input_requests"]) == seed("001-task-06-input-requests.json5")["input_requests"]
+        retry = {**call, "id": 2, "request_state": asked["request_state"]}
+        retry["input_responses"] = seed("001-task-07-input-responses.json5")["input_responses"]
+        created = await r.send(retry)  # 3-4: the same call with the answers and the task metadata: a task
+        same_shape(seed("001-task-02-created.json5"), {**created, "id": 1})
+        task_id = created["result"]["task"]["taskId"]
+        final = await r.send(seed("001-task-11-result.json5", task_id))
+        assert final == seed("001-task-12-final.json5", task_id)
+    ran = {flow: steps for flow, steps in flows(fleet.audit).items() if flow not in before}
+    assert list(ran.values()) == [Counter({"echo-say": 1})], ran

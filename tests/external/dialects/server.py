@@ -95,6 +95,13 @@ def build_server() -> tuple[MCPServer, mrtr.Flows]:
             said = await ctx.step("echo-say", audited, "echo-say", answer.input)
             return f"Echo: {said}"
 
+        @flows.tool(structured_output=False, task="optional", mrtr_first=True)
+        async def echo_first(ctx: mrtr.FlowContext) -> str:
+            """Seed 001's "Interactions" section: ask inline first, become a task at the first step."""
+            answer = await ctx.elicit("Please provide the input string to echo back", EchoInput, key="echo_input")
+            said = await ctx.step("echo-say", audited, "echo-say", answer.input)
+            return f"Echo: {said}"
+
     @flows.tool(structured_output=False)
     async def forecast(location: str, ctx: mrtr.FlowContext) -> str:
         """The one flow every dialect runs: an elicitation, a step, a sampling request, a confirmation."""
