@@ -17,7 +17,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
 
 import mrtr
-from mrtr._dialects import draft, incomplete, saga, sketch
+from mrtr._dialects import draft, draft_tasks, incomplete, saga, sketch
 from mrtr._dialects.http import MainEndpoint
 from mrtr._dialects.plumbing import DialectError, digest, unwrap_answer
 from mrtr._dialects.stdio import DialectMiddleware
@@ -95,7 +95,7 @@ def test_seed_001_draft_ephemeral_round_trips() -> None:
 
 @pytest.mark.parametrize("name", names("001-task-"))
 def test_seed_001_persistent_workflow_payloads_round_trip(name: str) -> None:
-    """Seed 001's task flow is not served yet; its payloads still parse and rebuild here."""
+    """Seed 001's task payloads parse and rebuild here (served: `test_dialect_draft_tasks.py`)."""
     c = client(DraftClient)
     payload = load(name)
     assert isinstance(c, DraftClient)
@@ -245,3 +245,21 @@ def test_only_the_enabled_dialects_are_recognised() -> None:
 def test_unknown_dialect_names_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown dialect"):
         _app(["sketch", "sse"])
+
+
+def test_draft_recognises_seed_001_task_messages() -> None:
+    """Which draft messages are the persistent workflow's (the rest are rounds or pass through)."""
+    task_payloads = [load(n) for n in names("001-task-") if "method" in load(n) or "input_responses" in load(n)]
+    assert len(task_payloads) == 6 and all(draft_tasks.handles(p) for p in task_payloads)
+    assert not any(draft_tasks.handles(load(n)) for n in names("001-draft-"))
+    assert not draft_tasks.handles({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "x", "task": 1}})
+    created = {"taskId": "t", "status": "working", "createdAt": "c", "ttlMs": None, "pollIntervalMs": 100}
+    assert draft_tasks.seed_task(created, "made") == {
+        "taskId": "t",
+        "status": "working",
+        "statusMessage": "made",
+        "createdAt": "c",
+        "ttl": None,
+        "pollInterval": 100,
+    }
+    assert set(draft_tasks.seed_task(created)) == set(load("001-task-02-created.json5")["result"]["task"])

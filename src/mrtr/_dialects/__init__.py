@@ -6,7 +6,7 @@ any subset:
 | name | seed | wire |
 |---|---|---|
 | `sketch` | 000 | `dependent_requests` / `dependent_responses` on the JSON-RPC message (`/mcp/sketch`) |
-| `draft` | 001 | `input_requests` / `input_responses` / `request_state` on the message (`/mcp/draft`) |
+| `draft` | 001 | `input_requests` / `input_responses` / `request_state` on the message (`/mcp/draft`); its tasks too |
 | `incomplete` | 002 | `result_type: "incomplete"` results, negotiated by protocol version `2026-06-XX` |
 | `saga` | 003 | `tools/callSaga` / `tools/resumeSaga`, `sagaToken`, `completedSteps` |
 | `sep-2322-tasks` | 004 (drafts) | `tasks/result` + `tasks/input_response` beside the tasks extension |
@@ -41,7 +41,7 @@ ENDPOINT_DIALECTS = ("sketch", "draft")
 
 _SHAPES = {
     sketch.NAME: Shape(sketch.NAME, sketch.incoming, sketch.outgoing),
-    draft.NAME: Shape(draft.NAME, draft.incoming, draft.outgoing),
+    draft.NAME: Shape(draft.NAME, draft.incoming, draft.outgoing, tasks=True),
     incomplete.NAME: Shape(incomplete.NAME, incomplete.incoming, incomplete.outgoing, version=incomplete.VERSION),
 }
 

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mrtr._dialects import saga
+from mrtr._dialects import draft_tasks, saga
 from mrtr._dialects.plumbing import (
     Caller,
     DialectError,
@@ -62,6 +62,8 @@ class Shape:
     outgoing: Callable[[Any, Mapping[str, Any]], dict[str, Any]]
     version: str | None = None
     """The protocol version `initialize` answers with (incomplete: `2026-06-XX`)."""
+    tasks: bool = False
+    """Also serves seed 001's persistent workflow (`draft_tasks`): the draft only."""
 
 
 class BodyTooLarge(Exception):
@@ -106,6 +108,13 @@ class DialectServer:
             return _error(None, ErrorData(code=PARSE_ERROR, message="Parse error"), 400)
         if isinstance(decoded, dict) and "id" not in decoded:
             return Response(status_code=202)  # a notification: nothing to act on statelessly
+        if shape is not None and shape.tasks and isinstance(decoded, dict) and draft_tasks.handles(decoded):
+            try:
+                reply = await draft_tasks.serve(self.gateway, request, decoded, caller, shape.incoming, shape.outgoing)
+            except DialectError as exc:
+                request_id = decoded.get("id")
+                return _error(request_id if isinstance(request_id, str | int) else None, exc.error, 200)
+            return JSONResponse(reply)
         try:
             message = JSONRPCRequest.model_validate(decoded)
         except ValidationError:

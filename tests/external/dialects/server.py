@@ -3,6 +3,9 @@
 Reads MRTR_STATE_KEY (hex; the fleet shares it), MRTR_INSTANCE (label) and MRTR_AUDIT (a
 file each step appends a JSON line to, so tests count real side effects). Serves `/mcp`
 (2026-07-28, and the saga and incomplete dialects), `/mcp/sketch` and `/mcp/draft`.
+Optional: MRTR_STORE (a task store URL, e.g. sqlite:///path, shared by the fleet: seed 001's
+persistent workflow, the `echo` task) and MRTR_TOKENS (`name=token,...`: bearer auth, one
+principal per token, as in `tests/support/task_server.py`).
 Prints `dialect-server ready: URL` once it listens.
 """
 
@@ -26,7 +29,9 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
     sys.path.insert(0, str(ROOT))
 
 import mrtr  # noqa: E402
+from mrtr.stores import open_store  # noqa: E402
 from tests.support.serving import serve_http  # noqa: E402
+from tests.support.task_server import token_auth  # noqa: E402
 
 READY_PREFIX = "dialect-server ready:"
 INSTANCE = os.environ.get("MRTR_INSTANCE", "?")
@@ -44,6 +49,10 @@ class Target(BaseModel):
     target: str
 
 
+class EchoInput(BaseModel):
+    input: str
+
+
 SEED_000_WEATHER = "Current weather in New York:\nTemperature: 72\u00c2\u00b0F\nConditions: Partly cloudy"
 """Seed 000's final result text, byte for byte (its mojibake included)."""
 
@@ -56,10 +65,42 @@ def lookup(location: str) -> str:
     return f"72F and partly cloudy in {location}"
 
 
+def audited(step: str, value: str) -> str:
+    """A counted side effect of seed 001's echo task."""
+    with open(os.environ["MRTR_AUDIT"], "a") as log:
+        log.write(json.dumps({"step": step, "instance": INSTANCE, "key": mrtr.current_step().idempotency_key}) + "\n")
+    return value
+
+
 def build_server() -> tuple[MCPServer, mrtr.Flows]:
     key = bytes.fromhex(os.environ["MRTR_STATE_KEY"])
-    server = MCPServer("weather", request_state_security=RequestStateSecurity(keys=[key]))
-    flows = mrtr.Flows(server, dialects=["sketch", "draft", "incomplete", "saga"])
+    store_url = os.environ.get("MRTR_STORE")
+    server = MCPServer("weather", request_state_security=RequestStateSecurity(keys=[key]), **token_auth())
+    flows = mrtr.Flows(
+        server,
+        dialects=["sketch", "draft", "incomplete", "saga"],
+        store=open_store(store_url) if store_url else None,
+        task_lease=1.0,
+        task_scan_interval=0.2,
+        task_poll_interval=0.1,
+    )
+
+    if store_url:
+
+        @flows.tool(structured_output=False, task="optional")
+        async def echo(ctx: mrtr.FlowContext) -> str:
+            """Seed 001's persistent example: ask for a string (the task waits), echo it back."""
+            await ctx.step("echo-start", audited, "echo-start", "started")
+            answer = await ctx.elicit("Please provide the input string to echo back", EchoInput, key="echo_input")
+            said = await ctx.step("echo-say", audited, "echo-say", answer.input)
+            return f"Echo: {said}"
+
+        @flows.tool(structured_output=False, task="optional", mrtr_first=True)
+        async def echo_first(ctx: mrtr.FlowContext) -> str:
+            """Seed 001's "Interactions" section: ask inline first, become a task at the first step."""
+            answer = await ctx.elicit("Please provide the input string to echo back", EchoInput, key="echo_input")
+            said = await ctx.step("echo-say", audited, "echo-say", answer.input)
+            return f"Echo: {said}"
 
     @flows.tool(structured_output=False)
     async def forecast(location: str, ctx: mrtr.FlowContext) -> str:
