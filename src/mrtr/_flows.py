@@ -95,10 +95,12 @@ class Flows:
             `mrtr.tasks.TasksExtension` you already gave the server at construction
             (`MCPServer(extensions=[...])`, the SDK's public route). Without one, `Flows`
             installs the extension itself when the first task flow is registered.
-        dialects: Also serve the seeds' pre-standard wire shapes, any of `"sketch"`, `"draft"`,
-            `"incomplete"`, `"saga"` (rounds) and `"sep-2322-tasks"` (SEP-2322's original
-            persistent workflow: `tasks/result`, `tasks/input_response`); none by default (the
-            tasks extension requires `tasks/result` to be unknown). One name per dialect.
+        dialects: Also serve the seeds' pre-standard wire shapes, any of `"sketch"`, `"draft"`
+            (seed 001: its rounds, and its persistent workflow on tasks: `params.task`,
+            `tasks/result`, the `input_responses` message), `"incomplete"`, `"saga"` and
+            `"sep-2322-tasks"` (SEP-2322's later camelCase `tasks/result` +
+            `tasks/input_response` beside the tasks extension); none by default (the tasks
+            extension requires `tasks/result` to be unknown on its own wire). One name per dialect.
         fleet_bus: With a shared store (Redis, PostgreSQL) and no `MCPServer(subscriptions=...)`
             of its own, the server gets a fleet bus on the store's broker, so a listen stream
             hears of changes made on any instance (logged at start-up on logger `mrtr.fleet`). `False` keeps
