@@ -3,8 +3,9 @@
 One flow, `onboard`, meets a user the way the CLI must handle: a form with every field
 kind (string, bounded integer, enum, boolean with a default), a sampling request, then
 (at its first side effect, `mrtr_first=True`) a durable task that asks once more.
-Reads MRTR_STATE_KEY (hex) and MRTR_STORE (a `mrtr.open_store` URL). Prints
-`cli-server ready: URL` once it listens.
+Reads MRTR_STATE_KEY (hex) and MRTR_STORE (a `mrtr.open_store` URL); with CLI_SERVER_STATEFUL=1
+it serves stateful streamable HTTP, so a 2025-11-25 (`mrtr call --legacy`) client keeps its
+session and is asked through server->client requests. Prints `cli-server ready: URL` once it listens.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     flows = build_server()
-    asyncio.run(serve_http(flows.streamable_http_app(stateless_http=True), args.port, READY_PREFIX))
+    stateless = os.environ.get("CLI_SERVER_STATEFUL", "") in ("", "0")
+    asyncio.run(serve_http(flows.streamable_http_app(stateless_http=stateless), args.port, READY_PREFIX))
 
 
 if __name__ == "__main__":
