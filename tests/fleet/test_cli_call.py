@@ -219,7 +219,7 @@ def test_stdio_server_with_roots_and_echo_sampling(tmp_path: Path) -> None:
 
 def test_unknown_tool_is_a_one_line_usage_error(server: tuple[str, Path]) -> None:
     proc = run_mrtr("call", server[0], "no_such_tool")
-    assert_one_line_error(proc, 2, "unknown tool 'no_such_tool'; the server offers: onboard")
+    assert_one_line_error(proc, 2, "unknown tool 'no_such_tool'; the server offers: onboard, schedule")
 
 
 def test_unreachable_url_is_a_one_line_error() -> None:
@@ -256,6 +256,108 @@ def test_bad_arguments_are_one_line_errors(server: tuple[str, Path]) -> None:
     assert_one_line_error(run_mrtr("call", server[0], "onboard", "--arg", "novalue"), 2, "--arg takes NAME=VALUE")
     assert_one_line_error(run_mrtr("call", "ftp://x/mcp", "onboard"), 2, "URL must start with http")
     assert_one_line_error(run_mrtr("call", server[0], "onboard", "--sampling", "maybe"), 2, "--sampling must be")
+
+
+@pytest.fixture(scope="module")
+def legacy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The same server on stateful HTTP: a 2025-11-25 client keeps its session and is asked by requests."""
+    workdir = tmp_path_factory.mktemp("cli-legacy-server")
+    env = {"MRTR_STATE_KEY": new_key(), "MRTR_STORE": f"sqlite:///{workdir / 'tasks.db'}", "CLI_SERVER_STATEFUL": "1"}
+    spec = ServerSpec("legacy", env, script=CLI_SERVER, ready_prefix="cli-server ready:")
+    with spawn_servers([spec], workdir) as servers:
+        yield servers["legacy"].url
+
+
+def test_legacy_asks_carry_no_wire_key_and_an_answers_file_keyed_by_one_is_abandoned(
+    legacy_server: str, tmp_path: Path
+) -> None:
+    by_key = tmp_path / "by-key.yml"  # what the README advises for 2026-07-28 servers
+    by_key.write_text(
+        "profile: {name: Grace Hopper, age: 85, team: infra, newsletter: false}\n"
+        "welcome: Welcome aboard, Grace.\n"
+        "send: {send: true}\n"
+    )
+    proc = run_mrtr("call", "--legacy", legacy_server, "onboard", "--answers", str(by_key))
+    assert_one_line_error(
+        proc,
+        5,
+        "no answer for 'Who is joining?' and stdin is not a terminal: legacy 2025-11-25 servers ask without "
+        "wire keys, so key the answers file by the question ('Who is joining?') or a * pattern",
+    )
+    assert "server error" not in proc.stderr and "handler for" not in proc.stderr
+
+    by_question = tmp_path / "by-question.yml"  # the same answers, keyed as a legacy server can be answered
+    by_question.write_text(
+        "Who is joining?: {name: Grace Hopper, age: 85, team: infra, newsletter: false}\n"
+        "'Write a one-line welcome for *': Welcome aboard, Grace.\n"
+        "'Send *': {send: true}\n"
+    )
+    proc = run_mrtr("call", "--legacy", legacy_server, "onboard", "--answers", str(by_question), "--output", "json")
+    assert proc.returncode == 0, proc.stderr
+    text = json.loads(proc.stdout)["content"][0]["text"]
+    assert text == "acct-infra-grace-hopper (age 85, no newsletter): welcome sent: Welcome, Welcome aboard, Grace."
+    assert "round " not in proc.stderr  # legacy: no rounds, the server asked by requests
+
+
+def test_a_value_of_the_wrong_format_is_re_asked_alone_with_the_reason(server: tuple[str, Path]) -> None:
+    child = spawn_terminal("call", server[0], "schedule")
+    try:
+        type_line(child, r"contact \(string, email\): ", "ada at example")
+        type_line(child, r"contact \(string, email\): ", "ada@example.com")
+        type_line(child, r"link \(string, min 1 chars, uri\): ", "meet.example.com/ada")  # no scheme
+        type_line(child, r"link \(string, min 1 chars, uri\): ", "https://meet.example.com/ada")
+        type_line(child, r"day \(string, date\): ", "2026-02-30")
+        type_line(child, r"day \(string, date\): ", "2026-07-28")
+        type_line(child, r"starts \(string, date-time\): ", "2026-07-28 09:30")  # no T, seconds nor offset
+        type_line(child, r"starts \(string, date-time\): ", "2026-07-28T09:30:00+02:00")
+        child.expect(pexpect.EOF, timeout=30)
+    finally:
+        child.close()
+    seen = screen_text(getattr(child, "_mrtr_log", ""))
+    assert child.exitstatus == 0, seen
+    for expected in (
+        "'ada at example' is not a 'email': give an address such as ada@example.com",
+        "'meet.example.com/ada' is not a 'uri': give an absolute URI such as https://example.com/page",
+        "'2026-02-30' is not a 'date': give a date such as 2026-07-28",
+        "'2026-07-28 09:30' is not a 'date-time': give a date and time with its UTC offset, such as "
+        "2026-07-28T09:30:00Z",
+        "ada@example.com meets at https://meet.example.com/ada on 2026-07-28, from 2026-07-28T09:30:00+02:00",
+    ):
+        assert expected in seen, f"{expected!r} not on screen:\n{seen}"
+    for field in ("contact", "link", "day", "starts"):  # each asked twice: itself, not the whole form again
+        assert seen.count(f"  {field} (string") == 2, seen
+    assert "once more" not in seen and "round 2" not in seen  # nor did the server have to re-ask
+
+
+GOOD_MEETING = {
+    "contact": "ada@example.com",
+    "link": "https://meet.example.com/ada",
+    "day": "2026-07-28",
+    "starts": "2026-07-28T09:30:00Z",
+}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("contact", "ada at example", "contact: 'ada at example' is not a 'email'"),
+        ("link", "not a url", "link: 'not a url' is not a 'uri': give an absolute URI"),
+        ("day", "28/07/2026", "day: '28/07/2026' is not a 'date'"),
+        ("starts", "2026-07-28T09:30:00", "starts: '2026-07-28T09:30:00' is not a 'date-time': give a date and"),
+    ],
+)
+def test_a_value_of_the_wrong_format_in_an_answers_file_is_a_one_line_usage_error(
+    server: tuple[str, Path], tmp_path: Path, field: str, value: str, fragment: str
+) -> None:
+    answers = tmp_path / "answers.json"
+    answers.write_text(json.dumps({"meeting": GOOD_MEETING | {field: value}}))
+    proc = run_mrtr("call", server[0], "schedule", "--answers", str(answers))
+    assert_one_line_error(proc, 2, f"answer for 'meeting' in the answers file: {fragment}")
+    assert "round 2" not in proc.stderr  # refused here, not sent for the server to re-ask
+
+    answers.write_text(json.dumps({"meeting": GOOD_MEETING}))  # the same file, right: it goes through
+    proc = run_mrtr("call", server[0], "schedule", "--answers", str(answers))
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.fixture(scope="module")

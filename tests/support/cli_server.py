@@ -2,9 +2,11 @@
 
 One flow, `onboard`, meets a user the way the CLI must handle: a form with every field
 kind (string, bounded integer, enum, boolean with a default), a sampling request, then
-(at its first side effect, `mrtr_first=True`) a durable task that asks once more.
-Reads MRTR_STATE_KEY (hex) and MRTR_STORE (a `mrtr.open_store` URL). Prints
-`cli-server ready: URL` once it listens.
+(at its first side effect, `mrtr_first=True`) a durable task that asks once more. A second,
+`schedule`, asks one form of string formats (email, uri, date, date-time).
+Reads MRTR_STATE_KEY (hex) and MRTR_STORE (a `mrtr.open_store` URL); with CLI_SERVER_STATEFUL=1
+it serves stateful streamable HTTP, so a 2025-11-25 (`mrtr call --legacy`) client keeps its
+session and is asked through server->client requests. Prints `cli-server ready: URL` once it listens.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import argparse
 import asyncio
 import os
 import sys
+from datetime import date, datetime
 from pathlib import Path
 from typing import Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
-from pydantic import BaseModel, Field
+from pydantic import AnyUrl, BaseModel, Field
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
@@ -35,6 +38,13 @@ class Profile(BaseModel):
     age: int = Field(ge=18, le=130, description="Age in years")
     team: Literal["infra", "data", "web"] = Field(description="Team to join")
     newsletter: bool = Field(default=True, description="Subscribe to the newsletter?")
+
+
+class Meeting(BaseModel):
+    contact: str = Field(description="Organiser's email", json_schema_extra={"format": "email"})
+    link: AnyUrl = Field(description="Where to meet")
+    day: date = Field(description="Which day")
+    starts: datetime = Field(description="Start, with its UTC offset")
 
 
 class Send(BaseModel):
@@ -67,6 +77,12 @@ def build_server() -> mrtr.Flows:
         verdict = "sent" if answer.send else "kept"
         return f"{account} (age {profile.age}, {news}): welcome {verdict}: {greeting}, {welcome}"
 
+    @flows.tool()
+    async def schedule(ctx: mrtr.FlowContext) -> str:
+        """Schedule a meeting: one form of formatted strings."""
+        meeting = await ctx.elicit("When and where?", Meeting, key="meeting")
+        return f"{meeting.contact} meets at {meeting.link} on {meeting.day}, from {meeting.starts.isoformat()}"
+
     return flows
 
 
@@ -75,7 +91,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     flows = build_server()
-    asyncio.run(serve_http(flows.streamable_http_app(stateless_http=True), args.port, READY_PREFIX))
+    stateless = os.environ.get("CLI_SERVER_STATEFUL", "") in ("", "0")
+    asyncio.run(serve_http(flows.streamable_http_app(stateless_http=stateless), args.port, READY_PREFIX))
 
 
 if __name__ == "__main__":

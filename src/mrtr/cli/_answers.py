@@ -2,7 +2,9 @@
 
 An answers file is a JSON or YAML mapping. Each entry is found by the ask's wire key
 first, then by its exact question (an elicitation's message, a sampling request's last
-user text), then by a shell-style pattern (`"Deploy plan-* to staging?"`):
+user text), then by a shell-style pattern (`"Deploy plan-* to staging?"`). Legacy
+(2025-11-25) servers ask through server->client requests, which carry no wire key: for
+them only the question and patterns match.
 
     target: {environment: staging}          # accept with this content
     "Add a service*": {service: "", done: true}
@@ -18,6 +20,7 @@ import fnmatch
 import json
 import shlex
 from dataclasses import dataclass
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeGuard
 
@@ -53,7 +56,18 @@ def load_answers(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise UsageError(f"answers file {path} must hold a mapping of key or question to answer")
-    return {str(k): v for k, v in data.items()}
+    return {str(k): _plain(v) for k, v in data.items()}
+
+
+def _plain(value: Any) -> Any:
+    """YAML reads `2026-07-28` as a date: send dates and times as the ISO strings they were written as."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _first_line(exc: BaseException) -> str:

@@ -22,6 +22,8 @@ import httpx2
 import mcp_types as t
 from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -36,8 +38,8 @@ from mrtr.cli._answers import (
     run_command,
     sampling_result,
 )
-from mrtr.cli._errors import EXIT_OK, EXIT_TOOL_ERROR, Abandoned, UsageError
-from mrtr.cli._forms import CANCEL, FormRenderer
+from mrtr.cli._errors import EXIT_OK, EXIT_TOOL_ERROR, Abandoned, CliError, UsageError
+from mrtr.cli._forms import CANCEL, FormRenderer, problems
 from mrtr.cli._observe import ObservedTransport, WireView, http_transport, observed_http_client
 from mrtr.client._flowclient import FlowClient, Round
 from mrtr.client._tasks import TaskSnapshot
@@ -81,31 +83,80 @@ class CallSession:
         self.progress: Progress | None = None
         self.progress_task: Any = None
         self.task_id: str | None = None
+        self.failure: CliError | None = None
+        """Why a legacy server's request went unanswered: what the run ends with."""
 
     # -- answering --------------------------------------------------------------------------
 
     def _scripted(self, key: str | None, question: str) -> tuple[bool, Any]:
         return self.book.lookup(key, question) if self.book is not None else (False, None)
 
-    def _need_person(self, what: str) -> None:
+    def _need_person(self, what: str, legacy: bool = False) -> None:
+        """No scripted answer: ask the person, or end the run when there is none to ask."""
+        legacy_hint = (
+            f"legacy 2025-11-25 servers ask without wire keys, so key the answers file by the question "
+            f"({what}) or a * pattern"
+            if legacy and self.book is not None
+            else None
+        )
         if not self.interactive:
+            if legacy_hint:
+                raise Abandoned(f"no answer for {what} and stdin is not a terminal: {legacy_hint}")
             hint = "add it to --answers FILE" if self.book is not None else "give --answers FILE"
             raise Abandoned(f"no answer for {what} and stdin is not a terminal ({hint})")
         self._pause_progress()
+        if legacy_hint:
+            self.console.print(f"[yellow]  the answers file has no entry for {escape(what)}:[/] [dim]{legacy_hint}[/]")
 
-    async def elicit(self, params: t.ElicitRequestParams) -> t.ElicitResult:
+    def _refused(self, exc: CliError) -> MCPError:
+        """A legacy server's request could not be answered: keep the reason for the end of the run.
+
+        Raised from an SDK callback, a `CliError` would be logged with its traceback and reach
+        the server (and then us) as a server error; the person must see this one line instead.
+        """
+        if self.failure is None:
+            self.failure = exc
+        return MCPError(INTERNAL_ERROR, f"mrtr call could not answer: {exc}")
+
+    async def on_elicit(self, context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        """`context` is the server's request on a legacy session (server->client), None in a round."""
+        if context is None:
+            return await self.elicit(params, legacy=False)
+        try:
+            return await self.elicit(params, legacy=True)
+        except CliError as exc:
+            raise self._refused(exc) from None
+
+    async def on_sample(self, context: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+        if context is None:
+            return await self.sample(params, legacy=False)
+        try:
+            return await self.sample(params, legacy=True)
+        except CliError as exc:
+            raise self._refused(exc) from None
+
+    async def elicit(self, params: t.ElicitRequestParams, legacy: bool = False) -> t.ElicitResult:
         key = self.view.key_for("elicitation/create", params.message)
         found, value = self._scripted(key, params.message)
+        where = repr(key or params.message)
         if found:
-            result = elicit_result(value, repr(key or params.message))
+            result = elicit_result(value, where)
+            if isinstance(params, t.ElicitRequestFormParams) and result.action == "accept":
+                schema: Any = params.requested_schema
+                wrong = problems(
+                    schema if isinstance(schema, dict) else schema.model_dump(mode="json", exclude_none=True),
+                    dict(result.content or {}),
+                )
+                if wrong:
+                    raise UsageError(f"answer for {where} in the answers file: {wrong}")
             self.console.print(f"[dim]  answers file → {escape(key or params.message)}: {result.action}[/]")
             return result
-        self._need_person(repr(key or params.message))
+        self._need_person(where, legacy)
         if isinstance(params, t.ElicitRequestURLParams):
             return self.form.ask_url(params, key)
         return self.form.ask_form(params, key)
 
-    async def sample(self, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+    async def sample(self, params: t.CreateMessageRequestParams, legacy: bool = False) -> t.CreateMessageResult:
         text = prompt_text(params)
         key = self.view.key_for("sampling/createMessage", text)
         found, value = self._scripted(key, text)
@@ -122,7 +173,7 @@ class CallSession:
             completion = await run_command(self.sampling[4:], text)
             self.console.print(f"[dim]  sampling (cmd) → {escape(completion[:60])}[/]")
             return sampling_result(completion)
-        self._need_person(f"sampling request {key or text[:40]!r}")
+        self._need_person(repr(key or text) if legacy else f"sampling request {key or text[:40]!r}", legacy)
         label = f" [dim]{escape(key)}[/]" if key else ""
         self.console.print()
         self.console.print(f"[bold magenta]sampling[/]{label}  the server asks your LLM (you play it):")
@@ -272,8 +323,8 @@ async def run_call(request: CallRequest, console: Console, out: Console, interac
         server,
         http_client=http,
         on_result=(lambda method, result: session.view.observe_result(result, method)) if http is not None else None,
-        elicit=session.elicit,
-        sample=None if session.sampling == "none" else session.sample,
+        elicitation_callback=session.on_elicit,
+        sampling_callback=None if session.sampling == "none" else session.on_sample,
         roots=session.list_roots if request.roots else None,
         mode="legacy" if request.legacy else "auto",
         max_rounds=request.max_rounds,
@@ -295,10 +346,16 @@ async def run_call(request: CallRequest, console: Console, out: Console, interac
                 schema = await _check_listed(client, "tool", request.tool or "")
                 arguments = typed(request.arguments, set(request.raw_args), schema)
                 result = await client.call_tool(request.tool or "", arguments)
+    except Exception:
+        if session.failure is not None:  # the server's error only echoes why we could not answer it
+            raise session.failure from None
+        raise
     finally:
         session.close()
         if http is not None:
             await http.aclose()
+    if session.failure is not None:  # the flow went on without the answer: the run still lacked it
+        raise session.failure
     return show_result(result, out, request.output, console)
 
 

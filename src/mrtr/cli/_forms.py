@@ -2,8 +2,9 @@
 
 One prompt per field, in schema order: its title/description, type, allowed values,
 default and whether it is required. Enter takes the default (or skips an optional
-field); a value that does not fit its field schema is explained and asked again; the
-whole answer is validated against the requested schema before it is sent. At any
+field); a value that does not fit its field schema (its type, bounds, pattern, or string
+`format`: uri, email, date, date-time) is explained and that field alone is asked again;
+the whole answer is validated against the requested schema before it is sent. At any
 prompt `:decline` declines and `:cancel` cancels the form (the flow decides what that
 means). URL-mode elicitations show the link and ask for consent.
 """
@@ -11,7 +12,9 @@ means). URL-mode elicitations show the link and ask for consent.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from datetime import date
 from typing import Any, Literal
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs among the project's dependencies
@@ -25,6 +28,86 @@ _TRUE = {"y", "yes", "true", "t", "1", "on"}
 _FALSE = {"n", "no", "false", "f", "0", "off"}
 _MAX_TRIES = 20
 """Re-prompts per field before giving up (bounded even when stdin repeats garbage)."""
+
+
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*")
+_DATE_TIME = re.compile(
+    r"(\d{4}-\d{2}-\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:Z|[+-](\d{2}):(\d{2}))", re.IGNORECASE
+)
+FORMAT_EXAMPLES = {
+    "uri": "an absolute URI such as https://example.com/page",
+    "email": "an address such as ada@example.com",
+    "date": "a date such as 2026-07-28",
+    "date-time": "a date and time with its UTC offset, such as 2026-07-28T09:30:00Z",
+}
+"""What a value of each string `format` of MCP elicitation schemas looks like (said with its error)."""
+
+
+def is_uri(instance: object) -> bool:
+    """RFC 3986 absolute URI: a scheme, only URI characters, and a host after `//` (but for file:)."""
+    if not isinstance(instance, str):
+        return True
+    if not _URI.fullmatch(instance) or instance.count("#") > 1:
+        return False
+    scheme, _, rest = instance.partition(":")
+    if not rest.startswith("//"):
+        return True  # mailto:, urn:, data: ...
+    authority = re.split(r"[/?#]", rest[2:], maxsplit=1)[0]
+    host_port = authority.rpartition("@")[2]
+    host, port = host_port, ""
+    if ":" in host_port and not host_port.endswith("]"):  # host:port, [v6]:port (not a bare [v6])
+        host, _, port = host_port.rpartition(":")
+    if port and not port.isdigit():
+        return False
+    return bool(host) or scheme.lower() == "file"
+
+
+def is_date_time(instance: object) -> bool:
+    """RFC 3339 `date-time`: a full date, `T`, a time with seconds, and `Z` or an offset."""
+    if not isinstance(instance, str):
+        return True
+    match = _DATE_TIME.fullmatch(instance)
+    if match is None:
+        return False
+    day, hour, minute, second, offset_hour, offset_minute = match.groups()
+    try:
+        date.fromisoformat(day)
+    except ValueError:
+        return False
+    in_range = int(hour) <= 23 and int(minute) <= 59 and int(second) <= 60  # 60: a leap second
+    return in_range and int(offset_hour or 0) <= 23 and int(offset_minute or 0) <= 59
+
+
+def format_checker() -> jsonschema.FormatChecker:
+    """jsonschema's checker (email, date, ... need no extra package), plus `uri` and `date-time`,
+    which jsonschema checks only with rfc3987 / rfc3339-validator installed."""
+    checker = jsonschema.FormatChecker()
+    for name, check in (("uri", is_uri), ("date-time", is_date_time)):
+        if name not in checker.checkers:
+            checker.checks(name)(check)
+    return checker
+
+
+FORMATS = format_checker()
+
+
+def reason(exc: jsonschema.ValidationError) -> str:
+    """A validation error's message, with what a `format` expects (`'x' is not a 'uri'` alone says little)."""
+    fmt = exc.validator_value if exc.validator == "format" else None
+    example = FORMAT_EXAMPLES.get(fmt) if isinstance(fmt, str) else None
+    return f"{exc.message}: give {example}" if example else str(exc.message)
+
+
+def problems(schema: dict[str, Any], content: dict[str, Any]) -> str | None:
+    """Why `content` does not fit the form's schema (`field: reason`), or None when it does."""
+    try:
+        jsonschema.validate(content, schema, format_checker=FORMATS)
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path)
+        return f"{where}: {reason(exc)}" if where else reason(exc)
+    except jsonschema.SchemaError:
+        return None  # the server's schema is broken; let the server judge the answer
+    return None
 
 
 class Refused(Exception):
@@ -87,10 +170,10 @@ class FormRenderer:
         try:
             for _ in range(_MAX_TRIES):
                 content = self._fields(schema)
-                problems = _problems(schema, content)
-                if not problems:
+                wrong = problems(schema, content)
+                if not wrong:
                     return t.ElicitResult(action="accept", content=content)
-                self.console.print(f"[red]  ✗ {escape(problems)}[/] — once more")
+                self.console.print(f"[red]  ✗ {escape(wrong)}[/] — once more")
             raise Refused("cancel")
         except Refused as refused:
             self.console.print(f"[yellow]  → {refused.action}[/]")
@@ -133,11 +216,11 @@ class FormRenderer:
                 continue
             try:
                 value = _parse(raw, kind, choices, item_choices)
-                jsonschema.validate(value, prop, format_checker=jsonschema.FormatChecker())
+                jsonschema.validate(value, prop, format_checker=FORMATS)
             except jsonschema.SchemaError:
                 return value  # the server's field schema is broken: let the server judge
             except (ValueError, jsonschema.ValidationError) as exc:
-                message = exc.message if isinstance(exc, jsonschema.ValidationError) else str(exc)
+                message = reason(exc) if isinstance(exc, jsonschema.ValidationError) else str(exc)
                 self.console.print(f"[red]    ✗ {escape(message)}[/]")
                 continue
             return value
@@ -231,23 +314,19 @@ def _parse(raw: str, kind: str, choices: list[tuple[Any, str]] | None, items: li
     return raw
 
 
-def _problems(schema: dict[str, Any], content: dict[str, Any]) -> str | None:
-    try:
-        jsonschema.validate(content, schema, format_checker=jsonschema.FormatChecker())
-    except jsonschema.ValidationError as exc:
-        where = "/".join(str(p) for p in exc.absolute_path)
-        return f"{where}: {exc.message}" if where else exc.message
-    except jsonschema.SchemaError:
-        return None  # the server's schema is broken; let the server judge the answer
-    return None
-
-
 __all__ = [
     "CANCEL",
     "DECLINE",
+    "FORMATS",
+    "FORMAT_EXAMPLES",
     "FormRenderer",
     "Reader",
     "Refused",
     "choices_of",
     "field_type",
+    "format_checker",
+    "is_date_time",
+    "is_uri",
+    "problems",
+    "reason",
 ]
