@@ -215,7 +215,7 @@ def build_server(*, timed: bool = True) -> Bench:
     server: MCPServer[Any] = MCPServer("bench", request_state_security=security, log_level="WARNING")
     if timed:
         server._lowlevel_server.middleware.insert(0, round_timer)  # outermost: includes the boundary
-    flows = mrtr.Flows(server)
+    flows = mrtr.Flows(server, max_rounds=CHAIN_LEN + 1)  # the state-size chain asks CHAIN_LEN times
 
     @server.tool()
     async def plain(service: str) -> str:

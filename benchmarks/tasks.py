@@ -622,7 +622,7 @@ async def run_task_raw(client: RawClient) -> TaskTiming:
     for polls in range(1, MAX_POLLS + 1):
         await asyncio.sleep(POLL)
         task = await client.request("tasks/get", {"taskId": task_id}, name=task_id)
-        status = task.status
+        status = task.get("status")
         if status == "completed":
             done = time.perf_counter()
             if (task.get("result") or {}).get("structuredContent") != {"result": EXPECTED}:
@@ -642,7 +642,7 @@ async def run_inline_raw(client: RawClient) -> None:
 
 async def run_get_raw(client: RawClient, task_id: str) -> None:
     task = await client.request("tasks/get", {"taskId": task_id}, name=task_id)
-    if task.status != "completed":
+    if task.get("status") != "completed":
         raise RuntimeError(f"tasks/get on a completed task said {task!r}")
 
 
@@ -1263,6 +1263,9 @@ async def _bench_all(args: argparse.Namespace, results: list[StoreResult], faile
             result = await bench_store(kind, args)
         except Exception as exc:  # one broken store must not stop the others
             print(f"  {kind}: FAILED: {type(exc).__name__}: {exc}")
+            while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # what task groups wrapped
+                exc = exc.exceptions[0]
+                print(f"    {type(exc).__name__}: {exc}")
             failed.append(kind)
             continue
         if result is not None:
