@@ -1,0 +1,35 @@
+"""The benchmarks still run: a `--quick` pass of each script that has one (numbers are not asserted).
+
+A benchmark that nobody runs rots silently (a changed default or API breaks it, and the next
+person to measure finds out). These smoke runs assert only that each script finishes and says
+its targets were measured.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.flowkit import ROOT_DIR
+
+pytestmark = pytest.mark.slow
+
+
+def _run(*args: str) -> str:
+    run = subprocess.run(
+        [sys.executable, *args], cwd=ROOT_DIR, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return run.stdout
+
+
+def test_rounds_quick_measures_every_variant() -> None:
+    out = _run("benchmarks/rounds.py", "--quick")
+    assert "(c)/(b) in-process" in out and "Long loops" in out
+
+
+def test_tasks_quick_measures_the_sqlite_store() -> None:
+    out = _run("benchmarks/tasks.py", "--quick", "--stores", "sqlite")
+    assert "FAILED" not in out and "sqlite" in out
