@@ -1,7 +1,7 @@
 """FastMCP 3.x-era code on FastMCP 4, through mrtr: `python examples/fastmcp_trips.py` serves it on :8000.
 
-Give every instance the same key (`MRTR_STATE_KEY`, hex; a fresh one when unset) and run as
-many as you like behind any load balancer: each round of a call may land on any of them.
+Give every instance the same key (`MRTR_STATE_KEY`, hex) and run as many as you like behind any
+load balancer: each round of a call may land on any of them.
 `ctx: FlowsContext` is FastMCP's `Context` (annotate `ctx: fastmcp.Context` if you do not run
 mypy: FastMCP 4's `Context` type no longer declares `sample` and `list_roots`).
 """
@@ -19,9 +19,12 @@ import mrtr
 import mrtr.fastmcp
 from mrtr.fastmcp import FlowsContext
 
-KEY = bytes.fromhex(os.environ["MRTR_STATE_KEY"]) if "MRTR_STATE_KEY" in os.environ else os.urandom(32)
+# Without MRTR_STATE_KEY, FastMCP seals with a key only this process holds, and mrtr says so at
+# start-up: fine for one instance, and a second one would reject this one's flows.
+KEY = os.environ.get("MRTR_STATE_KEY")
+SECURITY = RequestStateSecurity(keys=[bytes.fromhex(KEY)]) if KEY else None
 
-mcp: FastMCP[None] = FastMCP("trips", request_state_security=RequestStateSecurity(keys=[KEY]))
+mcp: FastMCP[None] = FastMCP("trips", request_state_security=SECURITY)
 flows = mrtr.fastmcp.Flows(mcp)
 
 

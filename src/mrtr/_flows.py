@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import inspect
 import logging
-import typing
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -21,9 +19,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
-from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
-from mcp_types import INVALID_PARAMS, Annotations, Icon, ToolAnnotations
+from mcp_types import Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
 
 from mrtr import _fleet as fleet
@@ -36,6 +33,13 @@ from mrtr._engine.round import Services
 from mrtr._engine.spec import FlowSpec, Limits, TaskSupport
 from mrtr._errors import InputRefused
 from mrtr._guard import ReplayGuard, as_guard
+from mrtr._registration import (
+    checked_capabilities,
+    entry_point,
+    flow_limits,
+    refused_as_client_error,
+    reject_bare_use,
+)
 from mrtr._sdk import install_extension  # noqa: F401  (was defined here; kept importable)
 from mrtr._shedding import LoadShedder, ShedClients
 from mrtr._static_resources import StaticResourceFlows
@@ -301,7 +305,7 @@ class Flows:
         names the client capabilities the flow will need: a request that lacks one fails
         with -32021 in round 1, before the user has answered anything.
         """
-        _reject_bare_use(name, "tool")
+        reject_bare_use(name, "tool")
         if task not in ("never", "optional", "required"):
             raise ValueError(f"task must be 'never', 'optional' or 'required', not {task!r}")
 
@@ -309,7 +313,7 @@ class Flows:
             runtime = self._tasks() if task != "never" else None
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, task)
             spec = self.specs[spec.name] = dataclasses.replace(
-                spec, mrtr_first=mrtr_first, requires=_capabilities(spec.name, requires)
+                spec, mrtr_first=mrtr_first, requires=checked_capabilities(spec.name, requires)
             )
             wrapper = _sdk_entry_point(fn, spec, self.services, refused=_refused_as_tool_error)
             if runtime is not None:
@@ -341,11 +345,11 @@ class Flows:
         max_state_bytes: int | None = None,
     ) -> Callable[[F], F]:
         """Register an async flow function as a prompt (`prompts/get` may take several rounds)."""
-        _reject_bare_use(name, "prompt")
+        reject_bare_use(name, "prompt")
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
-            wrapper = _sdk_entry_point(fn, spec, self.services, refused=_refused_as_client_error(spec))
+            wrapper = _sdk_entry_point(fn, spec, self.services, refused=refused_as_client_error(spec))
             prompt = Prompt.from_function(wrapper, name=spec.name, title=title, description=description, icons=icons)
             self.server.add_prompt(prompt)
             return fn
@@ -368,11 +372,11 @@ class Flows:
         max_state_bytes: int | None = None,
     ) -> Callable[[F], F]:
         """Register an async flow function as a resource; `uri` may be a template or a fixed URI."""
-        _reject_bare_use(uri, "resource")
+        reject_bare_use(uri, "resource")
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes)
-            wrapper = _sdk_entry_point(fn, spec, self.services, refused=_refused_as_client_error(spec))
+            wrapper = _sdk_entry_point(fn, spec, self.services, refused=refused_as_client_error(spec))
             options: dict[str, Any] = dict(
                 name=name, title=title, description=description, mime_type=mime_type,
                 icons=icons, annotations=annotations, meta=meta,
@@ -395,13 +399,7 @@ class Flows:
         max_state_bytes: int | None,
         task: TaskSupport = "never",
     ) -> FlowSpec:
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"flow {name!r} must be an async function (it awaits the client)")
-        limits = Limits(
-            max_rounds=max_rounds if max_rounds is not None else self.limits.max_rounds,
-            deadline=deadline if deadline is not None else self.limits.deadline,
-            max_state_bytes=max_state_bytes if max_state_bytes is not None else self.limits.max_state_bytes,
-        )
+        limits = flow_limits(fn, name, self.limits, max_rounds, deadline, max_state_bytes)
         ctx_param = flow_context_param(fn, name)
         check_elicit_schemas(fn, name, ctx_param)
         spec = FlowSpec(
@@ -438,66 +436,25 @@ class _InstanceHeader:
         await self.app(scope, receive, stamped)
 
 
-def _capabilities(flow: str, requires: Sequence[Capability]) -> tuple[Capability, ...]:
-    known = typing.get_args(Capability)
-    for capability in requires:
-        if capability not in known:
-            raise ValueError(f"flow {flow!r}: requires={capability!r} is not a capability; use one of {known}")
-    return tuple(requires)
-
-
-def _reject_bare_use(first: object, what: str) -> None:
-    if callable(first):
-        raise TypeError(f"use @flows.{what}(...) with parentheses")
-
-
 def _refused_as_tool_error(exc: InputRefused) -> Exception:
     return ToolError(str(exc))
-
-
-def _refused_as_client_error(spec: FlowSpec) -> Callable[[InputRefused], Exception]:
-    """Prompts and resources have no error result: the user's refusal is a -32602 the client can show.
-
-    Not a crash (-32603, logged with a traceback): nothing went wrong on the server.
-    """
-
-    def refused(exc: InputRefused) -> Exception:
-        data = {"reason": f"input_{exc.action}", "flow": spec.name, "key": exc.key}
-        return MCPError(code=INVALID_PARAMS, message=str(exc), data=data)
-
-    return refused
 
 
 def _sdk_entry_point(
     fn: Callable[..., Any], spec: FlowSpec, services: Services, refused: Callable[[InputRefused], Exception]
 ) -> Callable[..., Any]:
     """An SDK-registrable function: the flow's signature, with the SDK `Context` injected."""
-    hints = typing.get_type_hints(fn, include_extras=True)
-    signature = inspect.signature(fn)
-    params: list[inspect.Parameter] = []
-    for param in signature.parameters.values():
-        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            raise TypeError(f"flow {spec.name!r}: *args/**kwargs cannot become a schema")
-        if param.name == spec.ctx_param:
-            continue
-        annotation = hints.get(param.name, param.annotation)
-        params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
     request_param = spec.request_param
-    params.append(inspect.Parameter(request_param, inspect.Parameter.KEYWORD_ONLY, annotation=Context))
-    returns = hints.get("return", signature.return_annotation)
 
-    async def entry(**kwargs: Any) -> Any:
+    async def run(kwargs: dict[str, Any]) -> Any:
         request = kwargs.pop(request_param)
         try:
             return await run_flow(spec, request, kwargs, services)
         except InputRefused as exc:
             raise refused(exc) from None
 
-    functools.update_wrapper(entry, fn, updated=())
-    del entry.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper; the SDK must see our signature
-    entry.__signature__ = signature.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
-    entry.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
-    return entry
+    injected = inspect.Parameter(request_param, inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+    return entry_point(fn, spec, run, extra=[injected])
 
 
 __all__ = ["Flows"]

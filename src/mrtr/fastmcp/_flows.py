@@ -25,8 +25,7 @@ from fastmcp.server.dependencies import get_context
 from fastmcp.tools import FunctionTool
 from mcp.server.request_state import RequestStateSecurity, authenticated_principal
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult, InputRequiredResult
+from mcp_types import CallToolResult, InputRequiredResult
 
 from mrtr import _fleet as fleet
 from mrtr._checks import check_elicit_schemas
@@ -37,6 +36,13 @@ from mrtr._engine.round import RoundPolicy, Services
 from mrtr._engine.spec import FlowSpec, Limits, TaskSupport
 from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._guard import ReplayGuard, open_guard
+from mrtr._registration import (
+    checked_capabilities,
+    entry_point,
+    flow_limits,
+    refused_as_client_error,
+    reject_bare_use,
+)
 from mrtr._shedding import LoadShedder, ShedClients
 from mrtr._wire import TASKS_EXTENSION
 from mrtr.buses._base import BrokerBus
@@ -175,7 +181,7 @@ class Flows:
         `task="optional"|"required"` and `mrtr_first` mean what they mean for `mrtr.Flows.tool`:
         the call runs as a durable mrtr task when the client declares the tasks extension.
         """
-        _reject_bare_use(name, "tool")
+        reject_bare_use(name, "tool")
         if task not in ("never", "optional", "required"):
             raise TypeError(
                 f"mrtr.fastmcp: task={task!r} is not mrtr's; use task='optional' or 'required' (mrtr's durable "
@@ -210,11 +216,11 @@ class Flows:
         **fastmcp_options: Any,
     ) -> Callable[[F], F]:
         """Register an async flow as a FastMCP prompt (`prompts/get` may take several rounds)."""
-        _reject_bare_use(name, "prompt")
+        reject_bare_use(name, "prompt")
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, requires)
-            self.mcp.prompt(self._entry(fn, spec, _refused_as_client_error(spec)), name=spec.name, **fastmcp_options)
+            self.mcp.prompt(self._entry(fn, spec, refused_as_client_error(spec)), name=spec.name, **fastmcp_options)
             return fn
 
         return decorator
@@ -231,11 +237,11 @@ class Flows:
         **fastmcp_options: Any,
     ) -> Callable[[F], F]:
         """Register an async flow as a FastMCP resource or resource template."""
-        _reject_bare_use(uri, "resource")
+        reject_bare_use(uri, "resource")
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, requires)
-            entry = self._entry(fn, spec, _refused_as_client_error(spec))
+            entry = self._entry(fn, spec, refused_as_client_error(spec))
             self.mcp.resource(uri, name=spec.name, **fastmcp_options)(entry)
             return fn
 
@@ -307,17 +313,7 @@ class Flows:
         max_state_bytes: int | None,
         requires: Sequence[Capability],
     ) -> FlowSpec:
-        if not inspect.iscoroutinefunction(fn):
-            raise TypeError(f"flow {name!r} must be an async function (it awaits the client)")
-        known = typing.get_args(Capability)
-        for capability in requires:
-            if capability not in known:
-                raise ValueError(f"flow {name!r}: requires={capability!r} is not a capability; use one of {known}")
-        limits = Limits(
-            max_rounds=max_rounds if max_rounds is not None else self.limits.max_rounds,
-            deadline=deadline if deadline is not None else self.limits.deadline,
-            max_state_bytes=max_state_bytes if max_state_bytes is not None else self.limits.max_state_bytes,
-        )
+        limits = flow_limits(fn, name, self.limits, max_rounds, deadline, max_state_bytes)
         ctx_param, style = _context_param(fn, name)
         if style == "mrtr" and ctx_param is not None:
             check_elicit_schemas(fn, name, ctx_param)
@@ -327,7 +323,7 @@ class Flows:
             ctx_param=ctx_param,
             limits=limits,
             audience=self.audience,
-            requires=tuple(requires),
+            requires=checked_capabilities(name, requires),
             wrap_context=functools.partial(_fastmcp_context, self.mcp) if style == "fastmcp" else None,
             strict=self.strict,
         )
@@ -338,20 +334,9 @@ class Flows:
         self, fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception]
     ) -> Callable[..., Any]:
         """A FastMCP-registrable function: the flow's signature without its context parameter."""
-        hints = typing.get_type_hints(fn, include_extras=True)
-        signature = inspect.signature(fn)
-        params: list[inspect.Parameter] = []
-        for param in signature.parameters.values():
-            if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-                raise TypeError(f"flow {spec.name!r}: *args/**kwargs cannot become a schema")
-            if param.name == spec.ctx_param:
-                continue
-            annotation = hints.get(param.name, param.annotation)
-            params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
-        returns = hints.get("return", signature.return_annotation)
         services, security = self.services, self.state_security
 
-        async def entry(**kwargs: Any) -> Any:
+        async def run(kwargs: dict[str, Any]) -> Any:
             ctx = get_context()
             wire = internals.request_wire(ctx)
             if wire is None:
@@ -368,11 +353,7 @@ class Flows:
                 # A result FastMCP passes through untouched; the tasks interceptor replaces it.
                 return InputRequiredResult(request_state="mrtr:task-created")
 
-        functools.update_wrapper(entry, fn, updated=())
-        del entry.__wrapped__  # type: ignore[attr-defined]  # set by update_wrapper; FastMCP must see our signature
-        entry.__signature__ = signature.replace(parameters=params, return_annotation=returns)  # type: ignore[attr-defined]
-        entry.__annotations__ = {p.name: p.annotation for p in params} | {"return": returns}
-        return entry
+        return entry_point(fn, spec, run)
 
 
 def _fastmcp_context(mcp: FastMCP[Any], flow: FlowContext) -> FlowsContext:
@@ -403,11 +384,6 @@ def _context_param(fn: Callable[..., Any], flow: str) -> tuple[str | None, str]:
     return None, "none"  # a flow may also ask nothing and use only `mrtr.step` / `mrtr.gather`
 
 
-def _reject_bare_use(first: object, what: str) -> None:
-    if callable(first):
-        raise TypeError(f"use @flows.{what}(...) with parentheses")
-
-
 def _tool_result(tool: FunctionTool, value: Any) -> CallToolResult:
     """A task flow's return value as its tool's `CallToolResult`, converted by FastMCP itself."""
     result = tool.convert_result(value)
@@ -417,14 +393,6 @@ def _tool_result(tool: FunctionTool, value: Any) -> CallToolResult:
 
 def _refused_as_tool_error(exc: InputRefused) -> Exception:
     return ToolError(str(exc))
-
-
-def _refused_as_client_error(spec: FlowSpec) -> Callable[[InputRefused], Exception]:
-    def refused(exc: InputRefused) -> Exception:
-        data = {"reason": f"input_{exc.action}", "flow": spec.name, "key": exc.key}
-        return MCPError(code=INVALID_PARAMS, message=str(exc), data=data)
-
-    return refused
 
 
 __all__ = ["Flows"]
