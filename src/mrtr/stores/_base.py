@@ -44,11 +44,21 @@ class TaskRecord:
     cancel_requested: bool = False
     lease_owner: str | None = None
     lease_until: float = 0.0
-    """Epoch seconds; the worker holding the lease must renew it before then."""
+    """Epoch seconds before which no worker may claim the task: the live worker's lease (it
+    renews it), or, while a run is parked in `working` on a timer or an event, its wake time
+    (`WAIT_FOREVER` for an event with no timeout). Stores index it for `working` tasks, so it
+    is also the due-time index: sleeping tasks cost no scan."""
     version: int = 0
     """Bumped by every successful `save`; `save` succeeds only from the stored version."""
     owner: str | None = None
     """Digest of the principal that created the task (`mrtr.tasks._runtime.owner_tag`); None if unauthenticated."""
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+    """What the parked run waits for besides the client: `{"kind": "timer", "until": t}` and
+    `{"kind": "event", "name": n, "until": t | None}` (empty while it runs or asks only)."""
+    inbox: list[dict[str, Any]] = field(default_factory=list)
+    """Events delivered and not yet consumed by the flow: `{"id", "name", "data", "at"}`."""
+    event_ids: list[str] = field(default_factory=list)
+    """Ids of the events accepted lately, newest last (`send_event(event_id=)` deduplication)."""
     extras: dict[str, Any] = field(default_factory=dict, repr=False)
     """Fields written by a newer mrtr that this one does not know: carried through every rewrite."""
 
@@ -82,6 +92,9 @@ class TaskRecord:
     def copy(self, **changes: Any) -> TaskRecord:
         return replace(self, **changes)
 
+
+WAIT_FOREVER = 253402300799.0
+"""`lease_until` of a task parked on an event with no timeout (9999-12-31T23:59:59Z)."""
 
 _FIELDS = tuple(name for name in TaskRecord.__dataclass_fields__ if name != "extras")
 _KNOWN = frozenset(_FIELDS)
@@ -141,6 +154,7 @@ def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str,
 
 
 __all__ = [
+    "WAIT_FOREVER",
     "TaskExists",
     "TaskRecord",
     "TaskStore",
