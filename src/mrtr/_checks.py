@@ -25,6 +25,18 @@ from mrtr._errors import FlowDefinitionError
 _UNKNOWN = object()
 
 
+def plain_function(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` takes no context at all (neither a `FlowContext` nor anything named like one).
+
+    Such a function can still be a durable task (`task=...`): it runs as one step.
+    """
+    hints = typing.get_type_hints(fn)
+    for name, annotation in hints.items():
+        if name != "return" and inspect.isclass(annotation) and issubclass(annotation, FlowContext | Context):
+            return False
+    return not any(name in ("ctx", "context") for name in inspect.signature(fn).parameters)
+
+
 def flow_context_param(fn: Callable[..., Any], flow: str) -> str:
     """The name of the flow's `FlowContext` parameter; a flow without one is refused.
 
@@ -127,6 +139,7 @@ def _evaluate(node: ast.expr, names: dict[str, Any]) -> object:
 
 
 __all__ = [
+    "plain_function",
     "check_elicit_schemas",
     "flow_context_param",
 ]

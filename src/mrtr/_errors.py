@@ -93,6 +93,32 @@ class StepResultError(ToolError, TypeError):
         self.step = step
 
 
+class EventTimeout(ToolError, TimeoutError):
+    """`ctx.wait_for_event(name, timeout=...)` reached its timeout before the event came.
+
+    A `ToolError` (uncaught, the task completes with `isError` and this message) and a
+    `TimeoutError`, so `except TimeoutError` catches it as it would `asyncio.timeout`'s.
+    """
+
+    def __init__(self, name: str, timeout: float) -> None:
+        super().__init__(f"no event {name!r} arrived within {timeout:g}s")
+        self.name = name
+        self.timeout = timeout
+
+
+class EventNotDelivered(Exception):
+    """`Flows.send_event` (or `mrtr tasks event`) could not deliver: `reason` says why.
+
+    `"unknown_task"` (no such task, or past its TTL), `"task_finished"` (completed, failed or
+    cancelled: nothing will ever wait again), `"busy"` (kept losing a race; send again).
+    """
+
+    def __init__(self, message: str, *, reason: str, task_id: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.task_id = task_id
+
+
 class FlowSuspended(BaseException):
     """The round has ended: this run of the flow is unwinding and may not ask, step or journal.
 
@@ -111,6 +137,8 @@ class FlowSuspended(BaseException):
 __all__ = [
     "Cancelled",
     "Declined",
+    "EventNotDelivered",
+    "EventTimeout",
     "FlowDefinitionError",
     "FlowError",
     "FlowExpired",

@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 
 from mrtr import _fleet as fleet
 from mrtr import _sdk as sdk
-from mrtr._checks import check_elicit_schemas, flow_context_param
+from mrtr._checks import check_elicit_schemas, flow_context_param, plain_function
 from mrtr._dialects import Dialects
 from mrtr._engine.asks import Capability
 from mrtr._engine.engine import run_flow
@@ -37,6 +37,7 @@ from mrtr._registration import (
     checked_capabilities,
     entry_point,
     flow_limits,
+    one_step,
     refused_as_client_error,
     reject_bare_use,
 )
@@ -45,6 +46,9 @@ from mrtr._shedding import LoadShedder, ShedClients
 from mrtr._static_resources import StaticResourceFlows
 from mrtr.buses._base import BrokerBus
 from mrtr.stores import TaskStore
+from mrtr.tasks._callbacks import PATH as CALLBACK_PATH
+from mrtr.tasks._callbacks import CallbackUrls
+from mrtr.tasks._callbacks import endpoint as callback_endpoint
 from mrtr.tasks._events import TaskEvents
 from mrtr.tasks._extension import TasksExtension
 from mrtr.tasks._listen import ListenHandler
@@ -116,6 +120,9 @@ class Flows:
         instance_name: Name this instance in an `X-Mrtr-Instance` header on every response of
             `flows.streamable_http_app()` (`mrtr call` shows it per round; handy behind a load
             balancer). None (the default): no header.
+        public_url: The fleet's base URL as outside systems reach it (`https://mcp.example.com`):
+            `ctx.callback_url(name)` mints URLs under `<public_url>/mrtr/events/`, served by
+            every instance's `streamable_http_app()`. None (the default): no callback URLs.
         strict: Log every replay of a flow's body at WARNING on logger `mrtr.replay` (DEBUG
             otherwise): code outside `ctx.step` runs again each round. `mrtr.testing.run_rounds`
             counts what ran more than once.
@@ -144,8 +151,13 @@ class Flows:
         require_shared_key: bool = False,
         instance_name: str | None = None,
         strict: bool = False,
+        public_url: str | None = None,
     ) -> None:
         self.server = server
+        self._callbacks = None if public_url is None else CallbackUrls(public_url, lambda: sdk.state_security(server))
+        if self._callbacks is not None:
+            route = server.custom_route(f"{CALLBACK_PATH}/{{task_id}}/{{name}}/{{token}}", methods=["POST"])
+            route(callback_endpoint(lambda: self._callbacks, self._deliver_callback))
         self.strict = strict
         sdk.track_default_keys()  # for servers built after this one (this one was built before)
         if require_shared_key:
@@ -231,9 +243,29 @@ class Flows:
             self._notify_tasks(extension)
         return self._runtime
 
+    async def send_event(self, task_id: str, name: str, payload: Any = None, *, event_id: str | None = None) -> bool:
+        """Deliver event `name` with a JSON `payload` to a durable task, from any instance.
+
+        The task's `ctx.wait_for_event(name)` returns `payload`; an event that comes before
+        the flow waits for it is kept in the task's record until it does. Idempotent per
+        `event_id`: a resend returns False and changes nothing (None: a fresh id, so every
+        call delivers).
+
+        Raises:
+            mrtr.EventNotDelivered: The task is unknown or expired, or finished.
+            ValueError: A malformed name, or a payload that is not JSON or too large.
+        """
+        delivered: bool = await self._tasks().send_event(task_id, name, payload, event_id=event_id)
+        return delivered
+
+    async def _deliver_callback(self, task_id: str, name: str, payload: Any, event_id: str) -> bool:
+        return await self.send_event(task_id, name, payload, event_id=event_id)
+
     def _notify_tasks(self, extension: TasksExtension) -> None:
         """Publish task state changes on the server's bus; let listen streams watch task ids."""
         engine = extension.engine
+        if self._callbacks is not None and hasattr(engine, "callbacks"):
+            engine.callbacks = self._callbacks
         if self.bus is not None and engine.on_change is None:
             engine.on_change = TaskEvents(self.bus).publish
         # A bus that cannot hear every change (the in-process bus on a fleet) or an engine that
@@ -400,11 +432,16 @@ class Flows:
         task: TaskSupport = "never",
     ) -> FlowSpec:
         limits = flow_limits(fn, name, self.limits, max_rounds, deadline, max_state_bytes)
-        ctx_param = flow_context_param(fn, name)
-        check_elicit_schemas(fn, name, ctx_param)
+        body: Callable[..., Any] = fn
+        ctx_param: str | None = None
+        if task != "never" and plain_function(fn):
+            body = one_step(fn)  # a durable task that never asks: the whole call is one step
+        else:
+            ctx_param = flow_context_param(fn, name)
+            check_elicit_schemas(fn, name, ctx_param)
         spec = FlowSpec(
             name=name,
-            fn=fn,
+            fn=body,
             ctx_param=ctx_param,
             limits=limits,
             audience=sdk.state_audience(self.server),

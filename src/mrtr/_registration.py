@@ -18,6 +18,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from mrtr._engine.asks import Capability
+from mrtr._engine.context import step
 from mrtr._engine.spec import FlowSpec, Limits
 from mrtr._errors import InputRefused
 
@@ -67,6 +68,18 @@ def refused_as_client_error(spec: FlowSpec) -> Callable[[InputRefused], Exceptio
     return refused
 
 
+def one_step(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """A plain function as a flow body: one step named `run`, so a task that never asks runs to
+    completion on some worker, and again (under the same `mrtr.current_step().idempotency_key`)
+    if that worker dies first: at least once."""
+
+    async def body(**arguments: Any) -> Any:
+        return await step("run", fn, **arguments)
+
+    functools.update_wrapper(body, fn)
+    return body
+
+
 def entry_point(
     fn: Callable[..., Any],
     spec: FlowSpec,
@@ -99,4 +112,11 @@ def entry_point(
     return entry
 
 
-__all__ = ["checked_capabilities", "entry_point", "flow_limits", "refused_as_client_error", "reject_bare_use"]
+__all__ = [
+    "checked_capabilities",
+    "entry_point",
+    "one_step",
+    "flow_limits",
+    "refused_as_client_error",
+    "reject_bare_use",
+]

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
 
 from mcp_types import (
@@ -27,7 +28,8 @@ from pydantic import BaseModel
 
 from mrtr._engine.asks import Ask, Capability, elicit_ask, elicit_url_ask, form_ask, roots_ask, sample_ask
 from mrtr._engine.steps import StepInfo, current_step, typed_result
-from mrtr._errors import Cancelled, Declined
+from mrtr._engine.waits import check_event_name, seconds
+from mrtr._errors import Cancelled, Declined, EventTimeout
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
@@ -65,6 +67,14 @@ class Driver(Protocol):
 
     async def continue_as_task(self) -> None:
         """Hand over to a durable task here, if this call is becoming one."""
+        ...
+
+    async def wait(self, kind: str, name: str | None, limit: float | None) -> dict[str, Any]:
+        """A durable timer or event wait's journaled outcome (see `mrtr._engine.waits`)."""
+        ...
+
+    async def callback_url(self, name: str, ttl: float) -> str:
+        """A journaled URL that delivers event `name` to this task."""
         ...
 
 
@@ -259,6 +269,54 @@ class FlowContext:
         nothing.
         """
         await self._driver.continue_as_task()
+
+    async def sleep(self, delay: float | timedelta) -> None:
+        """Wait `delay` (seconds or a `timedelta`) durably, in a task only.
+
+        The task stays `working` and its worker lets go of it; whichever instance is alive
+        at the due time carries on, after any restart of the whole fleet. The due time is
+        journaled when the flow first gets here, so replays wait for the same moment: a
+        sleep is "at least `delay`", to within the fleet's wake-up latency.
+
+        Raises:
+            FlowDefinitionError: The flow is not running as a durable task (register it with
+                `task="required"`, or `task="optional"` and a client that opts in).
+        """
+        await self._driver.wait("timer", None, seconds(delay, "ctx.sleep's delay"))
+
+    async def wait_for_event(self, name: str, timeout: float | timedelta | None = None) -> Any:
+        """Park the task until event `name` is delivered to it; returns the event's JSON payload.
+
+        Events come from `Flows.send_event(task_id, name, payload)` on any instance, from
+        `mrtr tasks event`, or from a POST to `ctx.callback_url(name)`. One that arrived
+        before the flow got here is waiting in the task's record and is returned at once;
+        each event is consumed by exactly one wait. Waiting for several at once composes
+        with `ctx.gather` and `asyncio.wait`.
+
+        Raises:
+            EventTimeout: `timeout` (seconds or a `timedelta`, counted from the first time
+                the flow got here) passed first.
+            FlowDefinitionError: The flow is not running as a durable task.
+        """
+        check_event_name(name)
+        limit = None if timeout is None else seconds(timeout, "wait_for_event's timeout")
+        outcome = await self._driver.wait("event", name, limit)
+        if outcome.get("timeout"):
+            raise EventTimeout(name, limit or 0.0)
+        return outcome.get("data")
+
+    async def callback_url(self, name: str, *, expires: float | timedelta = timedelta(days=7)) -> str:
+        """An unguessable URL that delivers a POSTed JSON body to this task as event `name`.
+
+        Hand it to an outside system (a CI webhook, a payment provider) and
+        `await ctx.wait_for_event(name)`. It lives on `Flows(public_url=...)`, is sealed with
+        the server's `RequestStateSecurity` keys, bound to this task, `name` and an expiry
+        (`expires` from now), and accepted once: tampered, expired, reused or sent to another
+        task's path, it is refused with a 4xx and delivers nothing. Minted once and journaled,
+        so every replay returns the same URL.
+        """
+        check_event_name(name)
+        return await self._driver.callback_url(name, seconds(expires, "callback_url's expires"))
 
     async def checkpoint(self) -> None:
         """Offer a shed point: an overloaded instance may end the round here and hand the

@@ -29,6 +29,7 @@ from mrtr._engine.branches import outside_branch
 from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
 from mrtr._engine.steps import StepInfo, arg_digest, call_step, to_journal
+from mrtr._engine.waits import CALLBACK_PREFIX, EVENT_PREFIX, TIMER, WaitSource, needs_task, taken_events
 
 logger = logging.getLogger("mrtr.drivers")
 
@@ -73,6 +74,8 @@ class JournalDriver:
         step_limit: Run at most this many new steps; further new steps are held, as in a dry
             run (`would_run`), so the run settles after them (the Temporal engine runs one step
             per activity this way).
+        waits: A durable task's clock, events and callback URLs (`ctx.sleep`,
+            `ctx.wait_for_event`, `ctx.callback_url`); None outside a task, where they are refused.
     """
 
     def __init__(
@@ -84,7 +87,9 @@ class JournalDriver:
         dry_run: bool = False,
         shed: ShedCheck | None = None,
         step_limit: int | None = None,
+        waits: WaitSource | None = None,
     ) -> None:
+        self._waits = waits
         self._shed = shed
         self._step_limit = step_limit
         self.steps_started = 0
@@ -144,6 +149,72 @@ class JournalDriver:
         replay = self._replay
         return replay.patched(replay.branch(), patch_id)
 
+    async def wait(self, kind: str, name: str | None, limit: float | None) -> dict[str, Any]:
+        """A durable timer (`kind="timer"`, `limit` its delay) or event wait (`limit` its timeout).
+
+        Returns the wait's journaled outcome: `{"due", "done": 1}` plus `"id"`/`"data"` for a
+        delivered event or `"timeout": 1`; parks the branch until then (see `mrtr._engine.waits`).
+        """
+        replay = self._replay
+        branch = replay.branch()
+        if self._probe:
+            raise BecomeTask
+        waits = self._waits
+        if waits is None and not self._dry_run:
+            raise needs_task(replay.flow, "sleep" if kind == "timer" else "wait_for_event")
+        key = step_key(branch, TIMER if kind == "timer" else f"{EVENT_PREFIX}{name}")
+        found, state = replay.recorded_step(key, "")
+        if found and isinstance(state, dict) and state.get("done"):
+            return state
+        if waits is None:  # a dry run reached a wait that has not resolved: hold it there
+            self.would_run.append(key)
+            await replay.park(key, None)
+            raise AssertionError("unreachable: a parked branch never resumes")
+        if not found or not isinstance(state, dict):
+            state = {"due": None if limit is None else round(waits.now() + limit, 3)}
+            self._journal(key, state)
+        due = state["due"]
+
+        def resolve() -> dict[str, Any] | None:
+            if kind == "event":
+                assert name is not None
+                event = waits.take_event(name, taken_events(replay.journal.steps))
+                if event is not None:
+                    return self._journal(key, {"due": due, "done": 1, "id": event[0], "data": event[1]})
+            if due is not None and waits.now() >= due:
+                return self._journal(key, {"due": due, "done": 1} | ({"timeout": 1} if kind == "event" else {}))
+            return None
+
+        outcome: dict[str, Any] = await replay.park_wait(key, {"kind": kind, "name": name, "until": due}, resolve)
+        return outcome
+
+    async def callback_url(self, name: str, ttl: float) -> str:
+        """A URL that delivers event `name` to this task: minted once, journaled, replayed."""
+        replay = self._replay
+        branch = replay.branch()
+        if self._probe:
+            raise BecomeTask
+        if self._waits is None and not self._dry_run:
+            raise needs_task(replay.flow, "callback_url")
+        key = step_key(branch, f"{CALLBACK_PREFIX}{name}")
+        found, state = replay.recorded_step(key, "")
+        if found and isinstance(state, dict) and isinstance(state.get("url"), str):
+            return str(state["url"])
+        if self._waits is None:
+            self.would_run.append(key)
+            await replay.park(key, None)
+            raise AssertionError("unreachable: a parked branch never resumes")
+        url = self._waits.callback_url(name, self._waits.now() + ttl)
+        self._journal(key, {"url": url})
+        return url
+
+    def _journal(self, key: str, state: dict[str, Any]) -> dict[str, Any]:
+        """Journal a wait's state; a task writes it with its next checkpoint (before any new step)."""
+        self._replay.record_step(key, "", state)
+        if self._checkpoint is not None:
+            self._checkpoint.after_step()
+        return state
+
     async def continue_as_task(self) -> None:
         self._replay.branch()
         if self._probe:
@@ -194,6 +265,12 @@ class LiveDriver:
     def patched(self, patch_id: str) -> bool:
         """A live run is always new code running for the first time."""
         return True
+
+    async def wait(self, kind: str, name: str | None, limit: float | None) -> dict[str, Any]:
+        raise needs_task(self._flow, "sleep" if kind == "timer" else "wait_for_event")
+
+    async def callback_url(self, name: str, ttl: float) -> str:
+        raise needs_task(self._flow, "callback_url")
 
     async def continue_as_task(self) -> None:
         """Legacy clients cannot take tasks: the flow simply carries on in this call."""

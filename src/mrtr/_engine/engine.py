@@ -32,6 +32,7 @@ from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._engine.replay import Replay
 from mrtr._engine.round import Round, Services, chain
 from mrtr._engine.spec import FlowSpec, ShedCheck
+from mrtr._engine.waits import WaitSource
 from mrtr._errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
 from mrtr._wire import TASKS_EXTENSION
 
@@ -61,6 +62,8 @@ class Outcome:
     error: BaseException | None = None
     would_run: list[str] = field(default_factory=list)
     """Steps a dry run reached but did not run (replay testing)."""
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+    """The durable waits (timers, events) the run settled on, beside any parked asks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,8 @@ class RunOptions:
     """Run at most this many new steps, then settle (Temporal runs one step per activity)."""
     dry_run: bool = False
     """Replay testing: reach steps without running them (`mrtr.testing.check_replay`)."""
+    waits: WaitSource | None = None
+    """A durable task's clock, events and callback URLs (None: `ctx.sleep` and friends refuse)."""
 
 
 _PLAIN_RUN = RunOptions()
@@ -206,6 +211,7 @@ async def execute(
         dry_run=run.dry_run,
         shed=run.shed,
         step_limit=run.step_limit,
+        waits=run.waits,
     )
     round = run.round
     request = round.request if round is not None else None
@@ -224,6 +230,7 @@ async def execute(
     ending = replay.ending
     if replay.settled:
         outcome.parked = True
+        outcome.waiting = list(replay.waits.values())
     elif isinstance(ending, asyncio.CancelledError):
         raise asyncio.CancelledError
     elif run.probe or isinstance(ending, BecomeTask):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from mcp_types import ClientCapabilities
@@ -103,6 +103,9 @@ class Replay:
         self._consumed: set[str] = set()
         self._size: int | None = base_size
         self.parked: dict[str, Ask] = {}
+        self.waits: dict[str, dict[str, Any]] = {}
+        """wait key -> what a parked `ctx.sleep` / `ctx.wait_for_event` waits for (`{"kind", "name", "until"}`)."""
+        self._wakers: dict[str, tuple[asyncio.Future[Any], Callable[[], Any]]] = {}
         self.reasked: dict[str, str] = {}
         """wire key -> why the client's answer to it was not used (shown with the re-ask)."""
         self._reworded: set[str] = set()
@@ -243,6 +246,49 @@ class Replay:
         finally:
             self._parked_tasks.discard(task)
 
+    async def park_wait(self, key: str, info: dict[str, Any], resolve: Callable[[], Any]) -> Any:
+        """Hold this branch on a durable wait until `resolve()` (tried only while the flow is
+        quiescent, see `mrtr._engine.waits`) gives its outcome, or the round settles.
+
+        `resolve` journals and returns the wait's outcome, or returns None while it cannot resolve.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        self._activity += 1
+        if self._watcher is None:
+            if not self._running_steps and all(t is task or t.done() for t in self.tasks):
+                # Quiescent already (the one live task is this one): resolve now, or settle.
+                outcome = resolve()
+                if outcome is not None:
+                    return outcome
+                self.waits[key] = info
+                self.settled = self.suspended = True
+                raise asyncio.CancelledError
+            with outside_branch():
+                self._watcher = asyncio.get_running_loop().create_task(self._watch())
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.waits[key] = info
+        self._wakers[key] = (future, resolve)
+        self._parked_tasks.add(task)
+        try:
+            return await future
+        finally:
+            self._parked_tasks.discard(task)
+            self._wakers.pop(key, None)
+            if future.done() and not future.cancelled():
+                self.waits.pop(key, None)
+
+    def _wake_waits(self) -> bool:
+        """At quiescence: resolve every parked wait that can resolve now; whether any did."""
+        woke = False
+        for future, resolve in list(self._wakers.values()):
+            if not future.done():
+                outcome = resolve()
+                if outcome is not None:
+                    future.set_result(outcome)
+                    woke = True
+        return woke
+
     # -- steps --------------------------------------------------------------------------
 
     def recorded_step(self, key: str, arg_digest: str) -> tuple[bool, Any]:
@@ -372,6 +418,11 @@ class Replay:
             else:
                 quiet += 1
                 if quiet >= _CONFIRM_PASSES:
+                    if self._wakers and self._wake_waits():
+                        quiet = 0
+                        self._activity += 1
+                        await asyncio.sleep(0)
+                        continue
                     self._suspend()
                     return
                 await asyncio.sleep(0)
@@ -418,6 +469,7 @@ class Replay:
         self._branches.clear()
         self.tasks.clear()
         self._parked_tasks.clear()
+        self._wakers.clear()
         self._watcher = None
         self.ending = None  # an exception's traceback holds frames that hold this run
         del self.root_task, self.root

@@ -128,6 +128,14 @@ class TaskStore(Protocol):
         """Ids of unexpired `working` tasks whose lease has run out (`lease_until < now`)."""
         ...
 
+    async def next_wake(self, now: float) -> float | None:
+        """The earliest `lease_until` later than `now` among `working` tasks, or None.
+
+        The scanner sleeps until then (at most its scan interval), so a parked task's timer
+        fires on time without polling the task. Optional for stores of your own.
+        """
+        ...
+
     async def purge_expired(self, now: float) -> int:
         """Delete records past their TTL; returns how many."""
         ...

@@ -96,6 +96,7 @@ class PostgresStore:
         self._load_sql = q(
             "SELECT version, data FROM {t} WHERE task_id = %s AND (expires_at IS NULL OR expires_at > %s)"
         )
+        self._next_wake_sql = q("SELECT MIN(lease_until) FROM {t} WHERE status = 'working' AND lease_until > %s")
         self._claimable_sql = q(
             "SELECT task_id FROM {t} WHERE status = 'working' AND lease_until < %s"
             " AND (expires_at IS NULL OR expires_at > %s) ORDER BY lease_until LIMIT %s"
@@ -206,6 +207,11 @@ class PostgresStore:
             return []
         _, rows = await self._execute(self._claimable_sql, (now, now, limit))
         return [r[0] for r in rows]
+
+    async def next_wake(self, now: float) -> float | None:
+        """The earliest `lease_until` after `now` of a `working` task (an index seek)."""
+        _, rows = await self._execute(self._next_wake_sql, (now,))
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
 
     async def purge_expired(self, now: float) -> int:
         count, _ = await self._execute(self._purge_sql, (now,))

@@ -216,6 +216,11 @@ class RedisStore:
         args = [repr(float(now)), str(limit), self._record_prefix]
         return list(await self._claimable(keys=[self._claim_key, self._expiry_key], args=args))
 
+    async def next_wake(self, now: float) -> float | None:
+        """The earliest `lease_until` after `now` of a `working` task (one sorted-set range read)."""
+        found = await self._redis.zrangebyscore(self._claim_key, f"({now!r}", "+inf", start=0, num=1, withscores=True)
+        return float(found[0][1]) if found else None
+
     async def purge_expired(self, now: float) -> int:
         # Batches keep each script short: a script blocks every other Redis client while it runs.
         total = 0

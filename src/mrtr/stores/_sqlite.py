@@ -178,6 +178,17 @@ class SQLiteStore:
 
         return await self._run(op)
 
+    async def next_wake(self, now: float) -> float | None:
+        """The earliest `lease_until` after `now` of a `working` task (an index seek)."""
+
+        def op(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute(
+                "SELECT MIN(lease_until) FROM mrtr_tasks WHERE status = 'working' AND lease_until > ?", (now,)
+            ).fetchone()
+            return None if row is None or row[0] is None else float(row[0])
+
+        return await self._run(op)
+
     async def purge_expired(self, now: float) -> int:
         def op(conn: sqlite3.Connection) -> int:
             return conn.execute(

@@ -19,6 +19,7 @@ from mrtr._engine import tracing
 from mrtr._engine.engine import Outcome, as_protocol_error, close_round, wire_asks
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowError, InputRefused
+from mrtr._wire import iso
 from mrtr.tasks._seam import ConvertResult
 
 logger = tracing.get_logger("mrtr.tasks.outcome")
@@ -26,16 +27,30 @@ logger = tracing.get_logger("mrtr.tasks.outcome")
 
 @dataclass
 class Settled:
-    """The task state a run ends in: `input_required`, `completed` or `failed`."""
+    """The task state a run ends in: `input_required`, `completed`, `failed`, or `working` parked
+    on durable waits (`waiting`: timers and events; `wake_at`: the earliest due time, if any)."""
 
     status: str
     input_requests: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+    status_message: str | None = None
+
+    @property
+    def wake_at(self) -> float | None:
+        """When a parked run must run again at the latest (None: only an event wakes it)."""
+        dues = [w["until"] for w in self.waiting if w.get("until") is not None]
+        return min(dues) if dues else None
 
     def changes(self) -> dict[str, Any]:
         """The `TaskRecord` fields this outcome sets."""
-        fields: dict[str, Any] = {"status": self.status, "input_requests": self.input_requests}
+        fields: dict[str, Any] = {
+            "status": self.status,
+            "input_requests": self.input_requests,
+            "waiting": self.waiting,
+            "status_message": self.status_message,
+        }
         if self.result is not None:
             fields["result"] = self.result
         if self.error is not None:
@@ -45,6 +60,10 @@ class Settled:
 
 def settle(spec: FlowSpec, convert: ConvertResult, outcome: Outcome, task_id: str) -> Settled:
     """The state `outcome` leaves the task in (counts the round when it parks, as inline)."""
+    if outcome.parked and not outcome.replay.parked and outcome.waiting:
+        # Waits only: not a round (the client is not asked); the task stays `working`.
+        outcome.replay.journal.pending = {}
+        return Settled("working", waiting=outcome.waiting, status_message=describe_waits(outcome.waiting))
     if outcome.parked:
         try:
             close_round(spec, outcome.replay)  # max_rounds and a changing question, as inline
@@ -55,7 +74,7 @@ def settle(spec: FlowSpec, convert: ConvertResult, outcome: Outcome, task_id: st
             key: request.model_dump(mode="json", by_alias=True, exclude_none=True)
             for key, request in wire_asks(outcome.replay).items()
         }
-        return Settled("input_required", input_requests=asks)
+        return Settled("input_required", input_requests=asks, waiting=outcome.waiting)
     error = outcome.error
     if isinstance(error, FlowError):
         error = as_protocol_error(spec, error)
@@ -74,8 +93,21 @@ def settle(spec: FlowSpec, convert: ConvertResult, outcome: Outcome, task_id: st
     )
 
 
+def describe_waits(waiting: list[dict[str, Any]]) -> str:
+    """The `statusMessage` of a task parked on waits: what it waits for, and until when."""
+    parts = []
+    for wait in waiting:
+        until = wait.get("until")
+        when = f" until {iso(until)}" if until is not None else ""
+        if wait.get("kind") == "timer":
+            parts.append(f"sleeping{when}")
+        else:
+            parts.append(f"waiting for event {wait.get('name')!r}" + (f" (timeout{when})" if when else ""))
+    return "; ".join(parts)
+
+
 def wire(result: CallToolResult | InputRequiredResult) -> dict[str, Any]:
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-__all__ = ["Settled", "settle", "wire"]
+__all__ = ["Settled", "describe_waits", "settle", "wire"]

@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -35,9 +35,12 @@ from mrtr._engine import tracing
 from mrtr._engine.engine import Outcome, RunOptions, as_protocol_error, check_deadline, execute
 from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
-from mrtr._errors import FlowError
+from mrtr._errors import FlowDefinitionError, FlowError
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.stores._base import WAIT_FOREVER
+from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._checkpoints import Checkpoints
+from mrtr.tasks._inbox import deliver, new_event, settle_inbox
 from mrtr.tasks._outcome import settle
 from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
 from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, StateChanges, busy
@@ -82,6 +85,9 @@ class LeaseLost(BaseException):
     `BaseException`, so a flow's `except Exception` cannot swallow it and carry on.
     """
 
+
+_SCAN_BATCH = 32
+"""Tasks one scan claims at most; a full batch makes the scanner look again at once."""
 
 _CAS_RETRIES = 20
 """Compare-and-set attempts of one `update` or `cancel` before it reports the task busy."""
@@ -136,6 +142,12 @@ class TaskRuntime(StateChanges):
         self._foreign: dict[str, float] = {}
         """Tasks of flows this instance does not serve: task id -> when to look again."""
         self._scanner: asyncio.Task[None] | None = None
+        self._again: set[str] = set()
+        self._claims: set[asyncio.Task[bool]] = set()
+        self._nudge: asyncio.Event | None = None
+        """Set when this instance parks a task on a timer: the scanner re-reads the next wake time."""
+        self.callbacks: CallbackUrls | None = None
+        """Mints `ctx.callback_url` URLs (`Flows(public_url=...)` sets it)."""
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
@@ -198,6 +210,25 @@ class TaskRuntime(StateChanges):
                 return
             record = await self.get(task_id)
         raise busy("cancel")
+
+    async def send_event(self, task_id: str, name: str, payload: Any, *, event_id: str | None = None) -> bool:
+        """Deliver event `name` to the task (see `mrtr.tasks._inbox`); resume it here if it waits for it.
+
+        Returns False when `event_id` was delivered before (nothing changes: idempotent).
+
+        Raises:
+            EventNotDelivered: Unknown or expired task, a finished one, or a full inbox.
+            ValueError: A malformed name, a payload that is not JSON or too large.
+        """
+        if not self._clock_synced:
+            await self.sync_clock()
+        event = new_event(name, payload, event_id, self.now())
+        delivered, record = await deliver(self.store, task_id, event, self.now())
+        if delivered and record.lease_until == 0.0 and record.status == "working":
+            await self.changed(record)
+            if record.flow in self.flows:
+                await self.try_claim(task_id)  # resume it here, at once
+        return delivered
 
     # -- time and principals ---------------------------------------------------------------
 
@@ -290,25 +321,46 @@ class TaskRuntime(StateChanges):
 
     async def _scan_forever(self) -> None:
         scans = 0
+        self._nudge = nudge = asyncio.Event()
         while True:
+            pause = self.scan_interval
             try:
                 if scans % _CLOCK_SYNC_EVERY == 0:
                     await self.sync_clock()
-                await self.scan_once()
+                nudge.clear()
+                launched = await self.scan_once()
                 scans += 1
                 if scans % 60 == 0:
                     await self.store.purge_expired(self.now())
+                pause = 0.0 if launched >= _SCAN_BATCH else await self._until_next_wake()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.exception("task scan failed; retrying")
-            await asyncio.sleep(self.scan_interval)
+            if pause > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(nudge.wait(), pause)
+
+    async def _until_next_wake(self) -> float:
+        """Seconds until the earliest parked task falls due, capped at the scan interval.
+
+        One indexed read (`TaskStore.next_wake`) per scan, however many tasks sleep: a
+        timer wakes within a store round trip of its due time, with no per-task polling.
+        """
+        next_wake = getattr(self.store, "next_wake", None)
+        if next_wake is None:
+            return self.scan_interval
+        now = self.now()
+        due: float | None = await next_wake(now)
+        if due is None:
+            return self.scan_interval
+        return min(self.scan_interval, max(0.0, due - now))
 
     async def scan_once(self) -> int:
         """Claim and launch every task whose lease has run out; returns how many."""
         launched = 0
         now = self.now()
-        for task_id in await self.store.claimable(now, limit=32):
+        for task_id in await self.store.claimable(now, limit=_SCAN_BATCH):
             if self._foreign.get(task_id, 0.0) > now:
                 continue
             if task_id not in self._running and await self.try_claim(task_id):
@@ -327,9 +379,18 @@ class TaskRuntime(StateChanges):
         return True
 
     def _launch(self, record: TaskRecord) -> None:
+        task_id = record.task_id
         run = asyncio.get_running_loop().create_task(self._run(record))
-        self._running[record.task_id] = run
-        run.add_done_callback(lambda _: self._running.pop(record.task_id, None))
+        self._running[task_id] = run
+        run.add_done_callback(lambda _: self._ended(task_id))
+
+    def _ended(self, task_id: str) -> None:
+        self._running.pop(task_id, None)
+        if task_id in self._again:  # woken while it ran (an event it now waits for): claim it again
+            self._again.discard(task_id)
+            claim = asyncio.get_running_loop().create_task(self.try_claim(task_id))
+            self._claims.add(claim)
+            claim.add_done_callback(self._claims.discard)
 
     def cancel_local(self, task_id: str) -> bool:
         run = self._running.get(task_id)
@@ -368,6 +429,7 @@ class TaskRuntime(StateChanges):
         spec, convert = entry
 
         checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)))
+        waits = _RunWaits(self, held)
 
         try:
             check_deadline(spec, journal)  # as inline: counted from the first round, never renewed
@@ -378,7 +440,12 @@ class TaskRuntime(StateChanges):
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
         try:
             outcome = await execute(
-                spec, journal, record.responses, capabilities, record.arguments, RunOptions(checkpoint=checkpoints)
+                spec,
+                journal,
+                record.responses,
+                capabilities,
+                record.arguments,
+                RunOptions(checkpoint=checkpoints, waits=waits),
             )
         except asyncio.CancelledError:
             heartbeat.cancel()
@@ -406,7 +473,28 @@ class TaskRuntime(StateChanges):
     ) -> None:
         settled = settle(spec, convert, outcome, held.record.task_id)  # shared with every engine
         # The journal goes with every final write: it may hold steps not yet checkpointed.
-        await self._finish(held, journal=journal_codec.encode(journal), **settled.changes())
+        encoded = journal_codec.encode(journal)
+        if settled.status != "working":
+            await self._finish(held, journal=encoded, consumed=journal.steps, **settled.changes())
+            return
+        # Parked on waits: give the task up until its earliest due time, or until an event it
+        # waits for arrives (`_inbox.deliver` makes it claimable then).
+        wake_at = settled.wake_at
+        if wake_at is not None and held.record.expires_at is not None and wake_at > held.record.expires_at:
+            logger.warning(
+                "task %s: it sleeps past its TTL (task_ttl) and will be gone before it wakes", held.record.task_id
+            )
+        await self._finish(
+            held,
+            journal=encoded,
+            consumed=journal.steps,
+            wake_at=WAIT_FOREVER if wake_at is None else wake_at,
+            **settled.changes(),
+        )
+        if held.record.lease_until == 0.0:  # an event it waits for came while it ran: run again
+            self._again.add(held.record.task_id)
+        elif self._nudge is not None:
+            self._nudge.set()  # the scanner re-reads the next wake time
 
     async def _heartbeat(self, held: _Held, run: asyncio.Task[Any] | None) -> None:
         interval = min(1.0, self.lease / 3)
@@ -446,12 +534,30 @@ class TaskRuntime(StateChanges):
         fresh = await self.store.load(held.record.task_id, self.now())
         return fresh is not None and fresh.cancel_requested
 
-    async def _write(self, held: _Held, *, release: bool = False, **changes: Any) -> None:
-        """Save our fields over the freshest record while we still own the lease."""
+    async def _write(
+        self,
+        held: _Held,
+        *,
+        release: bool = False,
+        wake_at: float | None = None,
+        consumed: dict[str, tuple[str, Any]] | None = None,
+        **changes: Any,
+    ) -> None:
+        """Save our fields over the freshest record while we still own the lease.
+
+        `release` gives the lease up (`wake_at`: no claim before then, a parked run's due
+        time); `consumed` (the run's journal steps) takes the events the run consumed out of
+        the inbox, re-read from the freshest record on every attempt so no delivery is lost.
+        """
         for _ in range(20):
             now = self.now()
-            lease = {"lease_owner": None, "lease_until": 0.0} if release else {"lease_until": now + self.lease}
+            if release:
+                lease = {"lease_owner": None, "lease_until": 0.0 if wake_at is None else wake_at}
+            else:
+                lease = {"lease_until": now + self.lease}
             candidate = held.record.copy(**changes, **lease, updated_at=now)
+            if consumed is not None:
+                candidate = settle_inbox(candidate, consumed, now)
             if await self.store.save(candidate):
                 held.record = candidate
                 return
@@ -463,9 +569,36 @@ class TaskRuntime(StateChanges):
 
     async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
         """Record where this run ended and give up the lease in the same write."""
-        await self._write(held, release=True, status=status, responses={}, **({"input_requests": {}} | changes))
+        defaults: dict[str, Any] = {"input_requests": {}, "waiting": []}
+        await self._write(held, release=True, status=status, responses={}, **(defaults | changes))
         tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
         await self.changed(held.record)
+
+
+class _RunWaits:
+    """What one run of a task lends its flow's durable waits: the store clock, the task's inbox
+    (as this worker last read it), and callback URLs bound to the task."""
+
+    def __init__(self, runtime: TaskRuntime, held: _Held) -> None:
+        self._runtime = runtime
+        self._held = held
+
+    def now(self) -> float:
+        return self._runtime.now()
+
+    def take_event(self, name: str, taken: Collection[str]) -> tuple[str, Any] | None:
+        for event in self._held.record.inbox:
+            if event.get("name") == name and event.get("id") not in taken:
+                return str(event["id"]), event.get("data")
+        return None
+
+    def callback_url(self, name: str, expires_at: float) -> str:
+        callbacks = self._runtime.callbacks
+        if callbacks is None:
+            raise FlowDefinitionError(
+                "ctx.callback_url() needs the fleet's public base URL: Flows(server, public_url='https://...')"
+            )
+        return callbacks.mint(self._held.record.task_id, name, expires_at)
 
 
 async def _landing(final_write: Awaitable[None]) -> None:

@@ -97,6 +97,10 @@ class TaskEngine(Protocol):
         """Cancel the task (idempotent; a finished task stays as it is)."""
         ...
 
+    async def send_event(self, task_id: str, name: str, payload: Any, *, event_id: str | None = None) -> bool:
+        """Deliver an event to the task (`ctx.wait_for_event`); False when `event_id` came before."""
+        ...
+
     def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
         """The owner tag of the request's principal (None when unauthenticated)."""
         ...
