@@ -48,6 +48,10 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+WAITING = "mrtr/waiting"
+"""`_meta` key of a `DetailedTask` parked on durable waits: `[{"kind": "timer"|"event", "name"?, "until"?}]`."""
+
+
 # -- the Task object and the results that carry it ------------------------------------------
 
 
@@ -122,6 +126,7 @@ class TaskNotice(t.NotificationParams):
 
 
 __all__ = [
+    "WAITING",
     "IDEMPOTENCY_KEY",
     "RELATED_TASK",
     "SHEDDING_EXTENSION",

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 import mrtr
 from mrtr._engine.journal import decode
-from mrtr.client import TasksClient
+from mrtr.client import TasksClient, cancel_task
 from mrtr.stores._sqlite import SQLiteStore
 from tests.support.flowkit import new_server, task_state
 
@@ -261,3 +261,20 @@ async def test_bad_event_input_is_refused_precisely() -> None:
             await flows.send_event(task_id, "ci", object())
         with pytest.raises(ValueError, match="bytes of JSON"):
             await flows.send_event(task_id, "ci", "x" * 70_000)
+
+
+async def test_a_sleeping_task_shows_its_wait_and_cancels_at_once() -> None:
+    runs: Counter[str] = Counter()
+    server, _ = waiting_server(runs)
+    async with tasks_client(server) as client:
+        task_id = await start(client, "nap", {"seconds": 600})
+        await asyncio.sleep(0.3)
+        parked = await task_state(client.session, task_id)
+        (wait,) = parked["_meta"]["mrtr/waiting"]
+        assert wait["kind"] == "timer" and wait["until"].endswith("Z")
+        began = time.time()
+        await cancel_task(client.session, task_id)
+        cancelled = await wait_status(client.session, task_id, "cancelled", timeout=2)
+        assert time.time() - began < 1.0 and "mrtr/waiting" not in cancelled.get("_meta", {})
+        assert "statusMessage" not in cancelled
+    assert runs == Counter(before=1)

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 from typing import Any
 
-from mrtr._wire import CreateTaskResult, DetailedTask, Task, iso
+from mrtr._wire import WAITING, CreateTaskResult, DetailedTask, Task, iso
 from mrtr.stores._base import TaskRecord
 
 
@@ -43,7 +43,19 @@ def detailed_view(record: TaskRecord) -> DetailedTask:
         detailed.result = record.result
     elif record.status == "failed" and record.error is not None:
         detailed.error = record.error
+    if record.waiting and not record.terminal:
+        detailed.meta = {WAITING: [waiting_wire(wait) for wait in record.waiting]}
     return detailed
+
+
+def waiting_wire(wait: dict[str, Any]) -> dict[str, Any]:
+    """One durable wait as clients see it: its kind, the event's name, and its due time (ISO 8601)."""
+    shown: dict[str, Any] = {"kind": wait.get("kind")}
+    if wait.get("name") is not None:
+        shown["name"] = wait["name"]
+    if wait.get("until") is not None:
+        shown["until"] = iso(wait["until"])
+    return shown
 
 
 def task_fields(record: TaskRecord) -> dict[str, Any]:
@@ -83,4 +95,5 @@ __all__ = [
     "same_owner",
     "task_fields",
     "task_view",
+    "waiting_wire",
 ]

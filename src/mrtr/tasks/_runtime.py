@@ -199,10 +199,20 @@ class TaskRuntime(StateChanges):
             if record is None or record.terminal or record.cancel_requested:
                 return  # idempotent, also on finished tasks
             now = self.now()
-            running_somewhere = record.status == "working" and record.lease_until >= now
+            # A task parked on a timer or an event has no worker, only a wake time: it ends now.
+            running_somewhere = (
+                record.status == "working" and record.lease_owner is not None and record.lease_until >= now
+            )
             changed = record.copy(cancel_requested=True, updated_at=now)
             if not running_somewhere:
-                changed = changed.copy(status="cancelled", input_requests={}, lease_owner=None, lease_until=0.0)
+                changed = changed.copy(
+                    status="cancelled",
+                    status_message=None,
+                    input_requests={},
+                    waiting=[],
+                    lease_owner=None,
+                    lease_until=0.0,
+                )
             if await self.store.save(changed):
                 await self.changed(changed)
                 if running_somewhere:
@@ -569,7 +579,7 @@ class TaskRuntime(StateChanges):
 
     async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
         """Record where this run ended and give up the lease in the same write."""
-        defaults: dict[str, Any] = {"input_requests": {}, "waiting": []}
+        defaults: dict[str, Any] = {"input_requests": {}, "waiting": [], "status_message": None}
         await self._write(held, release=True, status=status, responses={}, **(defaults | changes))
         tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
         await self.changed(held.record)
