@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any
 
 import httpx2 as httpx
+import mcp_types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -278,3 +279,39 @@ async def test_a_sleeping_task_shows_its_wait_and_cancels_at_once() -> None:
         assert time.time() - began < 1.0 and "mrtr/waiting" not in cancelled.get("_meta", {})
         assert "statusMessage" not in cancelled
     assert runs == Counter(before=1)
+
+
+async def test_the_ci_deploy_example_runs_as_documented() -> None:
+    """The README's example: CI POSTs to the callback URL, the user confirms, the deploy runs once."""
+    import importlib.util
+    import sys
+
+    from tests.support.flowkit import ROOT_DIR
+
+    spec = importlib.util.spec_from_file_location("ci_deploy", ROOT_DIR / "examples" / "ci_deploy.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = example
+    spec.loader.exec_module(example)
+    flows = example.build(SQLiteStore(":memory:"), "http://ci-deploy.test")
+    deployed: list[str] = []
+    example.deploy = lambda app, ref: deployed.append(f"{app}@{ref}") or f"{app}@{ref} is live"
+
+    async def confirm(request: Any) -> Any:
+        assert request.params.message == "CI passed for shop@abc123. Deploy to production?"
+        return mcp_types.ElicitResult(action="accept", content={"deploy": True})
+
+    async def ci_reports(status: str) -> None:
+        while not example.PIPELINES:
+            await asyncio.sleep(0.02)
+        (url,) = example.PIPELINES.values()
+        transport = httpx.ASGITransport(app=flows.streamable_http_app())
+        async with httpx.AsyncClient(transport=transport) as http:
+            response = await http.post(url, json={"status": status})
+            assert response.status_code == 202, response.text
+
+    client = Client(flows.server, extensions=[TasksClient(confirm)], elicitation_callback=_no_answers)
+    async with client, asyncio.TaskGroup() as group:
+        group.create_task(ci_reports("passed"))
+        result = await client.call_tool("ship", {"app": "shop", "ref": "abc123"})
+    assert result.content[0].text == "shop@abc123 is live" and deployed == ["shop@abc123"]

@@ -492,7 +492,7 @@ class TaskRuntime(StateChanges):
         wake_at = settled.wake_at
         if wake_at is not None and held.record.expires_at is not None and wake_at > held.record.expires_at:
             logger.warning(
-                "task %s: it sleeps past its TTL (task_ttl) and will be gone before it wakes", held.record.task_id
+                "task %s: it waits past its TTL and will be gone before it wakes; raise task_ttl", held.record.task_id
             )
         await self._finish(
             held,
