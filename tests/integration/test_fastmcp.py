@@ -6,6 +6,7 @@ in both protocol eras; side effects counted in memory.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 from collections import Counter
@@ -368,3 +369,41 @@ async def test_task_notifications_on_fastmcp_let_the_client_follow_without_polli
     assert result.content[0].text == "published j: True"
     # Every state came as a `notifications/tasks` on the listen stream: no `tasks/get` poll at all.
     assert methods == ["server/discover", "tools/call", "subscriptions/listen", "tasks/update"]
+
+
+async def test_fastmcp_tasks_wait_for_callbacks_and_events() -> None:
+    """Durable waits on FastMCP: `ctx.flow.callback_url` served as a FastMCP custom route, `flows.send_event`."""
+    from mrtr.client import tasks_client
+    from mrtr.stores._sqlite import SQLiteStore
+
+    mcp: FastMCP[Any] = FastMCP("fm-waits", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    flows = mrtr.fastmcp.Flows(
+        mcp, store=SQLiteStore(":memory:"), task_poll_interval=0.05, public_url="http://placeholder.test"
+    )
+    hooks: list[str] = []
+
+    async def never(*args: Any) -> Any:
+        raise AssertionError("this flow asks nothing")
+
+    @flows.tool(task="required")
+    async def build(ctx: Context) -> str:
+        assert isinstance(ctx, mrtr.fastmcp.FlowsContext)  # FastMCP's Context, as mrtr serves it
+        hook = await ctx.flow.callback_url("ci")
+        await mrtr.step("hand-out", hooks.append, hook)
+        verdict = await ctx.flow.wait_for_event("ci")
+        extra = await ctx.flow.wait_for_event("note")
+        return f"{verdict['status']} / {extra}"
+
+    async with served(mcp) as url, httpx2.AsyncClient(trust_env=False, timeout=20.0) as http:
+        base = url.removesuffix("/mcp")
+        async with tasks_client(streamable_http_client(url, http_client=http), elicitation_callback=never) as client:
+            call = asyncio.ensure_future(client.call_tool("build", {}))
+            while not hooks:
+                await asyncio.sleep(0.02)
+            (hook,) = hooks
+            task_id = hook.split("/mrtr/events/")[1].split("/")[0]
+            await flows.send_event(task_id, "note", "from the server")  # before its wait: kept
+            response = await http.post(hook.replace("http://placeholder.test", base), json={"status": "passed"})
+            assert response.status_code == 202, response.text
+            result = await asyncio.wait_for(call, 10)
+    assert result.content[0].text == "passed / from the server"

@@ -50,6 +50,9 @@ from mrtr.fastmcp import _internals as internals
 from mrtr.fastmcp._context import FlowsContext
 from mrtr.fastmcp._tasks import FastMCPTasks, created_box, serve_listen
 from mrtr.stores import TaskStore
+from mrtr.tasks._callbacks import PATH as CALLBACK_PATH
+from mrtr.tasks._callbacks import CallbackUrls
+from mrtr.tasks._callbacks import endpoint as callback_endpoint
 from mrtr.tasks._events import TaskEvents
 from mrtr.tasks._extension import TasksExtension
 from mrtr.tasks._listen import ListenHandler
@@ -85,6 +88,8 @@ class Flows:
             change acknowledges listens without task ids, and clients poll.
         require_shared_key: Refuse to start without `request_state_security` instead of warning.
         strict: Log every replay of a flow's body at WARNING, as for `mrtr.Flows`.
+        public_url: The fleet's base URL for `ctx.flow.callback_url(name)`, as for `mrtr.Flows`
+            (the route is a FastMCP custom route, `POST /mrtr/events/...`).
     """
 
     def __init__(
@@ -109,9 +114,14 @@ class Flows:
         bus: SubscriptionBus | None = None,
         require_shared_key: bool = False,
         strict: bool = False,
+        public_url: str | None = None,
     ) -> None:
         self.mcp = mcp
         self.strict = strict
+        self._callbacks = None if public_url is None else CallbackUrls(public_url, self.state_security)
+        if self._callbacks is not None:
+            route = mcp.custom_route(f"{CALLBACK_PATH}/{{task_id}}/{{name}}/{{token}}", methods=["POST"])
+            route(callback_endpoint(lambda: self._callbacks, self._deliver_callback))
         self._store = store
         self._engine = tasks
         self._task_options: dict[str, Any] = {
@@ -252,6 +262,14 @@ class Flows:
         """The task engine (created, with the tasks extension, on first need)."""
         return self._tasks()
 
+    async def send_event(self, task_id: str, name: str, payload: Any = None, *, event_id: str | None = None) -> bool:
+        """Deliver event `name` to a durable task, from any instance (see `mrtr.Flows.send_event`)."""
+        delivered: bool = await self._tasks().send_event(task_id, name, payload, event_id=event_id)
+        return delivered
+
+    async def _deliver_callback(self, task_id: str, name: str, payload: Any, event_id: str) -> bool:
+        return await self.send_event(task_id, name, payload, event_id=event_id)
+
     # -- internals --------------------------------------------------------------------------
 
     def _tasks(self) -> TaskEngine:
@@ -266,8 +284,11 @@ class Flows:
                 fleet.warn_about_default_store("mrtr-tasks.db")
             options = self._task_options | {"bind_principal": authenticated_principal}
             engine = self._engine = TaskRuntime(self._store, **options)
+            engine.callbacks = self._callbacks
         else:
             options = self._task_options
+            if self._callbacks is not None and hasattr(engine, "callbacks"):
+                engine.callbacks = self._callbacks
             engine.configure(EngineOptions(options["ttl"], options["poll_interval"], authenticated_principal))
         self._extension = TasksExtension(engine)
         if internals.has_extension(self.mcp, TASKS_EXTENSION):
