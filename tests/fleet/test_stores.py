@@ -138,6 +138,9 @@ async def test_round_trip_keeps_every_field(store: TaskStore) -> None:
         lease_owner="worker-7",
         lease_until=now + 12.345678901234,
         version=3,
+        waiting=[{"kind": "event", "name": "ci", "until": now + 60}, {"kind": "timer", "name": None, "until": now}],
+        inbox=[{"id": "e1", "name": "note", "data": {"ü": [1, None]}, "at": now}],
+        event_ids=["e0", "e1"],
     )
     await store.create(original.copy())
     loaded = await store.load(original.task_id, now)
@@ -277,6 +280,27 @@ async def test_claimable_lists_only_working_tasks_whose_lease_ran_out(store: Tas
     lapsed.lease_until = now + 30
     assert await store.save(lapsed)
     assert set(await store.claimable(now, 100)) == {"never-leased", "waiting", "expires-later"}
+
+
+async def test_next_wake_is_the_earliest_future_wake_time_of_working_tasks(store: TaskStore) -> None:
+    """The due-time index of durable waits: a parked task's wake time is its `lease_until`."""
+    now = time.time()
+    assert await store.next_wake(now) is None
+    await store.create(rec("lapsed", lease_until=now - 5))
+    await store.create(rec("asking", status="input_required", lease_until=now + 1))
+    await store.create(rec("done", status="completed", lease_until=now + 2))
+    assert await store.next_wake(now) is None, "only working tasks with a future wake time count"
+    await store.create(rec("sleeps-long", lease_until=now + 600, waiting=[{"kind": "timer", "until": now + 600}]))
+    await store.create(rec("sleeps-short", lease_until=now + 3, waiting=[{"kind": "timer", "until": now + 3}]))
+    assert await store.next_wake(now) == pytest.approx(now + 3)
+    assert await store.next_wake(now + 3.5) == pytest.approx(now + 600)
+    short = await store.load("sleeps-short", now)
+    assert short is not None
+    short.status = "completed"
+    assert await store.save(short)
+    assert await store.next_wake(now) == pytest.approx(now + 600)
+    assert "sleeps-long" not in await store.claimable(now, 100)
+    assert "sleeps-long" in await store.claimable(now + 601, 100)
 
 
 async def test_ttl_hides_expired_records_and_blocks_saves(store: TaskStore) -> None:
