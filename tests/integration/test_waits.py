@@ -315,3 +315,33 @@ async def test_the_ci_deploy_example_runs_as_documented() -> None:
         group.create_task(ci_reports("passed"))
         result = await client.call_tool("ship", {"app": "shop", "ref": "abc123"})
     assert result.content[0].text == "shop@abc123 is live" and deployed == ["shop@abc123"]
+
+
+async def test_the_cli_delivers_events_from_another_process(tmp_path: Any) -> None:
+    """`mrtr tasks event` in its own process, on the store file a running instance shares."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "tasks.db"
+    runs: Counter[str] = Counter()
+    server, _ = waiting_server(runs, SQLiteStore(str(path)))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "mrtr.cli", "tasks", *args, "--store", f"sqlite:///{path}"]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+    async with tasks_client(server) as client:
+        task_id = await start(client, "await_ci", {})
+        await asyncio.sleep(0.3)
+        bad = await asyncio.to_thread(cli, "event", task_id, "ci", "--data", "{not json")
+        assert bad.returncode == 2 and bad.stderr.startswith("mrtr: --data must be JSON"), bad.stderr
+        sent = await asyncio.to_thread(cli, "event", task_id, "ci", "--data", '{"status": "green"}', "--event-id", "b7")
+        assert sent.returncode == 0 and "resumes at the next scan" in sent.stdout, sent.stdout + sent.stderr
+        done = await wait_status(client.session, task_id, "completed", timeout=5)
+        again = await asyncio.to_thread(cli, "event", task_id, "ci", "--data", "{}", "--event-id", "b7")
+        assert again.returncode == 0 and "delivered before" in again.stdout
+        late = await asyncio.to_thread(cli, "event", task_id, "ci", "--data", "{}")
+        assert late.returncode == 2 and "is completed" in late.stderr and "Traceback" not in late.stderr
+        unknown = await asyncio.to_thread(cli, "event", "nope", "ci")
+        assert unknown.returncode == 2 and "no task 'nope'" in unknown.stderr
+    assert done["result"]["content"][0]["text"] == "ci said green" and runs == Counter(deploy=1)

@@ -29,7 +29,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-tasks_app = typer.Typer(help="List, show, cancel and purge durable tasks in a store (open_store URLs).")
+tasks_app = typer.Typer(
+    help="List, show, cancel and purge durable tasks in a store (open_store URLs), and deliver events to them."
+)
 app.add_typer(tasks_app, name="tasks")
 
 EXIT_CODES_HELP = (
@@ -274,6 +276,23 @@ def tasks_purge(
     run(lambda: purge_tasks(store, namespace, yes, Console(highlight=False)))
 
 
+@tasks_app.command("event")
+def tasks_event(
+    task_id: Annotated[str, typer.Argument(help="The task id")],
+    name: Annotated[str, typer.Argument(help="The event name the flow waits for (ctx.wait_for_event)")],
+    store: StoreOption,
+    namespace: NamespaceOption = None,
+    data: Annotated[str | None, typer.Option("--data", help="The event's payload, as JSON")] = None,
+    event_id: Annotated[
+        str | None, typer.Option("--event-id", help="Deliver at most once under this id (resends change nothing)")
+    ] = None,
+) -> None:
+    """Deliver an event to a durable task; one parked on it resumes on the fleet's next scan."""
+    from mrtr.cli._events import send_event
+
+    run(lambda: send_event(store, namespace, task_id, name, data, event_id, Console(highlight=False)))
+
+
 # -- mrtr inspect-state -------------------------------------------------------------------------
 
 
@@ -311,6 +330,7 @@ __all__ = [
     "run_loop",
     "tasks_app",
     "tasks_cancel",
+    "tasks_event",
     "tasks_ls",
     "tasks_purge",
     "tasks_show",
