@@ -345,3 +345,24 @@ async def test_the_cli_delivers_events_from_another_process(tmp_path: Any) -> No
         unknown = await asyncio.to_thread(cli, "event", "nope", "ci")
         assert unknown.returncode == 2 and "no task 'nope'" in unknown.stderr
     assert done["result"]["content"][0]["text"] == "ci said green" and runs == Counter(deploy=1)
+
+
+async def test_check_replay_reads_journals_with_waits() -> None:
+    """`mrtr.testing.check_replay` replays a finished waiting task, and holds at an unresolved wait."""
+    from mrtr.testing import check_replay
+
+    store = SQLiteStore(":memory:")
+    server, flows = waiting_server(Counter(), store)
+    async with tasks_client(server) as client:
+        done_id = await start(client, "await_ci", {})
+        parked_id = await start(client, "await_ci", {})
+        await asyncio.sleep(0.2)
+        await flows.send_event(done_id, "ci", {"status": "green"})
+        await wait_status(client.session, done_id, "completed")
+    finished = await store.load(done_id, time.time())
+    parked = await store.load(parked_id, time.time())
+    assert finished is not None and parked is not None
+    report = await check_replay(flows, "await_ci", finished.journal)
+    assert report.ok and report.finished, report.explain()
+    holding = await check_replay(flows, "await_ci", parked.journal)
+    assert holding.ok and not holding.finished and holding.would_run == ["@event.ci"], holding.explain()
