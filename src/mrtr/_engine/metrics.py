@@ -49,6 +49,7 @@ Details:
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import weakref
@@ -57,6 +58,8 @@ from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, NoOpMeterProvider, Observation
+
+logger = logging.getLogger("mrtr.metrics")
 
 METER_NAME = "mrtr"
 
@@ -179,7 +182,13 @@ _ENV_PROVIDER = os.environ.get("OTEL_PYTHON_METER_PROVIDER")
 
 
 def _global_provider() -> MeterProvider | None:
-    provider = otel_metrics.get_meter_provider()
+    global _ENV_PROVIDER
+    try:
+        provider = otel_metrics.get_meter_provider()
+    except Exception:  # OTEL_PYTHON_METER_PROVIDER names nothing loadable: said once, then ignored
+        logger.exception("OTEL_PYTHON_METER_PROVIDER=%r could not be loaded; mrtr records no metrics", _ENV_PROVIDER)
+        _ENV_PROVIDER = None
+        return None
     if type(provider).__name__ == "_ProxyMeterProvider":
         return None
     return provider
