@@ -260,23 +260,33 @@ def state_size(flow: str, size: int) -> None:
 # -- observed: tasks by status, listen streams ---------------------------------------------
 
 _task_counts: weakref.WeakKeyDictionary[Any, tuple[float, dict[str, int]]] = weakref.WeakKeyDictionary()
+_count_attempts: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
 _listeners: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 async def refresh_task_counts(store: object, now: float, *, force: bool = False) -> None:
     """Re-read the store's task counts for the `mrtr.tasks` gauge (called by a task runtime's scanner).
 
-    Skipped while no `MeterProvider` is configured, for stores without `count_by_status`,
-    and within `TASK_COUNT_INTERVAL` of the last refresh (unless `force`).
+    Skipped while no `MeterProvider` is configured, for stores without `count_by_status`
+    (or that cannot be weakly referenced), and within `TASK_COUNT_INTERVAL` of the last
+    attempt (unless `force`). A failed count is logged; the scan it rides on goes on.
     """
     count = getattr(store, "count_by_status", None)
     if count is None or instruments() is None:
         return
-    known = _task_counts.get(store)
-    if known is not None and not force and time.monotonic() - known[0] < TASK_COUNT_INTERVAL:
+    started = time.monotonic()
+    try:
+        if not force and started - _count_attempts.get(store, -TASK_COUNT_INTERVAL) < TASK_COUNT_INTERVAL:
+            return
+        _count_attempts[store] = started
+    except TypeError:  # not hashable or not weakly referenceable: not counted
         return
-    counts: Mapping[str, int] = await count(now)
-    _task_counts[store] = (time.monotonic(), {str(status): int(n) for status, n in counts.items()})
+    try:
+        counts: Mapping[str, int] = await count(now)
+    except Exception:  # the gauge goes stale, then silent (`_STALE_COUNTS`)
+        logger.warning("counting tasks by status for the mrtr.tasks gauge failed", exc_info=True)
+        return
+    _task_counts[store] = (started, {str(status): int(n) for status, n in counts.items()})
 
 
 def _observe_tasks(options: CallbackOptions) -> Iterable[Observation]:
