@@ -16,9 +16,10 @@ Instrument (kind, unit): attributes. What it counts.
 - `mrtr.steps` (counter, `{step}`): `mrtr.flow`, `mrtr.step.replayed`.
   Steps reached: run (`false`) or returned from the journal (`true`).
 - `mrtr.shed` (counter, `{round}`): `mrtr.flow`, `mrtr.reason`.
-  Rounds shed to protect an overloaded instance.
+  Rounds shed to protect an overloaded instance (`mrtr.reason`: `overloaded`).
 - `mrtr.replay_refused` (counter, `{round}`): `mrtr.flow`, `mrtr.reason`.
-  Replayed `requestState`s the replay guard refused (`already_consumed`, ...).
+  Replayed `requestState`s the replay guard refused (`mrtr.reason`: `request_state_forked`,
+  `request_state_consumed`, `request_state_in_flight`).
 - `mrtr.task.transitions` (counter, `{transition}`): `mrtr.flow`, `mrtr.task.status`.
   Durable tasks entering a status (the one they enter).
 - `mrtr.tasks` (gauge, `{task}`): `mrtr.task.status`.
