@@ -4,6 +4,7 @@ mrtr nests its spans under the SDK's request span through `opentelemetry-api` on
 `mrtr.round <flow>` (one run of a flow against its journal), `mrtr.step <name>` (a step
 that really runs), and events for a replay refused, a round shed and a task's status
 change. Configure an OpenTelemetry SDK to export them; without one they cost nothing.
+Metrics, counted beside these spans, are described in `mrtr.metrics`.
 
 Log records of mrtr's loggers (`mrtr.engine`, `mrtr.replay`, `mrtr.tasks.runtime`,
 `mrtr.fleet`, ...) carry `flow_id` and `task_id`; add `LogContextFilter()` to a handler to

@@ -139,7 +139,7 @@ async def test_a_failing_step_is_marked_and_task_status_changes_are_events() -> 
     spans = exporter.get_finished_spans()
     events = [(e.attributes or {}) for s in spans for e in s.events if e.name == "mrtr.task.status"]
     statuses = [e["mrtr.task.status"] for e in events]
-    assert statuses == ["working", "input_required", "completed"]  # created, parked on its ask, done
+    assert statuses == ["working", "input_required", "working", "completed"]  # created, asks, answered, done
     assert len({e["mrtr.task_id"] for e in events}) == 1
     task_rounds = by_name(spans, "mrtr.round chore")
     assert task_rounds and all(r.attributes.get("mrtr.task_id") == events[0]["mrtr.task_id"] for r in task_rounds)

@@ -93,6 +93,8 @@ class JournalDriver:
         self._shed = shed
         self._step_limit = step_limit
         self.steps_started = 0
+        self.steps_replayed = 0
+        """Steps this run returned from the journal (`steps_started`: steps it ran)."""
         self._replay = replay
         self._probe = probe
         self._checkpoint = checkpoint
@@ -123,6 +125,7 @@ class JournalDriver:
         digest = arg_digest(args, kwargs)
         found, value = replay.recorded_step(key, digest)
         if found:
+            self.steps_replayed += 1
             logger.debug("flow %s: step %r replayed from the journal", replay.flow, key)
             return value
         if self._dry_run or (self._step_limit is not None and self.steps_started >= self._step_limit):

@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequiredResult
 from mcp_types.version import is_version_at_least
 
-from mrtr._engine import branches, sealing, tracing
+from mrtr._engine import branches, metrics, sealing, tracing
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.asks import Ask, supports
 from mrtr._engine.context import FlowContext, current_flow_context
@@ -217,6 +217,8 @@ async def execute(
     request = round.request if round is not None else None
     if (journal.rounds or journal.steps or journal.answers) and not run.dry_run:  # the body runs again
         _log_replay(spec, journal)
+    meters = metrics.instruments()  # None (the common case) while no MeterProvider is configured
+    started = time.perf_counter() if meters is not None else 0.0
     if tracing.enabled():
         with tracing.round_span(spec, replay, round):
             await _run(spec, replay, driver, request, arguments)
@@ -226,6 +228,9 @@ async def execute(
             await _run(spec, replay, driver, request, arguments)
         finally:
             tracing.unbind_flow(token)
+    if meters is not None and not run.dry_run:
+        elapsed = time.perf_counter() - started
+        meters.round_ran(spec.name, replay, round is None, elapsed, driver.steps_replayed, driver.steps_started)
     outcome = Outcome(replay, would_run=driver.would_run)
     ending = replay.ending
     if replay.settled:
@@ -368,6 +373,8 @@ def _input_required(round: Round, replay: Replay) -> InputRequiredResult:
     journal = replay.journal
     close_round(round.spec, replay)
     state = sealing.state_within_cap(journal, round)
+    if metrics.enabled():
+        metrics.state_size(round.spec.name, sealing.sealed_size(state, round))
     return InputRequiredResult(input_requests=wire_asks(replay), request_state=state)
 
 

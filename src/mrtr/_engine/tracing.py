@@ -11,7 +11,7 @@ cost a context-variable lookup):
 - `mrtr.step <name>`: one step that really runs (never a replay), with its idempotency key
   and outcome;
 - events on the current span for a replayed `requestState` refused, a request shed, and a
-  task's status change.
+  task's status change (each also counted by `mrtr._engine.metrics`).
 
 Logging: `get_logger(name)` is a standard logger (named by role: `mrtr.engine`,
 `mrtr.tasks.runtime`, ...) whose records carry
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode
 
+from mrtr._engine import metrics
 from mrtr._engine.sealing import sealed_size
 
 if TYPE_CHECKING:
@@ -206,16 +207,24 @@ def _event(name: str, attributes: dict[str, Any], fallback_span: str) -> None:
 
 def replay_refused(flow: str, reason: str) -> None:
     """A `requestState` came back that must not be used again (e.g. already consumed)."""
+    metrics.replay_refused(flow, reason)
     _event("mrtr.replay_refused", {"mrtr.flow": flow, "mrtr.reason": reason}, f"mrtr.replay_refused {flow}")
 
 
 def shed(flow: str, reason: str) -> None:
     """A request was turned away (or answered with state only) to protect the server."""
+    metrics.shed(flow, reason)
     _event("mrtr.shed", {"mrtr.flow": flow, "mrtr.reason": reason}, f"mrtr.shed {flow}")
 
 
-def task_status(task_id: str, flow: str, status: str, message: str | None = None) -> None:
-    """A durable task moved to `status` (working, input_required, completed, failed, cancelled)."""
+def task_status(task_id: str, flow: str, status: str, message: str | None = None, previous: str | None = None) -> None:
+    """A durable task moved to `status` (working, input_required, completed, failed, cancelled).
+
+    `previous`: the status it left, when known (None: a new task); a run parking on durable
+    waits stays `working`, which is an event on the span but no transition in the metrics.
+    """
+    if previous != status:
+        metrics.task_status(flow, status)
     attributes = {"mrtr.task_id": task_id, "mrtr.flow": flow, "mrtr.task.status": status, "mrtr.message": message}
     _event("mrtr.task.status", attributes, f"mrtr.task {status}")
 

@@ -49,6 +49,7 @@ from mcp_types import (
 )
 
 from mrtr import _sdk as sdk
+from mrtr._engine import metrics
 from mrtr._wire import SNAPSHOTS, TASK_IDS, TASK_KEYS, TASK_VERSION
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.tasks._extension import valid_idempotency_key
@@ -87,6 +88,12 @@ class ListenHandler:
         self._max_subscriptions = max_subscriptions
         self._max_buffered_events = max_buffered_events
         self._streams: set[anyio.streams.memory.MemoryObjectSendStream[Any]] = set()
+        metrics.watch_listens(self)
+
+    @property
+    def open_streams(self) -> int:
+        """Streams this handler serves now (the `mrtr.listen.streams` metric sums them)."""
+        return len(self._streams)
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], params: SubscriptionsListenRequestParams

@@ -31,7 +31,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
 
 from mrtr import _sdk as sdk
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import tracing
+from mrtr._engine import metrics, tracing
 from mrtr._engine.engine import Outcome, RunOptions, as_protocol_error, check_deadline, execute
 from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
@@ -186,6 +186,8 @@ class TaskRuntime(StateChanges):
                 updated_at=self.now(),
             )
             if await self.store.save(changed):
+                if not remaining:
+                    tracing.task_status(task_id, record.flow, "working", previous=record.status)
                 await self.changed(changed)
                 if not remaining:
                     await self.try_claim(changed.task_id)  # resume here, at once
@@ -214,6 +216,8 @@ class TaskRuntime(StateChanges):
                     lease_until=0.0,
                 )
             if await self.store.save(changed):
+                if not running_somewhere:
+                    tracing.task_status(record.task_id, record.flow, "cancelled", previous=record.status)
                 await self.changed(changed)
                 if running_somewhere:
                     self.cancel_local(record.task_id)  # elsewhere: its heartbeat sees the flag
@@ -339,6 +343,7 @@ class TaskRuntime(StateChanges):
                     await self.sync_clock()
                 nudge.clear()
                 launched = await self.scan_once()
+                await metrics.refresh_task_counts(self.store, self.now())  # the `mrtr.tasks` gauge
                 scans += 1
                 if scans % 60 == 0:
                     await self.store.purge_expired(self.now())
@@ -580,8 +585,9 @@ class TaskRuntime(StateChanges):
     async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
         """Record where this run ended and give up the lease in the same write."""
         defaults: dict[str, Any] = {"input_requests": {}, "waiting": [], "status_message": None}
+        previous = held.record.status
         await self._write(held, release=True, status=status, responses={}, **(defaults | changes))
-        tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message)
+        tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message, previous)
         await self.changed(held.record)
 
 
