@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections import Counter
 from typing import Any
@@ -333,6 +334,11 @@ async def test_the_cli_delivers_events_from_another_process(tmp_path: Any) -> No
     async with tasks_client(server) as client:
         task_id = await start(client, "await_ci", {})
         await asyncio.sleep(0.3)
+        listed = await asyncio.to_thread(cli, "ls", "--json")
+        (entry,) = json.loads(listed.stdout)
+        assert entry["waiting"] == [{"kind": "event", "name": "ci"}] and entry["status"] == "working"
+        shown = await asyncio.to_thread(cli, "show", task_id)
+        assert "waiting for" in shown.stdout and "event" in shown.stdout and "ci" in shown.stdout, shown.stdout
         bad = await asyncio.to_thread(cli, "event", task_id, "ci", "--data", "{not json")
         assert bad.returncode == 2 and bad.stderr.startswith("mrtr: --data must be JSON"), bad.stderr
         sent = await asyncio.to_thread(cli, "event", task_id, "ci", "--data", '{"status": "green"}', "--event-id", "b7")

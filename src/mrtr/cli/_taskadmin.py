@@ -25,6 +25,7 @@ from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
 from mrtr.cli._storeview import open_view
 from mrtr.stores import TERMINAL, TaskRecord
+from mrtr.tasks._records import waiting_wire
 
 _CAS_RETRIES = 20
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
@@ -146,6 +147,8 @@ def summary(record: TaskRecord) -> dict[str, Any]:
         "leaseUntil": iso(record.lease_until) if record.lease_owner else None,
         "cancelRequested": record.cancel_requested,
         "inputRequests": sorted(record.input_requests),
+        "waiting": [waiting_wire(wait) for wait in record.waiting],
+        "pendingEvents": [event.get("name") for event in record.inbox],
     }
 
 
@@ -227,6 +230,15 @@ async def show_task(url: str, namespace: str | None, task_id: str, as_json: bool
             for k, r in record.input_requests.items()
         ]
         _table(out, "waiting for input", ["key", "method", "question"], rows)
+    if record.waiting:
+        rows = [
+            [str(w.get("kind")), str(w.get("name") or ""), iso(w["until"]) if w.get("until") is not None else "-"]
+            for w in record.waiting
+        ]
+        _table(out, "waiting for", ["kind", "event", "until"], rows)
+    if record.inbox:
+        rows = [[str(e.get("name")), str(e.get("id")), _short(e.get("data"))] for e in record.inbox]
+        _table(out, "events not yet consumed", ["event", "id", "payload"], rows)
     if record.responses:
         _table(out, "answers not yet used", ["key", "answer"], [[k, _short(v)] for k, v in record.responses.items()])
     if record.result is not None:
