@@ -281,19 +281,29 @@ async def test_an_event_sent_on_b_wakes_a_task_parked_on_a(fleet: Fleet) -> None
     assert len(audit(fleet.audit, tag, "await.before")) == 1, "the step before the wait ran once"
 
 
-async def test_an_event_sent_before_the_wait_is_delivered_once(fleet: Fleet) -> None:
-    """The flow sleeps first; the event arrives meanwhile, is kept, and is taken by exactly one wait:
-    the flow's second wait for the same name times out."""
+@pytest.mark.parametrize("before", ["sleeping", "running"])
+async def test_an_event_sent_before_the_wait_is_delivered_once(fleet: Fleet, before: str) -> None:
+    """The flow first sleeps (parked, no worker) or runs a slow step on A (its worker holds the
+    lease); the event, sent on B meanwhile, is kept and taken by exactly one wait: the flow's
+    second wait for the same name times out."""
     tag = new_tag()
-    args = {"tag": tag, "name": "early", "delay": 1.5, "times": 2, "timeout": 1.0}
+    args: dict[str, Any] = {"tag": tag, "name": "early", "times": 2, "timeout": 1.0}
+    args |= {"delay": 1.5} if before == "sleeping" else {"lead": 1.5}
     async with client(fleet.url("A")) as on_a, client(fleet.url("B")) as on_b:
         task_id = await start(on_a, "await_event", args)
-        await parked(on_a, task_id, "sleeping until")
+        if before == "sleeping":
+            await parked(on_a, task_id, "sleeping until")
+        else:
+
+            async def leading() -> list[dict[str, Any]]:
+                return audit(fleet.audit, tag, "await.lead")
+
+            await until(leading, 10, "the slow step before the wait to start")
         assert await send(on_b, task_id, "early", "first and only") == {"delivered": True, "instance": "B"}
         still = await task_state(on_b.session, task_id)
-        assert still["status"] == "working" and still["statusMessage"].startswith("sleeping until"), (
-            "an event nobody waits for yet does not wake the sleeper"
-        )
+        assert still["status"] == "working" and "waiting for event" not in still.get("statusMessage", ""), still
+        if before == "sleeping":
+            assert still["statusMessage"].startswith("sleeping until"), "an early event does not wake the sleeper"
         text, _ = await completed(on_b, task_id, timeout=15)
     assert json.loads(text) == [
         {"payload": "first and only"},
@@ -301,6 +311,11 @@ async def test_an_event_sent_before_the_wait_is_delivered_once(fleet: Fleet) -> 
     ]
     assert [e["payload"] for e in audit(fleet.audit, tag, "await.got")] == ["first and only"]
     assert len(audit(fleet.audit, tag, "await.timeout")) == 1
+    if before == "running":
+        assert [(e["phase"], e["instance"]) for e in audit(fleet.audit, tag, "await.lead")] == [
+            ("start", "A"),
+            ("end", "A"),
+        ]
 
 
 async def test_a_duplicate_event_id_is_delivered_once(fleet: Fleet) -> None:
@@ -329,6 +344,41 @@ async def test_a_duplicate_event_id_is_delivered_once(fleet: Fleet) -> None:
         assert refused == {"delivered": False, "refused": "task_finished", "instance": "B"}
     assert json.loads(text) == [{"payload": {"via": winner}}, {"timeout": "no event 'paid' arrived within 1.5s"}]
     assert [e["payload"] for e in audit(fleet.audit, tag, "await.got")] == [{"via": winner}]
+
+
+@pytest.mark.parametrize("kind", STORES)
+async def test_a_worker_killed_after_taking_an_event_loses_nothing(kind: str, tmp_path: Path) -> None:
+    """The event wakes the task; its worker runs the step after the wait and is SIGKILLed in it.
+    The other instance takes over once the lease lapses: the wait returns the same payload, the
+    finished step is not run again, the interrupted one runs again under the same key."""
+    fleet, namespace = await new_fleet(kind, tmp_path)
+    tag = new_tag()
+    try:
+        with fleet.spawn(["A", "B"]) as servers:
+            fleet.servers = servers
+            async with client(fleet.url("A")) as on_a, client(fleet.url("B")) as on_b:
+                task_id = await start(on_a, "await_event", {"tag": tag, "name": "go", "work": 1.5})
+                await parked(on_a, task_id, "waiting for event 'go'")
+                assert (await send(on_b, task_id, "go", {"n": 1}))["delivered"]
+
+                async def working() -> list[dict[str, Any]]:
+                    return audit(fleet.audit, tag, "await.work")
+
+                (began,) = await until(working, 10, "the step after the wait to start")
+                doomed = began["instance"]
+                survivor, on_survivor = ("A", on_a) if doomed == "B" else ("B", on_b)
+                servers[doomed].process.kill()
+                servers[doomed].process.wait()
+                text, _ = await completed(on_survivor, task_id, timeout=20)
+    finally:
+        await drop_store(kind, namespace)
+    assert json.loads(text) == [{"payload": {"n": 1}}]
+    assert [e["instance"] for e in audit(fleet.audit, tag, "await.got")] == [doomed], "a finished step runs once"
+    work = audit(fleet.audit, tag, "await.work")
+    starts = [e for e in work if e["phase"] == "start"]
+    assert [e["instance"] for e in starts] == [doomed, survivor], "the interrupted step runs again"
+    assert starts[0]["key"] == starts[1]["key"], "under the same idempotency key"
+    assert [e["instance"] for e in work if e["phase"] == "end"] == [survivor]
 
 
 # -- 5. callback URLs over real HTTP ----------------------------------------------------------

@@ -218,6 +218,13 @@ async def noted(step: str, tag: str, **extra: Any) -> str:
     return f"{step} on {INSTANCE}"
 
 
+async def slow_step(step: str, tag: str, seconds: float) -> str:
+    audit(step, "start", tag=tag)
+    await asyncio.sleep(seconds)
+    audit(step, "end", tag=tag)
+    return f"{step} on {INSTANCE}"
+
+
 def add_wait_flows(server: MCPServer, flows: mrtr.Flows) -> None:
     """Durable waits (issue 25): sleeping, waiting for events, callback URLs, and a way to send events."""
 
@@ -231,10 +238,20 @@ def add_wait_flows(server: MCPServer, flows: mrtr.Flows) -> None:
 
     @flows.tool(task="required")
     async def await_event(
-        tag: str, name: str, ctx: mrtr.FlowContext, timeout: float | None = None, times: int = 1, delay: float = 0.0
+        tag: str,
+        name: str,
+        ctx: mrtr.FlowContext,
+        timeout: float | None = None,
+        times: int = 1,
+        delay: float = 0.0,
+        work: float = 0.0,
+        lead: float = 0.0,
     ) -> str:
-        """Optionally sleep `delay` first, then wait `times` times for event `name`; JSON of what came."""
+        """Optionally run a slow step (`lead` seconds) or sleep `delay` first, then wait `times` times
+        for event `name`, then (if `work`) run a slow counted step; JSON of what came."""
         await ctx.step("before", noted, "await.before", tag)
+        if lead:
+            await ctx.step("lead", slow_step, "await.lead", tag, lead)
         if delay:
             await ctx.sleep(delay)
         got: list[Any] = []
@@ -247,6 +264,8 @@ def add_wait_flows(server: MCPServer, flows: mrtr.Flows) -> None:
                 continue
             got.append({"payload": payload})
             await ctx.step(f"got{i}", noted, "await.got", tag, payload=payload)
+        if work:
+            await ctx.step("work", slow_step, "await.work", tag, work)
         return json.dumps(got)
 
     @flows.tool(task="required")
