@@ -13,7 +13,8 @@ instance the test picks. Every side effect is a step that appends a line to the 
 - An event sent on B wakes a task parked on A; one sent before the wait is kept and delivered
   once; a duplicate `event_id` (sent on both instances at once) delivers once; a burst of 60
   events through both instances loses none; a worker SIGKILLed right after taking an event
-  loses nothing (the other instance replays the wait with the same payload).
+  loses nothing (the other instance replays the wait with the same payload); an event races
+  a timer (`asyncio.wait`) across instances.
 - A callback URL POSTed to the real HTTP route is accepted once (202; POSTed to both instances
   at once, one of them answers 409), and refused when tampered or sent to another task's path
   or event (403), expired (410) or reused (409); nothing reaches any other task.
@@ -290,7 +291,7 @@ async def test_an_event_sent_before_the_wait_is_delivered_once(fleet: Fleet, bef
     second wait for the same name times out."""
     tag = new_tag()
     args: dict[str, Any] = {"tag": tag, "name": "early", "times": 2, "timeout": 1.0}
-    args |= {"delay": 1.5} if before == "sleeping" else {"lead": 1.5}
+    args |= {"delay": 1.0} if before == "sleeping" else {"lead": 1.0}
     async with client(fleet.url("A")) as on_a, client(fleet.url("B")) as on_b:
         task_id = await start(on_a, "await_event", args)
         if before == "sleeping":
@@ -401,6 +402,31 @@ async def test_a_worker_killed_after_taking_an_event_loses_nothing(kind: str, tm
     assert [e["instance"] for e in starts] == [doomed, survivor], "the interrupted step runs again"
     assert starts[0]["key"] == starts[1]["key"], "under the same idempotency key"
     assert [e["instance"] for e in work if e["phase"] == "end"] == [survivor]
+
+
+async def test_first_of_an_event_and_a_timer_across_instances(fleet: Fleet) -> None:
+    """`asyncio.wait` over `wait_for_event` and `sleep`: an event sent on B beats a 3 s timer on a
+    task started on A (it does not wait the timer out); with no event, a 1 s timer wins. Either
+    way the decision is taken once, and the flow parks and replays after it the same way."""
+    approved_tag, lapsed_tag = new_tag(), new_tag()
+    async with client(fleet.url("A")) as on_a, client(fleet.url("B")) as on_b:
+        began = time.time()
+        approved = await start(on_a, "deadline", {"tag": approved_tag, "seconds": 3.0})
+        lapsed = await start(on_b, "deadline", {"tag": lapsed_tag, "seconds": 1.0})
+        state = await parked(on_a, approved, "waiting for event 'approve'")
+        assert "sleeping until" in state["statusMessage"], state
+        assert (await send(on_b, approved, "approve", "yes"))["delivered"]
+        approved_text, approved_done = await completed(on_a, approved, timeout=10)
+        lapsed_text, lapsed_done = await completed(on_a, lapsed, timeout=10)
+    print(
+        f"\n[{fleet.kind}] event beat the 3s timer: done at {approved_done - began:.2f}s; "
+        f"the 1s timer (no event): done at {lapsed_done - began:.2f}s"
+    )
+    assert approved_text == "approved yes" and approved_done - began < 2.5, "the event did not wait for the timer"
+    assert lapsed_text == "timed out" and lapsed_done - began >= 1.2  # 1 s, then the 0.2 s sleep after it
+    for tag, winner in ((approved_tag, "approved yes"), (lapsed_tag, "timed out")):
+        assert [e["winner"] for e in audit(fleet.audit, tag, "deadline.decide")] == [winner]
+        assert len(audit(fleet.audit, tag, "deadline.after")) == 1
 
 
 # -- 5. callback URLs over real HTTP ----------------------------------------------------------

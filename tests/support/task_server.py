@@ -269,6 +269,21 @@ def add_wait_flows(server: MCPServer, flows: mrtr.Flows) -> None:
         return json.dumps(got)
 
     @flows.tool(task="required")
+    async def deadline(tag: str, seconds: float, ctx: mrtr.FlowContext) -> str:
+        """Event 'approve' or `seconds` of sleep, whichever comes first (`asyncio.wait`); the winner
+        is recorded by a counted step, then a second step runs after it."""
+        approve = asyncio.ensure_future(ctx.wait_for_event("approve"))
+        timer = asyncio.ensure_future(ctx.sleep(seconds))
+        done, pending = await asyncio.wait({approve, timer}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        winner = f"approved {approve.result()}" if approve in done else "timed out"
+        await ctx.step("decide", noted, "deadline.decide", tag, winner=winner)
+        await ctx.sleep(0.2)  # one more park and replay after the race was decided
+        await ctx.step("after", noted, "deadline.after", tag)
+        return winner
+
+    @flows.tool(task="required")
     async def hooked(tag: str, ctx: mrtr.FlowContext, expires: float = 3600.0) -> str:
         """Hand out a callback URL (through a counted step), wait for its POST, act on it once."""
         url = await ctx.callback_url("ci", expires=expires)
