@@ -32,7 +32,7 @@ import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +97,8 @@ class Fleet:
     def base(self, label: str) -> str:
         return self.servers[label].url.removesuffix("/mcp")
 
-    def spawn(self, labels: list[str]) -> Any:
+    def spawn(self, labels: list[str]) -> AbstractContextManager[dict[str, ServerProcess]]:
+        """Start these instances on the fleet's store (stopped again when the block ends)."""
         specs = [
             ServerSpec(label, self.env | {"MRTR_INSTANCE": label}, script=SERVER, ready_prefix=READY)
             for label in labels
@@ -201,7 +202,7 @@ async def send(on: Client, task_id: str, name: str, payload: Any, event_id: str 
     )
     assert not result.is_error, result
     assert result.structured_content is not None
-    return result.structured_content
+    return dict(result.structured_content)
 
 
 # -- 1. a sleep outlives the whole fleet ------------------------------------------------------
