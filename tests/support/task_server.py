@@ -10,6 +10,7 @@ MRTR_SERVER_APP=1 (serve `server.streamable_http_app()`).
 Optional (issue 16): MRTR_BUS (a fleet bus URL for `subscriptions/listen`, namespaced like the
 store), MRTR_PLAIN=1 (no `mrtr.Flows` at all: the SDK's own listen handler on that bus).
 Optional (issue 22): MRTR_FLEET_BUS=0 (`Flows(fleet_bus=False)`: no bus derived from a shared store).
+Optional (issue 25): MRTR_PUBLIC_URL (`Flows(public_url=...)`: the fleet's base URL for callback URLs).
 Prints `task-server ready: URL` once it listens.
 """
 
@@ -51,9 +52,9 @@ async def count_requests(ctx: ServerRequestContext[Any, Any], call_next: CallNex
     return await call_next(ctx)
 
 
-def audit(step: str, phase: str) -> None:
+def audit(step: str, phase: str, **extra: Any) -> None:
     info = mrtr.current_step()
-    line = {"step": step, "phase": phase, "instance": INSTANCE, "key": info.idempotency_key}
+    line = {"step": step, "phase": phase, "instance": INSTANCE, "key": info.idempotency_key} | extra
     with open(os.environ["MRTR_AUDIT"], "a") as log:
         log.write(json.dumps(line) + "\n")
 
@@ -156,6 +157,7 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
         max_inflight_rounds=int(max_inflight) if max_inflight else None,
         dialects=["sep-2322-tasks"] if os.environ.get("MRTR_SEED") == "1" else (),
         fleet_bus=os.environ.get("MRTR_FLEET_BUS", "1") == "1",
+        public_url=os.environ.get("MRTR_PUBLIC_URL") or None,
     )
 
     def counted(name: str) -> Any:
@@ -206,7 +208,98 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
             return "not published"
         return await ctx.step("publish", publish, shaped)
 
+    add_wait_flows(server, flows)
     return server, flows
+
+
+async def noted(step: str, tag: str, **extra: Any) -> str:
+    """A step's side effect: one audit line, labelled with the test's `tag` for that task."""
+    audit(step, "done", tag=tag, **extra)
+    return f"{step} on {INSTANCE}"
+
+
+async def slow_step(step: str, tag: str, seconds: float) -> str:
+    audit(step, "start", tag=tag)
+    await asyncio.sleep(seconds)
+    audit(step, "end", tag=tag)
+    return f"{step} on {INSTANCE}"
+
+
+def add_wait_flows(server: MCPServer, flows: mrtr.Flows) -> None:
+    """Durable waits (issue 25): sleeping, waiting for events, callback URLs, and a way to send events."""
+
+    @flows.tool(task="required")
+    async def nap(tag: str, seconds: float, ctx: mrtr.FlowContext) -> str:
+        """A counted step, a durable sleep, another counted step."""
+        await ctx.step("before", noted, "nap.before", tag)
+        await ctx.sleep(seconds)
+        await ctx.step("after", noted, "nap.after", tag)
+        return f"{tag} rested {seconds}s"
+
+    @flows.tool(task="required")
+    async def await_event(
+        tag: str,
+        name: str,
+        ctx: mrtr.FlowContext,
+        timeout: float | None = None,
+        times: int = 1,
+        delay: float = 0.0,
+        work: float = 0.0,
+        lead: float = 0.0,
+    ) -> str:
+        """Optionally run a slow step (`lead` seconds) or sleep `delay` first, then wait `times` times
+        for event `name`, then (if `work`) run a slow counted step; JSON of what came."""
+        await ctx.step("before", noted, "await.before", tag)
+        if lead:
+            await ctx.step("lead", slow_step, "await.lead", tag, lead)
+        if delay:
+            await ctx.sleep(delay)
+        got: list[Any] = []
+        for i in range(times):
+            try:
+                payload = await ctx.wait_for_event(name, timeout=timeout)
+            except mrtr.EventTimeout as exc:
+                got.append({"timeout": str(exc)})
+                await ctx.step(f"timeout{i}", noted, "await.timeout", tag)
+                continue
+            got.append({"payload": payload})
+            await ctx.step(f"got{i}", noted, "await.got", tag, payload=payload)
+        if work:
+            await ctx.step("work", slow_step, "await.work", tag, work)
+        return json.dumps(got)
+
+    @flows.tool(task="required")
+    async def deadline(tag: str, seconds: float, ctx: mrtr.FlowContext) -> str:
+        """Event 'approve' or `seconds` of sleep, whichever comes first (`asyncio.wait`); the winner
+        is recorded by a counted step, then a second step runs after it."""
+        approve = asyncio.ensure_future(ctx.wait_for_event("approve"))
+        timer = asyncio.ensure_future(ctx.sleep(seconds))
+        done, pending = await asyncio.wait({approve, timer}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        winner = f"approved {approve.result()}" if approve in done else "timed out"
+        await ctx.step("decide", noted, "deadline.decide", tag, winner=winner)
+        await ctx.sleep(0.2)  # one more park and replay after the race was decided
+        await ctx.step("after", noted, "deadline.after", tag)
+        return winner
+
+    @flows.tool(task="required")
+    async def hooked(tag: str, ctx: mrtr.FlowContext, expires: float = 3600.0) -> str:
+        """Hand out a callback URL (through a counted step), wait for its POST, act on it once."""
+        url = await ctx.callback_url("ci", expires=expires)
+        await ctx.step("hand-out", noted, "hooked.url", tag, url=url)
+        payload = await ctx.wait_for_event("ci")
+        await ctx.step("deploy", noted, "hooked.deploy", tag, payload=payload)
+        return json.dumps(payload)
+
+    @server.tool()
+    async def send_event(task_id: str, name: str, payload: Any = None, event_id: str | None = None) -> dict[str, Any]:
+        """`flows.send_event` on this instance: delivered (False: a resend), or why not."""
+        try:
+            delivered = await flows.send_event(task_id, name, payload, event_id=event_id)
+        except mrtr.EventNotDelivered as exc:
+            return {"delivered": False, "refused": exc.reason, "instance": INSTANCE}
+        return {"delivered": delivered, "instance": INSTANCE}
 
 
 def main() -> None:

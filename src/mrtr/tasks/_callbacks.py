@@ -6,7 +6,8 @@ keys; mrtr has no crypto of its own) over the task id, the event name, an expiry
 nonce, so any instance that shares the keys accepts it and nobody can forge or alter one.
 The POST's JSON body becomes event `name`, delivered with the nonce as its event id: a
 second POST of the same URL finds the id taken and is refused (409), tampered or foreign
-tokens 403, expired 410, and nothing is delivered in any of those cases.
+tokens 403, expired 410, and nothing is delivered in any of those cases. A task whose record
+kept changing under the delivery answers 503 with `Retry-After`: the URL stays good.
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ def endpoint(urls: Callable[[], CallbackUrls | None], deliver: Deliver) -> Calla
         except CallbackRefused as exc:
             return _refuse(exc.status, str(exc))
         except EventNotDelivered as exc:
+            if exc.reason == "busy":  # lost every compare-and-set: not final, and the URL is unused
+                return _refuse(503, str(exc), headers={"Retry-After": "1"})
             status = {"unknown_task": 404, "task_finished": 410}.get(exc.reason, 409)
             return _refuse(status, str(exc))
         except ValueError as exc:
@@ -116,8 +119,8 @@ def endpoint(urls: Callable[[], CallbackUrls | None], deliver: Deliver) -> Calla
     return receive
 
 
-def _refuse(status: int, message: str) -> Response:
-    return JSONResponse({"delivered": False, "error": message}, status_code=status)
+def _refuse(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse({"delivered": False, "error": message}, status_code=status, headers=headers)
 
 
 __all__ = ["PATH", "CallbackRefused", "CallbackUrls", "Deliver", "endpoint"]

@@ -11,10 +11,12 @@ look at the inbox and its parking.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from typing import Any
 
+from mrtr._backoff import equal_jitter
 from mrtr._engine.waits import check_event_name, taken_events
 from mrtr._errors import EventNotDelivered
 from mrtr.stores._base import TaskRecord, TaskStore
@@ -26,6 +28,10 @@ MAX_INBOX = 1000
 EVENT_IDS_KEPT = 10_000
 """How many recent event ids a task remembers for deduplication."""
 _CAS_RETRIES = 20
+_CAS_BACKOFF = 0.002
+"""Seconds before the first retry of a lost compare-and-set (doubling, jittered)."""
+_CAS_BACKOFF_CAP = 0.05
+"""The longest wait between two tries: all 20 take under a second."""
 
 
 def new_event(name: str, payload: Any, event_id: str | None, now: float) -> dict[str, Any]:
@@ -63,7 +69,7 @@ async def deliver(
         EventNotDelivered: The task is unknown or expired, finished, or kept changing under us.
     """
     record = known if known is not None else await store.load(task_id, now)
-    for _ in range(_CAS_RETRIES):
+    for attempt in range(_CAS_RETRIES):
         if record is None:
             raise EventNotDelivered(f"no task {task_id!r} (unknown or expired)", reason="unknown_task", task_id=task_id)
         if event["id"] in record.event_ids:
@@ -90,6 +96,9 @@ async def deliver(
         changed = record.copy(**changes)
         if await store.save(changed):
             return True, changed
+        # Lost the compare-and-set to another writer: back off (jittered) before the next try, so
+        # a burst of senders to one task spreads out instead of colliding all 20 times.
+        await asyncio.sleep(equal_jitter(attempt, _CAS_BACKOFF, _CAS_BACKOFF_CAP))
         record = await store.load(task_id, now)
     raise EventNotDelivered(f"task {task_id!r} kept changing; send the event again", reason="busy", task_id=task_id)
 
