@@ -97,6 +97,14 @@ def build_flows(client: Client, worker: bool) -> mrtr.Flows:
         return await ctx.step("publish", publish, shaped)
 
     @flows.tool(task="required")
+    async def nap(seconds: float, ctx: mrtr.FlowContext) -> str:
+        """Sleep durably (a Temporal timer) between two audited steps."""
+        await ctx.step("before", counted("nap.before"))
+        await ctx.sleep(seconds)
+        await ctx.step("after", counted("nap.after"))
+        return "rested"
+
+    @flows.tool(task="required")
     async def release(name: str, ctx: mrtr.FlowContext) -> str:
         """v1 builds with `build`; v2 builds with `build_v2`, behind `ctx.patched`, so tasks
         that built under v1 stay on the old path when v2 replays them."""

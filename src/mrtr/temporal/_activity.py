@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
 
 from mcp_types import INTERNAL_ERROR, ClientCapabilities
 from temporalio import activity
@@ -32,7 +34,9 @@ from mrtr._engine import tracing
 from mrtr._engine.engine import RunOptions, as_protocol_error, check_deadline, execute
 from mrtr._engine.journal import JournalFormatError, JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
-from mrtr._errors import FlowError
+from mrtr._engine.waits import taken_events
+from mrtr._errors import FlowDefinitionError, FlowError
+from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._outcome import settle
 from mrtr.tasks._seam import ConvertResult
 from mrtr.temporal._shapes import ADVANCE, REPORT, Advance, Advanced, TaskState
@@ -47,9 +51,11 @@ class Advancer:
         self,
         flows: Mapping[str, tuple[FlowSpec, ConvertResult]],
         on_state: Callable[[TaskState], Awaitable[None]] | None = None,
+        callbacks: Callable[[], CallbackUrls | None] | None = None,
     ) -> None:
         self.flows = flows
         self.on_state = on_state
+        self.callbacks = callbacks or (lambda: None)
 
     @activity.defn(name=REPORT)
     async def report(self, state: TaskState) -> None:
@@ -82,22 +88,54 @@ class Advancer:
             return Advanced("failed", job.journal, error=error)
         beating = asyncio.get_running_loop().create_task(_heartbeat())
         try:
-            outcome = await execute(spec, journal, job.responses, capabilities, job.arguments, RunOptions(step_limit=1))
+            waits = _ActivityWaits(job, self.callbacks())
+            options = RunOptions(step_limit=1, waits=waits)
+            outcome = await execute(spec, journal, job.responses, capabilities, job.arguments, options)
         finally:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
+        taken = taken_events(journal.steps)
+        consumed = [str(event["id"]) for event in job.inbox if event.get("id") in taken]
         if outcome.parked and outcome.would_run:  # a step ran (or was held): go on in the next activity
             unread = {key: answer for key, answer in job.responses.items() if key not in journal.answers}
-            return Advanced("step", journal_codec.encode(journal), responses=unread)
+            return Advanced("step", journal_codec.encode(journal), responses=unread, consumed=consumed)
         settled = settle(spec, convert, outcome, job.task_id)
         return Advanced(
-            settled.status,
+            "waiting" if settled.status == "working" else settled.status,
             journal_codec.encode(journal),
             input_requests=settled.input_requests,
             result=settled.result,
             error=settled.error,
+            waiting=settled.waiting,
+            status_message=settled.status_message,
+            consumed=consumed,
         )
+
+
+class _ActivityWaits:
+    """The durable waits' view of one activity: the worker's clock, the events the workflow holds."""
+
+    def __init__(self, job: Advance, callbacks: CallbackUrls | None) -> None:
+        self._job = job
+        self._callbacks = callbacks
+
+    def now(self) -> float:
+        return time.time()
+
+    def take_event(self, name: str, taken: Collection[str]) -> tuple[str, Any] | None:
+        for event in self._job.inbox:
+            if event.get("name") == name and event.get("id") not in taken:
+                return str(event["id"]), event.get("data")
+        return None
+
+    def callback_url(self, name: str, expires_at: float) -> str:
+        if self._callbacks is None:
+            raise FlowDefinitionError(
+                "ctx.callback_url() needs the fleet's public base URL: Flows(server, tasks=TemporalTasks(...), "
+                "public_url='https://...'), in the process whose worker runs the task"
+            )
+        return self._callbacks.mint(self._job.task_id, name, expires_at)
 
 
 async def _heartbeat() -> None:

@@ -17,6 +17,10 @@ REPORT = "mrtr.report"
 """The activity that publishes a task state the workflow has just recorded (`notifications/tasks`)."""
 STATE_QUERY = "state"
 ANSWER_UPDATE = "answer"
+EVENT_UPDATE = "event"
+"""The Workflow Update that delivers an event (`send_event`): answers whether it was new."""
+EVENT_SIGNAL = "mrtr.event"
+"""The same delivery as a plain signal, for Temporal's own tools (`temporal workflow signal`)."""
 STATE_MEMO = "mrtr.task"
 """The workflow memo key holding the task state (set at start, upserted at every change)."""
 
@@ -70,6 +74,8 @@ class TaskState:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     status_message: str | None = None
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+    """What a parked flow waits for (`TaskRecord.waiting`): timers and events."""
     version: int = 0
     """Counts the task's state changes (0 at creation): orders them for listeners (`mrtr/taskVersion`)."""
 
@@ -99,6 +105,18 @@ class Advance:
     capabilities: dict[str, Any]
     journal: str
     responses: dict[str, Any] = field(default_factory=dict)
+    inbox: list[dict[str, Any]] = field(default_factory=list)
+    """Events delivered and not consumed yet (`{"id", "name", "data", "at"}`), oldest first."""
+
+
+@dataclass
+class Event:
+    """One event for a task (`TemporalTasks.send_event`, or the `mrtr.event` signal)."""
+
+    id: str
+    name: str
+    data: Any = None
+    at: float = 0.0
 
 
 @dataclass
@@ -106,13 +124,17 @@ class Advanced:
     """Where the flow got to: `step` (one step finished, more to run), or a task state."""
 
     kind: str
-    """`step`, `input_required`, `completed` or `failed`."""
+    """`step`, `waiting` (parked on timers or events), `input_required`, `completed` or `failed`."""
     journal: str
     responses: dict[str, Any] = field(default_factory=dict)
     """Answers the flow has not reached yet (kept for the next activity after a `step`)."""
     input_requests: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+    status_message: str | None = None
+    consumed: list[str] = field(default_factory=list)
+    """Ids of the inbox's events this activity's run consumed (journaled)."""
 
 
 @dataclass
@@ -126,6 +148,8 @@ class Answers:
 __all__ = [
     "ADVANCE",
     "ANSWER_UPDATE",
+    "EVENT_SIGNAL",
+    "EVENT_UPDATE",
     "REPORT",
     "STATE_MEMO",
     "STATE_QUERY",
@@ -133,6 +157,7 @@ __all__ = [
     "Advance",
     "Advanced",
     "Answers",
+    "Event",
     "StepPolicy",
     "TaskStart",
     "TaskState",

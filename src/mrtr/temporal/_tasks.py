@@ -46,12 +46,25 @@ from mrtr._engine import journal as journal_codec
 from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
+from mrtr._errors import EventNotDelivered
 from mrtr.stores._base import TaskRecord
+from mrtr.tasks._callbacks import CallbackUrls
+from mrtr.tasks._inbox import new_event
 from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
 from mrtr.tasks._runtime import Creator, creator
 from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, StateChanges
 from mrtr.temporal._activity import Advancer
-from mrtr.temporal._shapes import ANSWER_UPDATE, STATE_MEMO, WORKFLOW, Answers, StepPolicy, TaskStart, TaskState
+from mrtr.temporal._shapes import (
+    ANSWER_UPDATE,
+    EVENT_UPDATE,
+    STATE_MEMO,
+    WORKFLOW,
+    Answers,
+    Event,
+    StepPolicy,
+    TaskStart,
+    TaskState,
+)
 from mrtr.temporal._workflow import TaskWorkflow
 
 logger = logging.getLogger("mrtr.temporal")
@@ -118,6 +131,8 @@ class TemporalTasks(StateChanges):
         self._worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
         self._terminal: OrderedDict[str, TaskRecord] = OrderedDict()
+        self.callbacks: CallbackUrls | None = None
+        """Mints `ctx.callback_url` URLs for the tasks this process's worker runs (`Flows(public_url=...)`)."""
 
     # -- configuration (from Flows) ------------------------------------------------------
 
@@ -271,6 +286,36 @@ class TemporalTasks(StateChanges):
         elif (record := await self.get(task_id)) is not None:  # a worker from before updates returned it
             await self.changed(record)
 
+    async def send_event(self, task_id: str, name: str, payload: Any, *, event_id: str | None = None) -> bool:
+        """Deliver an event to the task's workflow (the `event` Workflow Update; see `Flows.send_event`).
+
+        The workflow keeps it until the flow waits for it, and dedupes by `event_id`.
+        """
+        event = Event(**new_event(name, payload, event_id, time.time()))
+        handle = self.client.get_workflow_handle(task_id)
+        try:
+            delivered = await handle.execute_update(EVENT_UPDATE, event, result_type=bool)
+        except WorkflowUpdateFailedError:
+            raise EventNotDelivered(
+                f"task {task_id!r} has finished: nothing will wait for event {name!r} any more",
+                reason="task_finished",
+                task_id=task_id,
+            ) from None
+        except RPCError as exc:
+            if exc.status not in _NOT_THERE:
+                raise _unavailable(exc) from exc
+            record = await self.get(task_id)
+            if record is None:
+                raise EventNotDelivered(
+                    f"no task {task_id!r} (unknown or expired)", reason="unknown_task", task_id=task_id
+                ) from None
+            raise EventNotDelivered(
+                f"task {task_id!r} is {record.status}: nothing will wait for event {name!r} any more",
+                reason="task_finished",
+                task_id=task_id,
+            ) from None
+        return bool(delivered)
+
     async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
         if known is not None and known.terminal:
             return  # idempotent, also on finished tasks
@@ -292,7 +337,7 @@ class TemporalTasks(StateChanges):
     def new_worker(self) -> Worker:
         """A Temporal worker for this engine's task queue, running its workflow and step activity."""
         options: dict[str, Any] = {"workflow_runner": UnsandboxedWorkflowRunner()} | self.worker_options
-        advancer = Advancer(self.flows, self._report)
+        advancer = Advancer(self.flows, self._report, lambda: self.callbacks)
         return Worker(
             self.client,
             task_queue=self.task_queue,
@@ -342,6 +387,7 @@ def _record(state: TaskState) -> TaskRecord:
         poll_interval_ms=state.poll_interval_ms,
         journal="",
         status_message=state.status_message,
+        waiting=state.waiting,
         input_requests=state.input_requests,
         result=state.result,
         error=state.error,

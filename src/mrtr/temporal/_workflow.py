@@ -25,6 +25,7 @@ runs outside Temporal's sandbox.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import asdict, replace
 from datetime import timedelta
 from typing import Any
@@ -37,6 +38,8 @@ from temporalio.workflow import ActivityCancellationType
 from mrtr.temporal._shapes import (
     ADVANCE,
     ANSWER_UPDATE,
+    EVENT_SIGNAL,
+    EVENT_UPDATE,
     REPORT,
     STATE_MEMO,
     STATE_QUERY,
@@ -44,6 +47,7 @@ from mrtr.temporal._shapes import (
     Advance,
     Advanced,
     Answers,
+    Event,
     StepPolicy,
     TaskStart,
     TaskState,
@@ -65,6 +69,10 @@ class TaskWorkflow:
         self.journal = start.journal
         self.responses: dict[str, Any] = {}
         self.state = TaskState.initial(start)
+        self.inbox: list[dict[str, Any]] = []
+        """Events delivered and not consumed by the flow yet, oldest first."""
+        self.event_ids: list[str] = []
+        """Ids of every event taken in (a resend with the same id changes nothing)."""
 
     @workflow.run
     async def run(self, start: TaskStart) -> TaskState:
@@ -89,6 +97,7 @@ class TaskWorkflow:
         while True:
             job = Advance(start.task_id, start.flow, start.arguments, start.capabilities, self.journal)
             job.responses = self.responses
+            job.inbox = list(self.inbox)
             advanced: Advanced = await workflow.execute_activity(
                 ADVANCE,
                 job,
@@ -98,10 +107,18 @@ class TaskWorkflow:
                 retry_policy=_retry(start.policy),
             )
             self.journal = advanced.journal
+            if advanced.consumed:
+                consumed = set(advanced.consumed)
+                self.inbox = [event for event in self.inbox if event.get("id") not in consumed]
             if advanced.kind == "step":
                 self.responses = advanced.responses
                 continue
             self.responses = {}
+            if advanced.kind == "waiting":
+                self._set("working", status_message=advanced.status_message, waiting=advanced.waiting)
+                await self._report(settled=False)
+                await self._park(advanced.waiting)
+                continue
             if advanced.kind == "input_required":
                 self._set("input_required", input_requests=advanced.input_requests)
                 await self._report(settled=False)  # an answer may arrive meanwhile: the update handles it
@@ -109,6 +126,40 @@ class TaskWorkflow:
                 continue
             self._set(advanced.kind, result=advanced.result, error=advanced.error)
             return
+
+    async def _park(self, waiting: list[dict[str, Any]]) -> None:
+        """Wait (a durable Temporal timer) until the earliest due time, or until an event the flow
+        waits for is in the inbox; then the next activity replays the flow and resolves it."""
+        names = {wait.get("name") for wait in waiting if wait.get("kind") == "event"}
+        dues = [float(wait["until"]) for wait in waiting if wait.get("until") is not None]
+        timeout = None
+        if dues:
+            timeout = timedelta(seconds=max(0.0, min(dues) - workflow.now().timestamp()))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await workflow.wait_condition(lambda: any(e.get("name") in names for e in self.inbox), timeout=timeout)
+
+    @workflow.update(name=EVENT_UPDATE)
+    def event(self, event: Event) -> bool:
+        """Take an event in (`TemporalTasks.send_event`); False when its id came before."""
+        return self._take(event)
+
+    @event.validator
+    def check_event(self, event: Event) -> None:
+        if self.state.status in ("completed", "failed", "cancelled"):
+            raise ValueError(f"task_finished: the task is {self.state.status}")
+
+    @workflow.signal(name=EVENT_SIGNAL)
+    def event_signal(self, event: Event) -> None:
+        """The same as the `event` update, fire-and-forget (for `temporal workflow signal`)."""
+        if self.state.status not in ("completed", "failed", "cancelled"):
+            self._take(event)
+
+    def _take(self, event: Event) -> bool:
+        if event.id in self.event_ids:
+            return False
+        self.event_ids.append(event.id)
+        self.inbox.append(asdict(event))
+        return True
 
     async def _report(self, *, settled: bool) -> None:
         """Have a worker publish the state just recorded; best effort (listeners refetch after a
@@ -150,6 +201,8 @@ class TaskWorkflow:
     def _set(self, status: str, **changes: Any) -> None:
         if status != "input_required":
             changes.setdefault("input_requests", {})
+        changes.setdefault("waiting", [])
+        changes.setdefault("status_message", None)
         now = workflow.now().timestamp()
         self.state = replace(self.state, status=status, updated_at=now, version=self.state.version + 1, **changes)
         workflow.upsert_memo({STATE_MEMO: asdict(self.state)})
