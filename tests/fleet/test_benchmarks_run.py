@@ -33,3 +33,8 @@ def test_rounds_quick_measures_every_variant() -> None:
 def test_tasks_quick_measures_the_sqlite_store() -> None:
     out = _run("benchmarks/tasks.py", "--quick", "--stores", "sqlite")
     assert "FAILED" not in out and "sqlite" in out
+
+
+def test_waits_quick_wakes_every_task_on_sqlite() -> None:
+    out = _run("benchmarks/waits.py", "--quick", "--stores", "sqlite")
+    assert "woke 100;" in out and "(3) event -> resumed" in out and "(n=10)" in out, out

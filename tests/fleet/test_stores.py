@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.stores import TaskExists, TaskQuery, TaskRecord, TaskStore
 from mrtr.stores._sqlite import SQLiteStore
 from tests.support.storekit import drop_namespace, service_problem
 
@@ -303,6 +303,57 @@ async def test_next_wake_is_the_earliest_future_wake_time_of_working_tasks(store
     assert "sleeps-long" in await store.claimable(now + 601, 100)
 
 
+async def test_list_tasks_filters_searches_and_pages_newest_first(store: TaskStore) -> None:
+    """The admin interface the console and `mrtr tasks` read through (on every backend)."""
+    now = time.time()
+    made = []
+    for i in range(23):
+        status = ("working", "input_required", "completed", "failed", "cancelled")[i % 5]
+        record = rec(f"t{i:02d}-{uuid.uuid4().hex[:6]}", status=status, flow="a" if i % 2 else "b", created_at=now - i)
+        await store.create(record)
+        made.append(record)
+    await store.create(rec("gone", created_at=now, ttl_ms=1))  # expired: never listed
+    newest_first = [r.task_id for r in made]
+
+    first = await store.list_tasks(TaskQuery(limit=10), now + 0.5)
+    assert [r.task_id for r in first.records] == newest_first[:10] and first.next_cursor
+    second = await store.list_tasks(TaskQuery(limit=10, cursor=first.next_cursor), now + 0.5)
+    third = await store.list_tasks(TaskQuery(limit=10, cursor=second.next_cursor), now + 0.5)
+    assert [r.task_id for r in second.records + third.records] == newest_first[10:]
+    assert third.next_cursor is None
+    assert first.records[0] == made[0], "whole records, version included"
+
+    failed_a = await store.list_tasks(TaskQuery(statuses=("failed",), flow="a"), now + 0.5)
+    assert [r.task_id for r in failed_a.records] == [r.task_id for r in made if r.status == "failed" and r.flow == "a"]
+    asking_or_done = await store.list_tasks(TaskQuery(statuses=("input_required", "completed"), limit=5), now + 0.5)
+    expected = [r.task_id for r in made if r.status in ("input_required", "completed")]
+    assert [r.task_id for r in asking_or_done.records] == expected[:5]
+    rest = await store.list_tasks(
+        TaskQuery(statuses=("input_required", "completed"), limit=50, cursor=asking_or_done.next_cursor), now + 0.5
+    )
+    assert [r.task_id for r in rest.records] == expected[5:]
+
+    found = await store.list_tasks(TaskQuery(id_prefix="t07-"), now + 0.5)
+    assert [r.task_id for r in found.records] == [newest_first[7]]
+    assert (await store.list_tasks(TaskQuery(id_prefix="nope"), now + 0.5)).records == []
+
+    # A status change moves a task between the status filters.
+    moved = await store.load(newest_first[0], now)
+    assert moved is not None and moved.status == "working"
+    moved.status = "completed"
+    assert await store.save(moved)
+    working = await store.list_tasks(TaskQuery(statuses=("working",)), now + 0.5)
+    assert newest_first[0] not in [r.task_id for r in working.records]
+    done = await store.list_tasks(TaskQuery(statuses=("completed",)), now + 0.5)
+    assert done.records[0].task_id == newest_first[0]
+
+    counts = await store.count_by_status(now + 0.5)
+    assert counts == {"working": 4, "input_required": 5, "completed": 6, "failed": 4, "cancelled": 4}
+    assert {"a", "b"} <= set(await store.flows(now)) <= {"a", "b", "book_trip"}  # an expired task's flow may linger
+    with pytest.raises(ValueError):
+        await store.list_tasks(TaskQuery(cursor="not-a-cursor"), now)
+
+
 async def test_ttl_hides_expired_records_and_blocks_saves(store: TaskStore) -> None:
     r = rec("t1", ttl_ms=60_000)
     await store.create(r)
@@ -409,7 +460,7 @@ _SQLITE_CRASH = """
 import os, sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
 conn.execute("BEGIN IMMEDIATE")
-conn.execute("UPDATE mrtr_tasks SET data = 'half a record', version = version + 1")
+conn.execute("UPDATE mrtr_tasks SET data = '{\\"half\\": 1}', version = version + 1")
 os._exit(9)  # die inside the transaction
 """
 
@@ -535,3 +586,48 @@ async def test_round_ledger_concurrent_claims_exactly_one_wins(make_store: Facto
 async def test_store_clock_is_close_to_this_hosts(store: Any) -> None:
     # Same host here, so the store's clock (Redis TIME, PostgreSQL clock_timestamp()) agrees closely.
     assert abs(await store.clock() - time.time()) < 1.0
+
+
+@pytest.mark.parametrize("make_store", SHARED_BACKENDS, indirect=True)
+async def test_tasks_stored_before_the_listing_indexes_are_listed(make_store: Factory, tmp_path: Path) -> None:
+    """A store written by an mrtr without listing (old columns, no Redis indexes) lists all its tasks."""
+    backend = make_store.backend  # type: ignore[attr-defined]
+    token = make_store.token  # type: ignore[attr-defined]
+    old = rec("legacy-1", arguments={"note": "x\u0000y", "created_at": 1}, created_at=time.time() - 5)
+    if backend == "sqlite-file":
+        import sqlite3
+
+        conn = sqlite3.connect(tmp_path / "tasks.db")
+        conn.execute(
+            "CREATE TABLE mrtr_tasks (task_id TEXT PRIMARY KEY, version INTEGER NOT NULL, status TEXT NOT NULL,"
+            " lease_until REAL NOT NULL, expires_at REAL, data TEXT NOT NULL)"
+        )
+        conn.execute("INSERT INTO mrtr_tasks VALUES (?, 0, ?, 0, NULL, ?)", (old.task_id, old.status, old.to_json()))
+        conn.commit()
+        conn.close()
+    elif backend == "postgres":
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(POSTGRES_DSN, autocommit=True) as conn:
+            await conn.execute(
+                f"CREATE TABLE mrtr_test_{token} (task_id TEXT PRIMARY KEY, version BIGINT NOT NULL,"
+                " status TEXT NOT NULL, lease_until DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION,"
+                " data TEXT NOT NULL)"
+            )
+            await conn.execute(
+                f"INSERT INTO mrtr_test_{token} VALUES (%s, 0, %s, 0, NULL, %s)",
+                (old.task_id, old.status, old.to_json()),
+            )
+    else:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(REDIS_URL)
+        await client.set(f"mrtr-test-{token}:task:{old.task_id}", old.to_json())
+        await client.aclose()
+    store = await make_store()
+    await store.create(rec("new-1"))
+    page = await store.list_tasks(TaskQuery(), time.time())
+    assert [r.task_id for r in page.records] == ["new-1", "legacy-1"]
+    assert page.records[1].arguments == {"note": "x\u0000y", "created_at": 1}
+    only_old = await store.list_tasks(TaskQuery(flow="book_trip", statuses=("working",), id_prefix="leg"), time.time())
+    assert [r.task_id for r in only_old.records] == ["legacy-1"]

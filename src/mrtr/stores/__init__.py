@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from mrtr._wire import TERMINAL, TaskStatus
-from mrtr.stores._base import TaskExists, TaskRecord, TaskStore, round_verdict
+from mrtr.stores._base import TaskExists, TaskPage, TaskQuery, TaskRecord, TaskStore, round_verdict
 
 
 def open_store(url: str, *, namespace: str | None = None) -> TaskStore:
@@ -57,4 +57,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-__all__ = ["TERMINAL", "TaskExists", "TaskRecord", "TaskStatus", "TaskStore", "open_store", "round_verdict"]
+__all__ = [
+    "TERMINAL",
+    "TaskExists",
+    "TaskPage",
+    "TaskQuery",
+    "TaskRecord",
+    "TaskStatus",
+    "TaskStore",
+    "open_store",
+    "round_verdict",
+]

@@ -100,6 +100,49 @@ _FIELDS = tuple(name for name in TaskRecord.__dataclass_fields__ if name != "ext
 _KNOWN = frozenset(_FIELDS)
 
 
+@dataclass(frozen=True)
+class TaskQuery:
+    """Which tasks `TaskStore.list_tasks` returns: newest first, a page at a time."""
+
+    statuses: tuple[str, ...] = ()
+    """Only these statuses (empty: every status)."""
+    flow: str | None = None
+    """Only tasks of this flow (tool)."""
+    id_prefix: str | None = None
+    """Only tasks whose id starts with this (a search box; ordered by id, not age)."""
+    limit: int = 50
+    cursor: str | None = None
+    """Where the page starts: the `next_cursor` of the page before (opaque)."""
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """One page of `list_tasks`: records newest first (`created_at`, then `task_id`, descending)."""
+
+    records: list[TaskRecord]
+    next_cursor: str | None
+    """Pass as `TaskQuery.cursor` for the next page; None on the last one."""
+
+
+def page_cursor(record: TaskRecord) -> str:
+    """The keyset cursor after `record`: its creation time and id (stable while tasks come and go)."""
+    return f"{record.created_at!r}/{record.task_id}"
+
+
+def read_cursor(cursor: str | None) -> tuple[float, str] | None:
+    """`page_cursor`'s (created_at, task_id), or None; a malformed cursor is a `ValueError`."""
+    if not cursor:
+        return None
+    created, sep, task_id = cursor.partition("/")
+    try:
+        return float(created), task_id if sep else ""
+    except ValueError:
+        raise ValueError(f"not a task page cursor: {cursor!r}") from None
+
+
+STATUSES: tuple[TaskStatus, ...] = ("working", "input_required", "completed", "failed", "cancelled")
+
+
 class TaskStore(Protocol):
     """The contract every store meets (see tests/test_stores.py, run against all three)."""
 
@@ -140,6 +183,24 @@ class TaskStore(Protocol):
         """Delete records past their TTL; returns how many."""
         ...
 
+    # -- listing and administration (the console, `mrtr tasks`): indexed, fast at 100,000 tasks --
+
+    async def list_tasks(self, query: TaskQuery, now: float) -> TaskPage:
+        """A page of unexpired tasks matching `query`, newest first.
+
+        Raises:
+            ValueError: `query.cursor` is not a cursor this store gave out.
+        """
+        ...
+
+    async def count_by_status(self, now: float) -> dict[str, int]:
+        """How many unexpired tasks are in each status (every status present, 0 if none)."""
+        ...
+
+    async def flows(self, now: float) -> list[str]:
+        """The flow (tool) names of the stored tasks, sorted (for a filter's choices)."""
+        ...
+
     async def close(self) -> None:
         """Release connections."""
         ...
@@ -162,7 +223,12 @@ def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str,
 
 
 __all__ = [
+    "STATUSES",
     "WAIT_FOREVER",
+    "TaskPage",
+    "TaskQuery",
+    "page_cursor",
+    "read_cursor",
     "TaskExists",
     "TaskRecord",
     "TaskStore",

@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING, Any, LiteralString
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from mrtr.stores._base import TaskExists, TaskRecord, round_verdict
+from mrtr.stores._base import (
+    STATUSES,
+    TaskExists,
+    TaskPage,
+    TaskQuery,
+    TaskRecord,
+    page_cursor,
+    read_cursor,
+    round_verdict,
+)
 
 if TYPE_CHECKING:
     from mrtr.buses._base import BrokerBus
@@ -58,6 +67,10 @@ class PostgresStore:
             "expiry_idx": sql.Identifier(f"{table}_expiry"),
             "r": sql.Identifier(f"{table}_rounds"),
             "rounds_idx": sql.Identifier(f"{table}_rounds_exp"),
+            "created_idx": sql.Identifier(f"{table}_created"),
+            "status_idx": sql.Identifier(f"{table}_status"),
+            "flow_idx": sql.Identifier(f"{table}_flow"),
+            "id_idx": sql.Identifier(f"{table}_ids"),
         }
 
         def q(text: LiteralString) -> sql.Composed:
@@ -79,14 +92,36 @@ class PostgresStore:
                 " expires_at DOUBLE PRECISION NOT NULL)"
             ),
             q("CREATE INDEX IF NOT EXISTS {rounds_idx} ON {r} (expires_at)"),
+            # Listing (the console, `mrtr tasks`): columns computed from the record itself, so
+            # no write path changes, and a table from before them gains them as it is.
+            # Written by `create` (neither changes afterwards). Rows from before these columns
+            # get them from their text (a JSON parse would refuse the NULs arguments may hold).
+            q("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS created_at DOUBLE PRECISION"),
+            q("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS flow TEXT"),
+            q(
+                "UPDATE {t} SET created_at = substring(data from"
+                ' \'"status":"[a-z_]+","created_at":([-0-9.eE+]+)\')::double precision,'
+                ' flow = substring(data from \'^\\{{"task_id":"(?:[^"\\\\]|\\\\.)*","flow":"([^"\\\\]*)"\')'
+                " WHERE created_at IS NULL"
+            ),
+            q("CREATE INDEX IF NOT EXISTS {created_idx} ON {t} (created_at DESC, task_id DESC)"),
+            q("CREATE INDEX IF NOT EXISTS {status_idx} ON {t} (status, created_at DESC, task_id DESC)"),
+            q("CREATE INDEX IF NOT EXISTS {flow_idx} ON {t} (flow, status, created_at DESC, task_id DESC)"),
+            q("CREATE INDEX IF NOT EXISTS {id_idx} ON {t} (task_id text_pattern_ops)"),
         ]
+        self._count_sql = q(
+            "SELECT status, COUNT(*) FROM {t} WHERE expires_at IS NULL OR expires_at > %s GROUP BY status"
+        )
+        self._flows_sql = q("SELECT DISTINCT flow FROM {t} WHERE flow IS NOT NULL ORDER BY flow")
+        self._list_head = q("SELECT version, data FROM {t} WHERE ")
         # An expired row is as good as absent (`load` hides it, Redis drops it by itself), so
         # `create` may take its id over; only a live row makes the id "taken".
         self._create_sql = q(
-            "INSERT INTO {t} AS old (task_id, version, status, lease_until, expires_at, data)"
-            " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (task_id) DO UPDATE SET"
+            "INSERT INTO {t} AS old (task_id, version, status, lease_until, expires_at, data, created_at, flow)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (task_id) DO UPDATE SET"
             " version = EXCLUDED.version, status = EXCLUDED.status, lease_until = EXCLUDED.lease_until,"
-            " expires_at = EXCLUDED.expires_at, data = EXCLUDED.data"
+            " expires_at = EXCLUDED.expires_at, data = EXCLUDED.data, created_at = EXCLUDED.created_at,"
+            " flow = EXCLUDED.flow"
             " WHERE old.expires_at IS NOT NULL AND old.expires_at <= %s"
         )
         self._save_sql = q(
@@ -168,6 +203,8 @@ class PostgresStore:
             float(record.lease_until),
             record.expires_at,
             record.to_json(),
+            float(record.created_at),
+            record.flow,
             time.time(),
         )
         count, _ = await self._execute(self._create_sql, params)
@@ -216,6 +253,48 @@ class PostgresStore:
     async def purge_expired(self, now: float) -> int:
         count, _ = await self._execute(self._purge_sql, (now,))
         return count
+
+    # -- listing ----------------------------------------------------------------------------
+
+    async def list_tasks(self, query: TaskQuery, now: float) -> TaskPage:
+        where: list[sql.Composable] = [sql.SQL("(expires_at IS NULL OR expires_at > %s)")]
+        params: list[Any] = [now]
+        if query.statuses:
+            where.append(sql.SQL("status = ANY(%s)"))
+            params.append(list(query.statuses))
+        if query.flow is not None:
+            where.append(sql.SQL("flow = %s"))
+            params.append(query.flow)
+        if query.id_prefix:
+            where.append(sql.SQL("task_id LIKE %s"))
+            params.append(query.id_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        after = read_cursor(query.cursor)
+        if after is not None:
+            where.append(sql.SQL("(created_at, task_id) < (%s, %s)"))
+            params.extend(after)
+        statement = sql.Composed(
+            [
+                self._list_head,
+                sql.SQL(" AND ").join(where),
+                sql.SQL(" ORDER BY created_at DESC, task_id DESC LIMIT %s"),
+            ]
+        )
+        params.append(query.limit + 1)
+        _, rows = await self._execute(statement, tuple(params))
+        records = []
+        for version, data in rows[: query.limit]:
+            record = TaskRecord.from_json(data)
+            record.version = version
+            records.append(record)
+        return TaskPage(records, page_cursor(records[-1]) if len(rows) > query.limit else None)
+
+    async def count_by_status(self, now: float) -> dict[str, int]:
+        _, rows = await self._execute(self._count_sql, (now,))
+        return dict.fromkeys(STATUSES, 0) | {str(status): int(n) for status, n in rows}
+
+    async def flows(self, now: float) -> list[str]:
+        _, rows = await self._execute(self._flows_sql, ())
+        return [str(row[0]) for row in rows]
 
     # -- the replay guard's ledger (see mrtr._guard.RoundLedger); the database's clock -------
 

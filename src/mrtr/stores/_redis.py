@@ -15,20 +15,44 @@ sharded cluster.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
-from mrtr.stores._base import TaskExists, TaskRecord
+from mrtr.stores._base import STATUSES, TaskExists, TaskPage, TaskQuery, TaskRecord, page_cursor, read_cursor
 
 if TYPE_CHECKING:
     from mrtr.buses._base import BrokerBus
 
-# Shared tail of `create` and `save`: write the record and make both indexes agree with it.
-# ARGV: 1 id, 2 json, 3 now, 4 claimable (0/1), 5 lease_until, 6 expires_at|"", 7 expire_ms|"".
-_WRITE = """
+# The listing indexes (the console, `mrtr tasks`), all sorted sets scored by `created_at`
+# under `<prefix>by:`: `all`; `s:<status>`; `f:<flow>`; `sf:<status>:<flow>`; plus `ids`
+# (every id at score 0, for prefix search by ZRANGEBYLEX) and the set `flows`. ARGV: 1 id,
+# 8 the `by:` prefix, 9 status, 10 flow, 11 created_at.
+_INDEX = """
+local p = ARGV[8]
+for _, s in ipairs({'working', 'input_required', 'completed', 'failed', 'cancelled'}) do
+  if s ~= ARGV[9] then
+    redis.call('ZREM', p .. 's:' .. s, ARGV[1])
+    redis.call('ZREM', p .. 'sf:' .. s .. ':' .. ARGV[10], ARGV[1])
+  end
+end
+redis.call('ZADD', p .. 'all', ARGV[11], ARGV[1])
+redis.call('ZADD', p .. 's:' .. ARGV[9], ARGV[11], ARGV[1])
+redis.call('ZADD', p .. 'f:' .. ARGV[10], ARGV[11], ARGV[1])
+redis.call('ZADD', p .. 'sf:' .. ARGV[9] .. ':' .. ARGV[10], ARGV[11], ARGV[1])
+redis.call('ZADD', p .. 'ids', 0, ARGV[1])
+redis.call('SADD', p .. 'flows', ARGV[10])
+"""
+
+# Shared tail of `create` and `save`: write the record and make every index agree with it.
+# ARGV: 1 id, 2 json, 3 now, 4 claimable (0/1), 5 lease_until, 6 expires_at|"", 7 expire_ms|"",
+# 8-11 the listing indexes' (see `_INDEX`).
+_WRITE = (
+    _INDEX
+    + """
 redis.call('SET', KEYS[1], ARGV[2])
 if ARGV[7] ~= '' then redis.call('PEXPIREAT', KEYS[1], ARGV[7]) end
 if ARGV[4] == '1' then
@@ -43,6 +67,7 @@ else
 end
 return 1
 """
+)
 
 # An expired record counts as absent even before Redis drops it, as in the SQL stores.
 _CREATE = (
@@ -55,14 +80,14 @@ end
     + _WRITE
 )
 
-# ARGV 8: the version the caller read.
+# ARGV 12: the version the caller read.
 _SAVE = (
     """
 local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 local exp = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if exp and tonumber(exp) <= tonumber(ARGV[3]) then return 0 end
-if cjson.decode(cur)['version'] ~= tonumber(ARGV[8]) then return 0 end
+if cjson.decode(cur)['version'] ~= tonumber(ARGV[12]) then return 0 end
 """
     + _WRITE
 )
@@ -95,13 +120,67 @@ return out
 # passed, whether or not Redis had already dropped the record key itself.
 _PURGE = """
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local p = ARGV[4]
 for _, id in ipairs(ids) do
+  local data = redis.call('GET', ARGV[2] .. id)
+  if data then
+    local record = cjson.decode(data)
+    redis.call('ZREM', p .. 'f:' .. record['flow'], id)
+    redis.call('ZREM', p .. 'sf:' .. record['status'] .. ':' .. record['flow'], id)
+  end
+  for _, s in ipairs({'working', 'input_required', 'completed', 'failed', 'cancelled'}) do
+    redis.call('ZREM', p .. 's:' .. s, id)
+  end
+  redis.call('ZREM', p .. 'all', id)
+  redis.call('ZREM', p .. 'ids', id)
   redis.call('DEL', ARGV[2] .. id)
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', KEYS[2], id)
 end
 return #ids
 """
+
+# One page of a listing index, newest first. KEYS[1] the index. ARGV: 1 the highest score
+# ('+inf', or the cursor's), 2 the cursor's id ('' none), 3 how many, 4 now, 5 record key
+# prefix, 6 the expiry key. Ids whose record Redis has expired are dropped from the index.
+_LIST = """
+local want, now, out, offset = tonumber(ARGV[3]), tonumber(ARGV[4]), {}, 0
+local top = ARGV[1] ~= '+inf' and tonumber(ARGV[1]) or nil
+while #out < want do
+  local rows = redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[1], '-inf', 'WITHSCORES', 'LIMIT', offset, want)
+  if #rows == 0 then break end
+  for i = 1, #rows, 2 do
+    local id, score = rows[i], tonumber(rows[i + 1])
+    offset = offset + 1
+    if not (top and ARGV[2] ~= '' and score == top and id >= ARGV[2]) then
+      local data = redis.call('GET', ARGV[5] .. id)
+      if not data then
+        redis.call('ZREM', KEYS[1], id)
+        offset = offset - 1
+      else
+        local exp = redis.call('ZSCORE', ARGV[6], id)
+        if not exp or tonumber(exp) > now then
+          out[#out + 1] = data
+          if #out >= want then break end
+        end
+      end
+    end
+  end
+end
+return out
+"""
+
+# Index one record as it is now (a store written before the listing indexes existed); only if
+# its status is still the one read (else the caller reads it again). KEYS[1] the record;
+# ARGV as `_INDEX` (2-7 unused).
+_REINDEX = (
+    """
+local data = redis.call('GET', KEYS[1])
+if not data or cjson.decode(data)['status'] ~= ARGV[9] then return 0 end
+"""
+    + _INDEX
+    + "return 1"
+)
 
 _PURGE_BATCH = 500
 
@@ -151,10 +230,14 @@ class RedisStore:
         self._record_prefix = f"{prefix}task:"
         self._claim_key = f"{prefix}claimable"
         self._expiry_key = f"{prefix}expiry"
+        self._index_prefix = f"{prefix}by:"
+        self._indexed = False
         self._create = self._redis.register_script(_CREATE)
         self._save = self._redis.register_script(_SAVE)
         self._claimable = self._redis.register_script(_CLAIMABLE)
         self._purge = self._redis.register_script(_PURGE)
+        self._list = self._redis.register_script(_LIST)
+        self._reindex = self._redis.register_script(_REINDEX)
         self._claim_round = self._redis.register_script(_CLAIM_ROUND)
         self._touch_round = self._redis.register_script(_TOUCH_ROUND)
 
@@ -173,8 +256,7 @@ class RedisStore:
     def _keys(self, task_id: str) -> list[str]:
         return [self._record_prefix + task_id, self._claim_key, self._expiry_key]
 
-    @staticmethod
-    def _write_args(record: TaskRecord, data: str, now: float) -> list[str]:
+    def _write_args(self, record: TaskRecord, data: str, now: float) -> list[str]:
         expires_at = record.expires_at
         # Round the key's own expiry up: Redis must never drop a record the contract still
         # calls live; the scripts and `load` apply the exact `expires_at` themselves.
@@ -187,6 +269,10 @@ class RedisStore:
             repr(float(record.lease_until)),
             "" if expires_at is None else repr(float(expires_at)),
             expire_ms,
+            self._index_prefix,
+            record.status,
+            record.flow,
+            repr(float(record.created_at)),
         ]
 
     async def create(self, record: TaskRecord) -> None:
@@ -221,11 +307,84 @@ class RedisStore:
         found = await self._redis.zrangebyscore(self._claim_key, f"({now!r}", "+inf", start=0, num=1, withscores=True)
         return float(found[0][1]) if found else None
 
+    # -- listing ----------------------------------------------------------------------------
+
+    async def list_tasks(self, query: TaskQuery, now: float) -> TaskPage:
+        await self._index_old_records()
+        if query.id_prefix:  # a search: ids by ZRANGEBYLEX, in id order, one page
+            return await self._search(query, now)
+        after = read_cursor(query.cursor)
+        statuses = query.statuses or (None,)
+        keys = [self._index_key(status, query.flow) for status in statuses]
+        top, after_id = (repr(after[0]), after[1]) if after is not None else ("+inf", "")
+        pages = await asyncio.gather(
+            *(
+                self._list(
+                    keys=[key],
+                    args=[top, after_id, str(query.limit + 1), repr(now), self._record_prefix, self._expiry_key],
+                )
+                for key in keys
+            )
+        )
+        records = [TaskRecord.from_json(data) for page in pages for data in page]
+        records.sort(key=lambda r: (r.created_at, r.task_id), reverse=True)
+        shown = records[: query.limit]
+        return TaskPage(shown, page_cursor(shown[-1]) if len(records) > query.limit else None)
+
+    def _index_key(self, status: str | None, flow: str | None) -> str:
+        if status is None:
+            return f"{self._index_prefix}all" if flow is None else f"{self._index_prefix}f:{flow}"
+        return f"{self._index_prefix}s:{status}" if flow is None else f"{self._index_prefix}sf:{status}:{flow}"
+
+    async def _search(self, query: TaskQuery, now: float) -> TaskPage:
+        prefix = query.id_prefix or ""
+        ids = await self._redis.zrangebylex(
+            f"{self._index_prefix}ids", f"[{prefix}", f"({prefix}\U0010ffff", start=0, num=query.limit * 4
+        )
+        found = []
+        for record in await asyncio.gather(*(self.load(str(task_id), now) for task_id in ids)):
+            if record is None or (query.statuses and record.status not in query.statuses):
+                continue
+            if query.flow is None or record.flow == query.flow:
+                found.append(record)
+        return TaskPage(found[: query.limit], None)
+
+    async def count_by_status(self, now: float) -> dict[str, int]:
+        """Counts from the status indexes: tasks past their TTL count until the next purge (a minute at most)."""
+        await self._index_old_records()
+        pipe = self._redis.pipeline(transaction=False)
+        for status in STATUSES:
+            pipe.zcard(self._index_key(status, None))
+        counts = await pipe.execute()
+        return {status: int(n) for status, n in zip(STATUSES, counts, strict=True)}
+
+    async def flows(self, now: float) -> list[str]:
+        await self._index_old_records()
+        return sorted(str(flow) for flow in await self._redis.smembers(f"{self._index_prefix}flows"))
+
+    async def _index_old_records(self) -> None:
+        """Once per store object: index records written before the listing indexes existed."""
+        if self._indexed:
+            return
+        marker = f"{self._index_prefix}v1"
+        if not await self._redis.exists(marker):
+            async for key in self._redis.scan_iter(match=f"{self._record_prefix}*", count=1000):
+                for _ in range(5):
+                    data = await self._redis.get(key)
+                    if data is None:
+                        break
+                    record = TaskRecord.from_json(data)
+                    args = [record.task_id, "", "", "", "", "", "", *self._write_args(record, "", 0.0)[7:]]
+                    if await self._reindex(keys=[key], args=args):
+                        break
+            await self._redis.set(marker, "1")
+        self._indexed = True
+
     async def purge_expired(self, now: float) -> int:
         # Batches keep each script short: a script blocks every other Redis client while it runs.
         total = 0
         while True:
-            args = [repr(float(now)), self._record_prefix, str(_PURGE_BATCH)]
+            args = [repr(float(now)), self._record_prefix, str(_PURGE_BATCH), self._index_prefix]
             n = int(await self._purge(keys=[self._claim_key, self._expiry_key], args=args))
             total += n
             if n < _PURGE_BATCH:

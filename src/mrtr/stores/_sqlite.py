@@ -10,13 +10,23 @@ SQLite's own atomic commit is what keeps a crash from leaving half a record.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from mrtr.stores._base import TaskExists, TaskRecord, round_verdict
+from mrtr.stores._base import (
+    STATUSES,
+    TaskExists,
+    TaskPage,
+    TaskQuery,
+    TaskRecord,
+    page_cursor,
+    read_cursor,
+    round_verdict,
+)
 
 T = TypeVar("T")
 
@@ -43,6 +53,19 @@ _SCHEMA = (
         expires_at REAL NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS mrtr_rounds_expiry ON mrtr_rounds (expires_at)",
+)
+
+# Listing (the console, `mrtr tasks`): two columns computed from the record itself, so no
+# write path changes and a table from before them gains them as it is (ALTER TABLE below).
+_LISTING_COLUMNS = (
+    ("created_at", "REAL GENERATED ALWAYS AS (json_extract(data, '$.created_at')) VIRTUAL"),
+    ("flow", "TEXT GENERATED ALWAYS AS (json_extract(data, '$.flow')) VIRTUAL"),
+)
+_LISTING_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS mrtr_tasks_created ON mrtr_tasks (created_at DESC, task_id DESC)",
+    "CREATE INDEX IF NOT EXISTS mrtr_tasks_status ON mrtr_tasks (status, created_at DESC, task_id DESC)",
+    "CREATE INDEX IF NOT EXISTS mrtr_tasks_flow ON mrtr_tasks (flow, status, created_at DESC, task_id DESC)",
+    "CREATE INDEX IF NOT EXISTS mrtr_tasks_counts ON mrtr_tasks (status, expires_at)",
 )
 
 # An expired row is as good as absent (`load` hides it and Redis drops it by itself), so
@@ -121,6 +144,13 @@ class SQLiteStore:
             conn.execute("PRAGMA journal_mode = WAL")
             for statement in _SCHEMA:
                 conn.execute(statement)
+            have = {row[1] for row in conn.execute("PRAGMA table_xinfo(mrtr_tasks)")}
+            for column, definition in _LISTING_COLUMNS:
+                if column not in have:
+                    with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+                        conn.execute(f"ALTER TABLE mrtr_tasks ADD COLUMN {column} {definition}")
+            for statement in _LISTING_INDEXES:
+                conn.execute(statement)
         except BaseException:
             conn.close()
             raise
@@ -197,6 +227,52 @@ class SQLiteStore:
 
         return await self._run(op)
 
+    # -- listing ----------------------------------------------------------------------------
+
+    async def list_tasks(self, query: TaskQuery, now: float) -> TaskPage:
+        where: list[str] = ["(expires_at IS NULL OR expires_at > ?)"]
+        params: list[Any] = [now]
+        if query.statuses:
+            where.append(f"status IN ({', '.join('?' for _ in query.statuses)})")
+            params.extend(query.statuses)
+        if query.flow is not None:
+            where.append("flow = ?")
+            params.append(query.flow)
+        if query.id_prefix:
+            where.append("task_id >= ? AND task_id < ?")
+            params.extend([query.id_prefix, query.id_prefix + "\U0010ffff"])
+        after = read_cursor(query.cursor)
+        if after is not None:
+            where.append("(created_at < ? OR (created_at = ? AND task_id < ?))")
+            params.extend([after[0], after[0], after[1]])
+        sql = (
+            f"SELECT version, data FROM mrtr_tasks WHERE {' AND '.join(where)}"
+            " ORDER BY created_at DESC, task_id DESC LIMIT ?"
+        )
+        params.append(query.limit + 1)
+
+        def op(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+            rows: list[tuple[int, str]] = conn.execute(sql, params).fetchall()
+            return rows
+
+        return _page(await self._run(op), query.limit)
+
+    async def count_by_status(self, now: float) -> dict[str, int]:
+        def op(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+            rows: list[tuple[str, int]] = conn.execute(
+                "SELECT status, COUNT(*) FROM mrtr_tasks WHERE expires_at IS NULL OR expires_at > ? GROUP BY status",
+                (now,),
+            ).fetchall()
+            return rows
+
+        return dict.fromkeys(STATUSES, 0) | dict(await self._run(op))
+
+    async def flows(self, now: float) -> list[str]:
+        def op(conn: sqlite3.Connection) -> list[str]:
+            return [row[0] for row in conn.execute("SELECT DISTINCT flow FROM mrtr_tasks ORDER BY flow") if row[0]]
+
+        return await self._run(op)
+
     # -- the replay guard's ledger (see mrtr._guard.RoundLedger); this host's clock ------------
 
     async def clock(self) -> float:
@@ -251,6 +327,15 @@ class SQLiteStore:
 
         await asyncio.get_running_loop().run_in_executor(self._executor, op)
         self._executor.shutdown(wait=False)
+
+
+def _page(rows: list[tuple[int, str]], limit: int) -> TaskPage:
+    records = []
+    for version, data in rows[:limit]:
+        record = TaskRecord.from_json(data)
+        record.version = version
+        records.append(record)
+    return TaskPage(records, page_cursor(records[-1]) if len(rows) > limit else None)
 
 
 __all__ = [
