@@ -276,6 +276,18 @@ def tasks_purge(
     run(lambda: purge_tasks(store, namespace, yes, Console(highlight=False)))
 
 
+@tasks_app.command("rerun")
+def tasks_rerun(
+    task_id: Annotated[str, typer.Argument(help="The task id")],
+    store: StoreOption,
+    namespace: NamespaceOption = None,
+) -> None:
+    """Re-run a failed task from its journal: finished steps are kept, the failed step runs again."""
+    from mrtr.cli._taskadmin import rerun_task
+
+    run(lambda: rerun_task(store, namespace, task_id, Console(highlight=False)))
+
+
 @tasks_app.command("event")
 def tasks_event(
     task_id: Annotated[str, typer.Argument(help="The task id")],
@@ -333,5 +345,6 @@ __all__ = [
     "tasks_event",
     "tasks_ls",
     "tasks_purge",
+    "tasks_rerun",
     "tasks_show",
 ]

@@ -24,10 +24,10 @@ from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
 from mrtr.cli._storeview import open_view
-from mrtr.stores import TERMINAL, TaskRecord
+from mrtr.stores import TaskRecord
+from mrtr.tasks._admin import TaskAdmin, TaskUnknown
 from mrtr.tasks._records import waiting_wire
 
-_CAS_RETRIES = 20
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
@@ -147,6 +147,7 @@ def summary(record: TaskRecord) -> dict[str, Any]:
         "leaseUntil": iso(record.lease_until) if record.lease_owner else None,
         "cancelRequested": record.cancel_requested,
         "inputRequests": sorted(record.input_requests),
+        "attempt": record.attempt,
         "waiting": [waiting_wire(wait) for wait in record.waiting],
         "pendingEvents": [event.get("name") for event in record.inbox],
     }
@@ -266,31 +267,46 @@ def _table(out: Console, title: str, columns: list[str], rows: list[list[str]]) 
 
 
 async def cancel_task(url: str, namespace: str | None, task_id: str, out: Console) -> int:
+    """Through `TaskAdmin.cancel`: the same compare-and-set transition as `tasks/cancel`."""
     opened, record = await _load(url, namespace, task_id)
     try:
-        for _ in range(_CAS_RETRIES):
-            if record.status in TERMINAL:
-                out.print(f"task {escape(task_id)} already {record.status}; nothing to cancel")
-                return EXIT_OK
-            if record.cancel_requested:
-                out.print(f"task {escape(task_id)}: cancel already requested; its worker stops it at its next await")
-                return EXIT_OK
-            now = time.time()
-            running = record.status == "working" and record.lease_until >= now
-            changed = record.copy(cancel_requested=True, updated_at=now)
-            if not running:
-                changed = changed.copy(status="cancelled", input_requests={}, lease_owner=None, lease_until=0.0)
-            if await opened.store.save(changed):
-                if running:
-                    out.print(f"task {escape(task_id)}: cancel requested; {escape(record.lease_owner or '?')} stops it")
-                else:
-                    out.print(f"task {escape(task_id)} cancelled")
-                return EXIT_OK
-            fresh = await opened.store.load(task_id, time.time())
-            if fresh is None:
-                raise CliError(f"task {task_id!r} disappeared (expired or purged)")
-            record = fresh
-        raise CliError(f"task {task_id!r} is busy; try again")
+        if record.terminal:
+            out.print(f"task {escape(task_id)} already {record.status}; nothing to cancel")
+            return EXIT_OK
+        if record.cancel_requested:
+            out.print(f"task {escape(task_id)}: cancel already requested; its worker stops it at its next await")
+            return EXIT_OK
+        try:
+            changed, running = await TaskAdmin(opened.store).cancel(task_id)
+        except TaskUnknown:
+            raise CliError(f"task {task_id!r} disappeared (expired or purged)") from None
+        except RuntimeError as exc:
+            raise CliError(str(exc)) from None
+        if running:
+            out.print(f"task {escape(task_id)}: cancel requested; {escape(changed.lease_owner or '?')} stops it")
+        else:
+            out.print(f"task {escape(task_id)} {changed.status}")
+        return EXIT_OK
+    finally:
+        await opened.close()
+
+
+async def rerun_task(url: str, namespace: str | None, task_id: str, out: Console) -> int:
+    """Through `TaskAdmin.rerun`: a failed task back to `working`, its journal kept."""
+    opened, _ = await _load(url, namespace, task_id)
+    try:
+        try:
+            changed = await TaskAdmin(opened.store).rerun(task_id)
+        except (ValueError, RuntimeError) as exc:
+            raise CliError(str(exc)) from None
+        except TaskUnknown:
+            raise CliError(f"task {task_id!r} disappeared (expired or purged)") from None
+        out.print(
+            f"task {escape(task_id)}: attempt {changed.attempt} queued; the next scan of an instance serving "
+            f"{escape(changed.flow)!r} replays it (finished steps are kept, the failed one runs again)",
+            soft_wrap=True,
+        )
+        return EXIT_OK
     finally:
         await opened.close()
 

@@ -52,6 +52,8 @@ class TaskRecord:
     """Bumped by every successful `save`; `save` succeeds only from the stored version."""
     owner: str | None = None
     """Digest of the principal that created the task (`mrtr.tasks._runtime.owner_tag`); None if unauthenticated."""
+    attempt: int = 1
+    """Counts the task's runs from the top by an operator (`TaskAdmin.rerun`): 1 until it is re-run."""
     waiting: list[dict[str, Any]] = field(default_factory=list)
     """What the parked run waits for besides the client: `{"kind": "timer", "until": t}` and
     `{"kind": "event", "name": n, "until": t | None}` (empty while it runs or asks only)."""

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         TaskStatus,
         UpdateTaskParams,
     )
+    from mrtr.tasks._admin import TaskAdmin, TaskUnknown
     from mrtr.tasks._extension import TasksExtension
     from mrtr.tasks._records import detailed_view, task_view
     from mrtr.tasks._runtime import LeaseLost, TaskRuntime
@@ -39,6 +40,8 @@ _EXPORTS = {
     "TaskStatus": "mrtr._wire",
     "UpdateTaskParams": "mrtr._wire",
     "EngineOptions": "mrtr.tasks._seam",
+    "TaskAdmin": "mrtr.tasks._admin",
+    "TaskUnknown": "mrtr.tasks._admin",
     "LeaseLost": "mrtr.tasks._runtime",
     "TaskEngine": "mrtr.tasks._seam",
     "TaskRuntime": "mrtr.tasks._runtime",
@@ -56,10 +59,12 @@ __all__ = [
     "TASKS_EXTENSION",
     "TERMINAL",
     "Task",
+    "TaskAdmin",
     "TaskEngine",
     "TaskRequestParams",
     "TaskRuntime",
     "TaskStatus",
+    "TaskUnknown",
     "TasksExtension",
     "UpdateTaskParams",
     "detailed_view",

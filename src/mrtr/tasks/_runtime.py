@@ -38,6 +38,7 @@ from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowDefinitionError, FlowError
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 from mrtr.stores._base import WAIT_FOREVER
+from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._checkpoints import Checkpoints
 from mrtr.tasks._inbox import deliver, new_event, settle_inbox
@@ -198,23 +199,11 @@ class TaskRuntime(StateChanges):
     async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
         record = known if known is not None else await self.get(task_id)
         for _ in range(_CAS_RETRIES):
-            if record is None or record.terminal or record.cancel_requested:
+            if record is None:
+                return
+            changed, running_somewhere = cancel_change(record, self.now())  # shared with TaskAdmin
+            if changed is None:
                 return  # idempotent, also on finished tasks
-            now = self.now()
-            # A task parked on a timer or an event has no worker, only a wake time: it ends now.
-            running_somewhere = (
-                record.status == "working" and record.lease_owner is not None and record.lease_until >= now
-            )
-            changed = record.copy(cancel_requested=True, updated_at=now)
-            if not running_somewhere:
-                changed = changed.copy(
-                    status="cancelled",
-                    status_message=None,
-                    input_requests={},
-                    waiting=[],
-                    lease_owner=None,
-                    lease_until=0.0,
-                )
             if await self.store.save(changed):
                 if not running_somewhere:
                     tracing.task_status(record.task_id, record.flow, "cancelled", previous=record.status)

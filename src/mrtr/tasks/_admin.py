@@ -1,0 +1,160 @@
+"""`TaskAdmin`: operate the tasks of a store, through the store's own API.
+
+What `mrtr tasks` does from a shell (and an operator's console would): list and read tasks,
+cancel them, purge the expired, deliver events, and re-run a failed task from its journal.
+Every change is the same compare-and-set transition the task runtime makes (`cancel_change`
+is shared with `TaskRuntime.cancel`), so an operator and the fleet never fight over a task.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.journal import JournalFormatError
+from mrtr._errors import EventNotDelivered
+from mrtr.stores._base import TaskPage, TaskQuery, TaskRecord, TaskStore
+from mrtr.tasks._inbox import deliver, new_event
+
+_CAS_RETRIES = 20
+
+
+def cancel_change(record: TaskRecord, now: float) -> tuple[TaskRecord | None, bool]:
+    """The record a cancel leaves, and whether a live worker must stop it; (None, False): nothing to do.
+
+    A task running under a live lease gets `cancel_requested` (its worker's heartbeat sees it and
+    cancels the flow at its next await); any other unfinished task, parked ones included, ends
+    `cancelled` at once.
+    """
+    if record.terminal or record.cancel_requested:
+        return None, False  # idempotent, also on finished tasks
+    running = record.status == "working" and record.lease_owner is not None and record.lease_until >= now
+    changed = record.copy(cancel_requested=True, updated_at=now)
+    if not running:
+        changed = changed.copy(
+            status="cancelled", status_message=None, input_requests={}, waiting=[], lease_owner=None, lease_until=0.0
+        )
+    return changed, running
+
+
+def failed(record: TaskRecord) -> bool:
+    """Ended in failure: `failed`, or `completed` with a tool error (`isError`)."""
+    return record.status == "failed" or (
+        record.status == "completed" and bool(record.result and record.result.get("isError"))
+    )
+
+
+class TaskUnknown(LookupError):
+    """No such task in the store (unknown, or past its TTL)."""
+
+
+class TaskAdmin:
+    """Operate the tasks of `store` (any `TaskStore`: SQLite, Redis, PostgreSQL, or your own).
+
+    Args:
+        store: The fleet's store.
+        clock: Epoch seconds (the store's clock is the fleet's; the host's is close enough for admin).
+    """
+
+    def __init__(self, store: TaskStore, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def list_tasks(self, query: TaskQuery | None = None) -> TaskPage:
+        """A page of tasks, newest first (see `TaskQuery`)."""
+        return await self.store.list_tasks(query or TaskQuery(), self.clock())
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        return await self.store.load(task_id, self.clock())
+
+    async def counts(self) -> dict[str, int]:
+        """Tasks by status."""
+        return await self.store.count_by_status(self.clock())
+
+    async def flows(self) -> list[str]:
+        return await self.store.flows(self.clock())
+
+    async def purge_expired(self) -> int:
+        """Delete the tasks past their TTL; returns how many."""
+        return await self.store.purge_expired(self.clock())
+
+    async def cancel(self, task_id: str) -> tuple[TaskRecord, bool]:
+        """Cancel a task; returns its record and whether a live worker still has to stop it.
+
+        Raises:
+            TaskUnknown: No such task.
+            RuntimeError: The task kept changing under us (try again).
+        """
+        for _ in range(_CAS_RETRIES):
+            record = await self._load(task_id)
+            changed, running = cancel_change(record, self.clock())
+            if changed is None:
+                return record, False
+            if await self.store.save(changed):
+                return changed, running
+        raise RuntimeError(f"task {task_id!r} is busy; try again")
+
+    async def rerun(self, task_id: str) -> TaskRecord:
+        """Run a failed task again from its journal: finished steps are kept, the failed one runs again.
+
+        The task goes back to `working` with no worker, so the next scan of any instance that
+        serves its flow claims it and replays the journal: steps that finished return their
+        journaled results; the step that raised was never journaled, so it runs again, under
+        the same idempotency key. The attempt counter goes up, and the flow's deadline counts
+        afresh from now (a re-run is a new attempt, not the old one's overtime).
+
+        Raises:
+            TaskUnknown: No such task.
+            ValueError: The task did not fail (only `failed` tasks, or `completed` with
+                `isError`, can be re-run).
+        """
+        for _ in range(_CAS_RETRIES):
+            record = await self._load(task_id)
+            if not failed(record):
+                raise ValueError(f"task {task_id!r} is {record.status} without an error: only failed tasks re-run")
+            now = self.clock()
+            try:
+                journal = journal_codec.decode(record.journal)
+            except JournalFormatError as exc:
+                raise ValueError(f"task {task_id!r}: its journal cannot be read, so it cannot re-run ({exc})") from None
+            journal.started_at = now
+            changed = record.copy(
+                status="working",
+                status_message=f"re-run by an operator (attempt {record.attempt + 1})",
+                result=None,
+                error=None,
+                input_requests={},
+                responses={},
+                waiting=[],
+                cancel_requested=False,
+                lease_owner=None,
+                lease_until=0.0,
+                attempt=record.attempt + 1,
+                journal=journal_codec.encode(journal),
+                updated_at=now,
+            )
+            if await self.store.save(changed):
+                return changed
+        raise RuntimeError(f"task {task_id!r} is busy; try again")
+
+    async def send_event(self, task_id: str, name: str, payload: Any = None, *, event_id: str | None = None) -> bool:
+        """Deliver an event (as `Flows.send_event`); the next scan of the fleet resumes a task parked on it.
+
+        Raises:
+            mrtr.EventNotDelivered: Unknown, expired or finished task.
+            ValueError: A malformed name, or a payload that is not JSON or too large.
+        """
+        now = self.clock()
+        delivered, _ = await deliver(self.store, task_id, new_event(name, payload, event_id, now), now)
+        return delivered
+
+    async def _load(self, task_id: str) -> TaskRecord:
+        record = await self.get(task_id)
+        if record is None:
+            raise TaskUnknown(f"no task {task_id!r} (unknown, or past its TTL)")
+        return record
+
+
+__all__ = ["EventNotDelivered", "TaskAdmin", "TaskUnknown", "cancel_change", "failed"]
