@@ -39,6 +39,7 @@ TASK_VERSION = "mrtr/taskVersion"
 """`_meta` key of a `notifications/tasks`: the task record's version, to drop stale states."""
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+"""The status of a task, as the tasks extension names it on the wire and in the store."""
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 """The statuses a task never leaves."""
 

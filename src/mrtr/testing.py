@@ -136,6 +136,8 @@ a form, its content as a dict or a pydantic model (accepted), `"accept"` (its de
 `"cancel"`; `"accept"` for a URL elicitation; a string for sampling (the completion's text); a list of
 URIs for roots."""
 Answers = Mapping[str, Answer] | Callable[[str, InputRequest], Answer]
+"""How `run_rounds` answers asks: a mapping by wire key, message fragment or method, or a callable
+`(wire_key, request) -> Answer`."""
 
 
 class Effects:

@@ -44,6 +44,7 @@ from mrtr._sdk import FORM_FIELD
 AskKind = Literal["elicit", "elicit_url", "sample", "roots"]
 
 Capability = Literal["elicitation", "elicitation.form", "elicitation.url", "sampling", "sampling.tools", "roots"]
+"""A client capability a flow can test (`ctx.client_supports`) or require (`@flows.tool(requires=[...])`)."""
 
 
 class BadAnswer(Exception):

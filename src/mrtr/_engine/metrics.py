@@ -63,6 +63,7 @@ from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, NoOpMet
 logger = logging.getLogger("mrtr.metrics")
 
 METER_NAME = "mrtr"
+"""The OpenTelemetry meter mrtr's instruments are created on (select or drop them by it)."""
 
 TASK_COUNT_INTERVAL = 10.0
 """Seconds between two refreshes of the `mrtr.tasks` gauge's counts by one scanner."""

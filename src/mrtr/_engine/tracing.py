@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from mrtr._engine.spec import FlowSpec
 
 TRACER_NAME = "mrtr"
+"""The OpenTelemetry tracer mrtr's spans come from (filter or sample on it)."""
 _tracer = trace.get_tracer(TRACER_NAME)
 
 _flow_id: ContextVar[str | None] = ContextVar("mrtr_flow_id", default=None)
@@ -55,6 +56,7 @@ def bind_task(task_id: str) -> None:
 
 
 def current_ids() -> dict[str, str | None]:
+    """The flow id and task id of the code running now (None outside a flow or task), for log records."""
     return {"flow_id": _flow_id.get(), "task_id": _task_id.get()}
 
 

@@ -11,10 +11,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mrtr.buses._base import BrokerBus
 from mrtr.buses._events import BusGap, TaskChanged
+
+if TYPE_CHECKING:  # imported lazily below; named here for type checkers and the API reference
+    from mrtr.buses._postgres import PostgresBus
+    from mrtr.buses._redis import RedisBus
 
 
 def open_bus(url: str, *, namespace: str | None = None, **options: Any) -> BrokerBus:

@@ -288,8 +288,9 @@ class TasksClient(ClientExtension):
 
     Args:
         answer: Turns one input request (elicitation, sampling, roots) into its result.
-        elicitation_callback, sampling_callback, list_roots_callback: `mcp.Client`'s callbacks
-            (instead of `answer`).
+        elicitation_callback: `mcp.Client`'s elicitation callback (instead of `answer`).
+        sampling_callback: `mcp.Client`'s sampling callback (instead of `answer`).
+        list_roots_callback: `mcp.Client`'s roots callback (instead of `answer`).
         on_status: Called with each new status (for progress displays).
         on_created: Called with the `CreatedTask` before following it.
         retry: Resends of `tasks/get` / `tasks/update` after a transport failure (a

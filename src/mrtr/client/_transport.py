@@ -122,6 +122,7 @@ class RetryPolicy:
 
 
 NO_RETRY = RetryPolicy(attempts=0)
+"""A `RetryPolicy` that never resends: every transport failure reaches the caller at once."""
 
 
 async def resending(policy: RetryPolicy, send: Callable[[], Awaitable[_T]]) -> _T:

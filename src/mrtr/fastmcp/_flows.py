@@ -70,18 +70,27 @@ class Flows:
     Args:
         mcp: The FastMCP server. Its `request_state_security` seals every journal: give every
             instance the same key ring (and the same server name).
-        max_rounds, deadline, max_state_bytes: Per-flow defaults, as for `mrtr.Flows`.
+        max_rounds: Per-flow default round cap, as for `mrtr.Flows`.
+        deadline: Per-flow default deadline, as for `mrtr.Flows`.
+        max_state_bytes: Per-flow default cap on the sealed state, as for `mrtr.Flows`.
         replay_guard: Make every round's `requestState` single-use fleet-wide (a store URL
             or a `mrtr.ReplayGuard`), as for `mrtr.Flows`.
-        max_inflight_rounds, max_loop_lag, shed_when, shed_clients: Load shedding, as for
-            `mrtr.Flows`.
-        store, task_lease, task_ttl, task_poll_interval, task_scan_interval, tasks: Durable
-            tasks (`@flows.tool(task="optional"|"required")`), as for `mrtr.Flows`: mrtr's
-            lease runtime over `store` (SQLite, Redis, PostgreSQL), or another engine such as
-            `mrtr.temporal.TemporalTasks`. The tasks extension is registered on the FastMCP
-            server (`mcp.add_extension`) when the first task flow is, and its lease scanner
-            runs with the server's lifespan.
-        fleet_bus, bus: Task notifications. FastMCP 4.2 serves no `subscriptions/listen`, so
+        max_inflight_rounds: Load shedding past this many rounds in flight, as for `mrtr.Flows`.
+        max_loop_lag: Load shedding past this event-loop lag, as for `mrtr.Flows`.
+        shed_when: Load shedding on your own signal, as for `mrtr.Flows`.
+        shed_clients: Which clients may be shed to, as for `mrtr.Flows`.
+        store: Where durable tasks (`@flows.tool(task="optional"|"required")`) live, for mrtr's
+            lease runtime (SQLite, Redis, PostgreSQL), as for `mrtr.Flows`. The tasks extension
+            is registered on the FastMCP server (`mcp.add_extension`) when the first task flow
+            is, and its lease scanner runs with the server's lifespan.
+        task_lease: The lease runtime's lease, as for `mrtr.Flows`.
+        task_ttl: How long a task lives, as for `mrtr.Flows`.
+        task_poll_interval: The poll interval clients are told, as for `mrtr.Flows`.
+        task_scan_interval: How often the lease scanner looks for work, as for `mrtr.Flows`.
+        tasks: Another task engine instead of the lease runtime, such as
+            `mrtr.temporal.TemporalTasks`.
+        fleet_bus: False keeps task notifications in-process even with a shared store.
+        bus: Task notifications. FastMCP 4.2 serves no `subscriptions/listen`, so
             mrtr serves it (core filter plus the tasks extension's `taskIds`) on `bus`; by
             default the store's fleet bus when the store is shared (Redis, PostgreSQL; not with
             `fleet_bus=False`), else an in-process bus. A bus that cannot hear every task

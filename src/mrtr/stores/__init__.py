@@ -12,10 +12,15 @@ write replaces the whole record in one atomic operation of the backing database.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mrtr._wire import TERMINAL, TaskStatus
 from mrtr.stores._base import TaskExists, TaskPage, TaskQuery, TaskRecord, TaskStore, round_verdict
+
+if TYPE_CHECKING:  # imported lazily below; named here for type checkers and the API reference
+    from mrtr.stores._postgres import PostgresStore
+    from mrtr.stores._redis import RedisStore
+    from mrtr.stores._sqlite import SQLiteStore
 
 
 def open_store(url: str, *, namespace: str | None = None) -> TaskStore:
@@ -59,6 +64,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "TERMINAL",
+    "PostgresStore",
+    "RedisStore",
+    "SQLiteStore",
     "TaskExists",
     "TaskPage",
     "TaskQuery",
