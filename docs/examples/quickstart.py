@@ -1,0 +1,93 @@
+"""The landing page's example: a flow that asks, samples and runs steps, driven round by round.
+
+Run it: `MRTR_STATE_KEY=$(python -c 'import secrets; print(secrets.token_hex(32))') python docs/examples/quickstart.py`
+(`tests/integration/test_docs_examples.py` runs it in `make test`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+# isort: split
+# --8<-- [start:flow]
+import os
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.request_state import RequestStateSecurity
+from pydantic import BaseModel
+
+import mrtr
+
+KEY = bytes.fromhex(os.environ["MRTR_STATE_KEY"])  # the same key ring on every instance
+server = MCPServer("deployer", request_state_security=RequestStateSecurity(keys=[KEY]))
+flows = mrtr.Flows(server)
+
+
+class Target(BaseModel):
+    env: str
+
+
+class Confirm(BaseModel):
+    yes: bool
+
+
+@flows.tool()
+async def deploy(service: str, ctx: mrtr.FlowContext) -> str:
+    """Deploy a service, asking where and confirming first."""
+    target = await ctx.elicit(f"Deploy {service} where?", Target)  # round 1
+    plan = await ctx.step("plan", make_plan, service, target.env)  # runs once per flow
+    ok, risk = await ctx.gather(  # round 2: both at once
+        ctx.elicit(f"Apply {plan.id}?", Confirm),
+        ctx.sample_text(f"One-line risk of {plan.id}", max_tokens=100),
+    )
+    if not ok.yes:
+        return "cancelled"
+    return await ctx.step("apply", apply_plan, plan, risk)  # idempotent side effect
+
+
+app = flows.streamable_http_app()  # serve with uvicorn; run as many instances as you like
+# --8<-- [end:flow]
+
+
+@dataclass
+class Plan:
+    id: str
+    service: str
+    env: str
+
+
+RUNS: list[str] = []  # what really ran, to show each step ran once
+
+
+def make_plan(service: str, env: str) -> Plan:
+    RUNS.append("plan")
+    return Plan(id=f"{service}-{env}-1", service=service, env=env)
+
+
+def apply_plan(plan: Plan, risk: str) -> str:
+    RUNS.append("apply")
+    return f"applied {plan.id} (risk: {risk})"
+
+
+async def main() -> None:
+    # --8<-- [start:drive]
+    from mrtr.testing import run_rounds
+
+    report = await run_rounds(
+        flows,
+        "deploy",
+        {"service": "api"},
+        answers={"where?": {"env": "staging"}, "Apply": {"yes": True}, "sampling/createMessage": "a typo"},
+    )
+    print(report.rounds, report.result.content[0])  # 3 rounds: ask, ask + sample, done
+    # --8<-- [end:drive]
+    assert not report.result.is_error, report.result
+    text = report.result.content[0]
+    assert getattr(text, "text", "") == "applied api-staging-1 (risk: a typo)", text
+    assert report.rounds == 3, report.rounds
+    assert RUNS == ["plan", "apply"], RUNS  # the flow's body ran 3 times, each step once
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
