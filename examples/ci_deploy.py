@@ -53,16 +53,17 @@ class Go(BaseModel):
 
 def build(store: mrtr.TaskStore, public_url: str, server: MCPServer | None = None) -> mrtr.Flows:
     server = server or MCPServer("ci-deploy")
+    # --8<-- [start:ship]
     # A task lives `task_ttl` seconds from its creation, waits included: a day covers CI's hour.
     flows = mrtr.Flows(server, store=store, public_url=public_url, task_ttl=24 * 3600)
 
     @flows.tool(task="required")
     async def ship(app: str, ref: str, ctx: mrtr.FlowContext) -> str:
         """Build `ref` of `app` in CI, then deploy it once the user confirms."""
-        hook = await ctx.callback_url("ci", expires=timedelta(hours=2))
-        run_id = await ctx.step("start-ci", start_pipeline, app, ref, hook)
+        hook = await ctx.callback_url("ci", expires=timedelta(hours=2))  # sealed, single-use URL
+        run_id = await ctx.step("start-ci", start_pipeline, app, ref, hook)  # CI will POST its verdict there
         try:
-            verdict = await ctx.wait_for_event("ci", timeout=timedelta(hours=1))
+            verdict = await ctx.wait_for_event("ci", timeout=timedelta(hours=1))  # parked: no worker holds it
         except mrtr.EventTimeout:
             return f"CI run {run_id} never reported back; nothing was deployed"
         if verdict.get("status") != "passed":
@@ -72,6 +73,7 @@ def build(store: mrtr.TaskStore, public_url: str, server: MCPServer | None = Non
             return "held back"
         return await ctx.step("deploy", deploy, app, ref)
 
+    # --8<-- [end:ship]
     return flows
 
 
