@@ -62,7 +62,10 @@ async def main() -> None:
         store = mrtr.open_store(f"sqlite:///{Path(tmp) / 'tasks.db'}")  # or redis://..., postgresql://...
         # --8<-- [end:stores]
         flows = build(store)
-        report = await run_rounds(flows, "migrate", {"table": "users"}, answers={"Run 3 steps": {"yes": True}})
+        try:
+            report = await run_rounds(flows, "migrate", {"table": "users"}, answers={"Run 3 steps": {"yes": True}})
+        finally:
+            await store.close()
         assert report.rounds == 2, report.rounds
         assert "migrated" in str(report.result.content[0]), report.result
 

@@ -94,7 +94,7 @@ class CreateTaskResult(Task):
 
 
 class TaskRequestParams(t.RequestParams):
-    """`tasks/get` and `tasks/cancel`."""
+    """The params of `tasks/get` and `tasks/cancel`: the id of the task to read or cancel."""
 
     task_id: str = Field(min_length=1)
 

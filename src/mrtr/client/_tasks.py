@@ -167,7 +167,7 @@ async def get_task(session: ClientSession, task_id: str) -> DetailedTask:
 
 
 async def cancel_task(session: ClientSession, task_id: str) -> None:
-    """`tasks/cancel` (idempotent)."""
+    """Ask the server to cancel task `task_id` (`tasks/cancel`); cancelling a finished task is a no-op."""
     await session.send_request(_TaskRequest(method="tasks/cancel", params=TaskRequestParams(task_id=task_id)), _ANY)
 
 
