@@ -19,8 +19,9 @@ from pydantic import BaseModel
 
 import mrtr
 
-KEY = bytes.fromhex(os.environ["MRTR_STATE_KEY"])  # the same key ring on every instance
-server = MCPServer("deployer", request_state_security=RequestStateSecurity(keys=[KEY]))
+KEY = bytes.fromhex(os.environ["MRTR_STATE_KEY"])  # one key ring, every instance
+security = RequestStateSecurity(keys=[KEY])
+server = MCPServer("deployer", request_state_security=security)
 flows = mrtr.Flows(server)
 
 
@@ -35,18 +36,23 @@ class Confirm(BaseModel):
 @flows.tool()
 async def deploy(service: str, ctx: mrtr.FlowContext) -> str:
     """Deploy a service, asking where and confirming first."""
-    target = await ctx.elicit(f"Deploy {service} where?", Target)  # round 1
-    plan = await ctx.step("plan", make_plan, service, target.env)  # runs once per flow
-    ok, risk = await ctx.gather(  # round 2: both at once
+    # round 1: ask
+    target = await ctx.elicit(f"Deploy {service} where?", Target)
+    # a step runs once per flow; replays return its value
+    plan = await ctx.step("plan", make_plan, service, target.env)
+    # round 2: both asks at once
+    ok, risk = await ctx.gather(
         ctx.elicit(f"Apply {plan.id}?", Confirm),
         ctx.sample_text(f"One-line risk of {plan.id}", max_tokens=100),
     )
     if not ok.yes:
         return "cancelled"
-    return await ctx.step("apply", apply_plan, plan, risk)  # idempotent side effect
+    # the side effect, once (its idempotency key is stable)
+    return await ctx.step("apply", apply_plan, plan, risk)
 
 
-app = flows.streamable_http_app()  # serve with uvicorn; run as many instances as you like
+# serve with uvicorn; run as many instances as you like
+app = flows.streamable_http_app()
 # --8<-- [end:flow]
 
 
@@ -78,9 +84,14 @@ async def main() -> None:
         flows,
         "deploy",
         {"service": "api"},
-        answers={"where?": {"env": "staging"}, "Apply": {"yes": True}, "sampling/createMessage": "a typo"},
+        answers={
+            "where?": {"env": "staging"},
+            "Apply": {"yes": True},
+            "sampling/createMessage": "a typo",
+        },
     )
-    print(report.rounds, report.result.content[0])  # 3 rounds: ask, ask + sample, done
+    print(report.rounds)  # 3: ask; ask + sample; done
+    print(report.result.content)  # applied api-staging-1 (risk: a typo)
     # --8<-- [end:drive]
     assert not report.result.is_error, report.result
     text = report.result.content[0]
