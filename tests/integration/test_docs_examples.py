@@ -53,6 +53,7 @@ PUBLIC_MODULES = [
 ]
 NOT_RUN = "# not run:"
 SNIPPET = re.compile(r'^\s*-{1,2}8<-{1,2}\s+"([^"]+)"\s*$')
+SECTION = re.compile(r"# --8<-- \[start:[\w-]+\]\n(.*?)^\s*# --8<-- \[end:[\w-]+\]", re.S | re.M)
 FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)[^\n]*$")
 PY = sys.executable
 BIN = Path(PY).parent
@@ -105,7 +106,9 @@ def snippet_files(block: Block) -> list[Path]:
 def example_sources() -> str:
     """Every file an inline block may be copied from: what runs in `make test`."""
     files = [*EXAMPLES, *sorted((ROOT / "examples").glob("*.py"))]
-    return "\n".join(textwrap.dedent(path.read_text()) for path in files)
+    texts = [path.read_text() for path in files]
+    sections = [textwrap.dedent(body) for text in texts for body in SECTION.findall(text)]
+    return "\n".join([*texts, *sections])
 
 
 def env() -> dict[str, str]:
