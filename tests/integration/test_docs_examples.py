@@ -146,7 +146,9 @@ def test_every_python_block_runs_or_says_why() -> None:
         included = snippet_files(block)
         if included:
             for path in included:
-                if not path.is_file() or not (path.is_relative_to(DOCS / "examples") or path.is_relative_to(ROOT / "examples")):
+                if not path.is_file() or not (
+                    path.is_relative_to(DOCS / "examples") or path.is_relative_to(ROOT / "examples")
+                ):
                     problems.append(f"{block}: includes {path}, not a file under docs/examples/ or examples/")
             continue
         code = block.code
@@ -194,7 +196,9 @@ def test_every_shell_block_names_real_commands() -> None:
             if not words:
                 continue
             if words[0] == "make":
-                missing = [word for word in words[1:] if not word.startswith("-") and "=" not in word and word not in targets]
+                missing = [
+                    word for word in words[1:] if not word.startswith("-") and "=" not in word and word not in targets
+                ]
                 if missing:
                     problems.append(f"{block}: no make target {missing}")
                 checked += 1
