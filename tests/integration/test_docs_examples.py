@@ -263,6 +263,12 @@ def test_the_site_builds_strict_with_every_page(site: Path) -> None:
         if rel.name == "index" and rel.parent != Path():
             built = site / rel.parent / "index.html"
         assert built.is_file(), f"{page} was not built ({built})"
+    # Offline: no page loads a script, stylesheet, font or image from the network.
+    loads = re.compile(
+        r'<(?:script|img)[^>]+src="https?://|<link(?=[^>]*href="https?://)(?=[^>]*rel="(?:stylesheet|preload|preconnect)")'
+    )
+    for html in site.rglob("*.html"):
+        assert not loads.search(html.read_text()), f"{html} loads something from the network"
 
 
 def _inventory(site: Path) -> set[str]:
