@@ -38,3 +38,8 @@ def test_tasks_quick_measures_the_sqlite_store() -> None:
 def test_waits_quick_wakes_every_task_on_sqlite() -> None:
     out = _run("benchmarks/waits.py", "--quick", "--stores", "sqlite")
     assert "woke 100;" in out and "(3) event -> resumed" in out and "(n=10)" in out, out
+
+
+def test_console_quick_serves_every_page_from_sqlite() -> None:
+    out = _run("benchmarks/console.py", "--quick", "--stores", "sqlite")
+    assert "(2) status + tool filter" in out and "(5) one task's page" in out and "p50" in out, out

@@ -305,6 +305,47 @@ def tasks_event(
     run(lambda: send_event(store, namespace, task_id, name, data, event_id, Console(highlight=False)))
 
 
+# -- mrtr console -------------------------------------------------------------------------------
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@app.command("console")
+def console(
+    store: StoreOption,
+    namespace: NamespaceOption = None,
+    bus: Annotated[
+        str | None, typer.Option("--bus", envvar="MRTR_BUS", help="A fleet bus URL: pages update as tasks change")
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind (anything but loopback needs --token)")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8765,
+    token: Annotated[
+        str | None, typer.Option("--token", envvar="MRTR_CONSOLE_TOKEN", help="Require this bearer token / login")
+    ] = None,
+    redact: Annotated[bool, typer.Option("--redact", help="Hide answers and step results in the timeline")] = False,
+) -> None:
+    """Serve the web console for the store's durable tasks (http://127.0.0.1:8765 by default)."""
+    from mrtr.cli._errors import UsageError
+
+    if host not in _LOOPBACK and not token:
+        err_console().print(
+            f"mrtr: --host {host} is reachable from other machines: give --token (or MRTR_CONSOLE_TOKEN) too"
+        )
+        raise typer.Exit(UsageError.exit_code)
+    try:
+        import uvicorn
+
+        from mrtr.console import app as console_app
+    except ImportError as exc:
+        err_console().print(f"mrtr: the console needs its extra: pip install 'mrtr[console]' ({exc.name} is missing)")
+        raise typer.Exit(UsageError.exit_code) from None
+    web = console_app(store, bus=bus, token=token, redact=redact, namespace=namespace)
+    err_console().print(f"mrtr console on http://{host}:{port}/ ({'token required' if token else 'no login'})")
+    uvicorn.run(web, host=host, port=port, log_level="warning")
+
+
 # -- mrtr inspect-state -------------------------------------------------------------------------
 
 
@@ -329,6 +370,7 @@ def inspect_state(
 
 __all__ = [
     "EXIT_CODES_HELP",
+    "console",
     "JsonOption",
     "NamespaceOption",
     "StoreOption",

@@ -1,206 +1,115 @@
-"""Read-only listing of a task store, for `mrtr tasks`: one small adapter per backend.
+"""The store `mrtr tasks` works on: opened from a URL, read and written only through its own API.
 
-The `TaskStore` contract has no "list" (servers never need one), so the CLI reads the
-backing table or keys directly, in the layout each store documents: the `mrtr_tasks`
-table (SQLite) or the namespace's table (PostgreSQL) with the record JSON in `data`,
-and `<prefix>task:<id>` strings plus the `<prefix>expiry` sorted set (Redis). Writes
-(cancel, purge) go through the store itself, never through these adapters.
+`TaskStore.list_tasks` (paged, indexed) lists, `TaskAdmin` changes; nothing here knows a
+backend's tables or keys. What this module adds is the shell's care: a URL that names no store
+is refused before anything is created (a typo must not leave a new SQLite file or an empty
+store behind), and a store that cannot be reached is one line with exit code 3.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
 import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TypeVar
 
 from mrtr.cli._errors import Unreachable, UsageError
-from mrtr.stores import TaskRecord, TaskStore, open_store
+from mrtr.stores import TaskQuery, TaskRecord, TaskStore, open_store
 
-_REDIS_SCAN_BATCH = 500
-_REDIS_MAX_KEYS = 200_000
-_CONNECT_TIMEOUT = 5
-
-
-class StoreView(Protocol):
-    async def records(self, now: float, include_expired: bool) -> list[TaskRecord]: ...
-
-    async def count_expired(self, now: float) -> int: ...
-
-    async def close(self) -> None: ...
+T = TypeVar("T")
+_PAGE = 500
 
 
 @dataclass
 class OpenedStore:
-    view: StoreView
     store: TaskStore
     label: str
 
+    async def call(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run one store call; a store that cannot be reached is `Unreachable` (exit 3)."""
+        try:
+            return await operation()
+        except (OSError, TimeoutError) as exc:
+            raise Unreachable(f"cannot connect to the store: {' '.join(str(exc).split())}") from None
+        except Exception as exc:
+            kind = type(exc).__module__.split(".")[0]
+            if kind == "redis":
+                raise Unreachable(f"cannot read the store: {exc}") from None
+            if kind in ("psycopg", "psycopg_pool"):
+                raise Unreachable(f"cannot connect to the store: {' '.join(str(exc).split())}") from None
+            raise
+
+    async def records(self, now: float, include_expired: bool, query: TaskQuery) -> AsyncIterator[TaskRecord]:
+        """Every task `query` matches, newest first, a page at a time (past their TTL too if asked)."""
+        seen_at = 0.0 if include_expired else now  # `list_tasks` hides what is expired *at* the time given
+        cursor = None
+        while True:
+            paged = TaskQuery(query.statuses, query.flow, query.id_prefix, _PAGE, cursor)
+            page = await self.call(lambda paged=paged: self.store.list_tasks(paged, seen_at))  # type: ignore[misc]
+            for record in page.records:
+                yield record
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
     async def close(self) -> None:
-        await self.view.close()
         await self.store.close()
 
 
-def _live(record: TaskRecord, now: float, include_expired: bool) -> bool:
-    expires = record.expires_at
-    return include_expired or expires is None or expires > now
-
-
-def _parse(version: int | None, data: str) -> TaskRecord | None:
-    try:
-        record = TaskRecord.from_json(data)
-    except (ValueError, TypeError):
-        return None  # a row this version cannot read: skip rather than fail the listing
-    if version is not None:
-        record.version = version
-    return record
-
-
-class SQLiteView:
-    """Reads the file in read-only mode: listing never creates or locks a store for writing."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, timeout=5)
-        try:
-            return conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                raise UsageError(f"{self.path} is not an mrtr task store (no mrtr_tasks table)") from None
-            raise UsageError(f"cannot read {self.path}: {exc}") from None
-        except sqlite3.DatabaseError as exc:
-            raise UsageError(f"{self.path} is not an mrtr task store: {exc}") from None
-        finally:
-            conn.close()
-
-    async def records(self, now: float, include_expired: bool) -> list[TaskRecord]:
-        rows = await asyncio.to_thread(self._query, "SELECT version, data FROM mrtr_tasks", ())
-        parsed = (_parse(version, data) for version, data in rows)
-        return [r for r in parsed if r is not None and _live(r, now, include_expired)]
-
-    async def count_expired(self, now: float) -> int:
-        sql = "SELECT count(*) FROM mrtr_tasks WHERE expires_at IS NOT NULL AND expires_at <= ?"
-        rows = await asyncio.to_thread(self._query, sql, (now,))
-        return int(rows[0][0])
-
-    async def close(self) -> None:
-        return None
-
-
-class PostgresView:
-    def __init__(self, dsn: str, table: str) -> None:
-        self.dsn = dsn
-        self.table = table
-
-    async def _query(self, text: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        import psycopg
-        from psycopg import sql
-
-        try:
-            conn = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=_CONNECT_TIMEOUT, autocommit=True)
-        except psycopg.Error as exc:
-            raise Unreachable(f"cannot connect to the store: {' '.join(str(exc).split())}") from None
-        try:
-            cur = await conn.execute(sql.SQL(text).format(t=sql.Identifier(self.table)), params)
-            return await cur.fetchall()
-        except psycopg.errors.UndefinedTable:
-            raise UsageError(f"no task table {self.table!r} in this database (see --namespace)") from None
-        finally:
-            await conn.close()
-
-    async def records(self, now: float, include_expired: bool) -> list[TaskRecord]:
-        rows = await self._query("SELECT version, data FROM {t}", ())
-        parsed = (_parse(version, data) for version, data in rows)
-        return [r for r in parsed if r is not None and _live(r, now, include_expired)]
-
-    async def count_expired(self, now: float) -> int:
-        rows = await self._query("SELECT count(*) FROM {t} WHERE expires_at IS NOT NULL AND expires_at <= %s", (now,))
-        return int(rows[0][0])
-
-    async def close(self) -> None:
-        return None
-
-
-class RedisView:
-    def __init__(self, url: str, prefix: str) -> None:
-        import redis.asyncio as aioredis
-
-        self.prefix = prefix
-        self._redis = aioredis.Redis.from_url(
-            url, decode_responses=True, socket_connect_timeout=_CONNECT_TIMEOUT, socket_timeout=_CONNECT_TIMEOUT
-        )
-
-    async def records(self, now: float, include_expired: bool) -> list[TaskRecord]:
-        import redis
-
-        pattern = _glob_escape(f"{self.prefix}task:") + "*"
-        keys: list[str] = []
-        try:
-            async for key in self._redis.scan_iter(match=pattern, count=_REDIS_SCAN_BATCH):
-                keys.append(key)
-                if len(keys) >= _REDIS_MAX_KEYS:
-                    break
-            values: list[str | None] = []
-            for start in range(0, len(keys), _REDIS_SCAN_BATCH):
-                # decode_responses=True: str values, which redis-py's return type cannot express
-                values += cast("list[str | None]", await self._redis.mget(keys[start : start + _REDIS_SCAN_BATCH]))
-        except redis.RedisError as exc:
-            raise Unreachable(f"cannot read the store: {exc}") from None
-        parsed = (_parse(None, v) for v in values if v is not None)
-        return [r for r in parsed if r is not None and _live(r, now, include_expired)]
-
-    async def count_expired(self, now: float) -> int:
-        import redis
-
-        try:
-            return int(await self._redis.zcount(f"{self.prefix}expiry", "-inf", repr(float(now))))
-        except redis.RedisError as exc:
-            raise Unreachable(f"cannot read the store: {exc}") from None
-
-    async def close(self) -> None:
-        await self._redis.aclose()
-
-
-def _glob_escape(text: str) -> str:
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
-
-
 def open_view(url: str, namespace: str | None) -> OpenedStore:
-    """The store (for writes) and a read-only view of it; a bad URL is a one-line `UsageError`."""
+    """The store a URL names; a bad URL, or a SQLite file that is no task store, is a `UsageError`."""
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")
         if path in ("", ":memory:"):
             raise UsageError("an in-memory SQLite store lives only inside its process; give the file path")
         if not Path(path).is_file():
             raise UsageError(f"no SQLite task store at {path} (sqlite:///relative or sqlite:////absolute/path)")
-        view: StoreView = SQLiteView(path)
+        _check_sqlite(path)
         label = f"sqlite {path}"
     elif url.startswith(("redis://", "rediss://")):
-        prefix = f"{namespace}:" if namespace else "mrtr:"
-        view = RedisView(url, prefix)
-        label = f"redis prefix {prefix!r}"
+        label = f"redis prefix {(namespace or 'mrtr') + ':'!r}"
     elif url.startswith(("postgresql://", "postgres://")):
-        table = namespace or "mrtr_tasks"
-        view = PostgresView(url, table)
-        label = f"postgresql table {table}"
+        label = f"postgresql table {namespace or 'mrtr_tasks'}"
     else:
         raise UsageError(f"unknown task store URL {url!r}: expected sqlite:///PATH, redis://... or postgresql://...")
     try:
-        store = open_store(url, namespace=namespace)
+        if url.startswith(("postgresql://", "postgres://")):
+            from mrtr.stores._postgres import PostgresStore
+
+            # A shell waits seconds, not a server's patience; the pool's retry log is not for it.
+            logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+            store: TaskStore = PostgresStore(url, table=namespace or "mrtr_tasks", timeout=5.0, max_size=2)
+        else:
+            store = open_store(url, namespace=namespace)
     except (ValueError, ImportError) as exc:
         raise UsageError(f"cannot open the store: {exc}") from None
-    return OpenedStore(view, store, label)
+    if url.startswith(("redis://", "rediss://")):
+        _short_timeouts(store)
+    return OpenedStore(store, label)
 
 
-__all__ = [
-    "OpenedStore",
-    "PostgresView",
-    "RedisView",
-    "SQLiteView",
-    "StoreView",
-    "open_view",
-]
+def _check_sqlite(path: str) -> None:
+    """A read-only look: the file must hold mrtr's table before the store may touch it."""
+    try:
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=5)
+        try:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mrtr_tasks'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise UsageError(f"{path} is not an mrtr task store: {exc}") from None
+    if found is None:
+        raise UsageError(f"{path} is not an mrtr task store (no mrtr_tasks table)")
+
+
+def _short_timeouts(store: TaskStore) -> None:
+    """A shell waits seconds, not a server's patience, for a Redis that does not answer."""
+    client = getattr(store, "_redis", None)
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        pool.connection_kwargs.update(socket_connect_timeout=5, socket_timeout=5)
+
+
+__all__ = ["OpenedStore", "open_view"]

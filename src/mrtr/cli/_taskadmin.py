@@ -24,7 +24,7 @@ from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
 from mrtr.cli._storeview import open_view
-from mrtr.stores import TaskRecord
+from mrtr.stores import TaskQuery, TaskRecord
 from mrtr.tasks._admin import TaskAdmin, TaskUnknown
 from mrtr.tasks._records import waiting_wire
 
@@ -106,7 +106,11 @@ async def list_tasks(url: str, namespace: str | None, filters: Filters, limit: i
     opened = open_view(url, namespace)
     try:
         now = time.time()
-        records = select(await opened.view.records(now, filters.expired), filters, now)
+        unknown = [s for s in filters.status if s not in STATUSES]
+        if unknown:
+            raise UsageError(f"--status takes {', '.join(STATUSES)}; not {', '.join(unknown)}")
+        query = TaskQuery(statuses=tuple(filters.status), flow=filters.flow)
+        records = select([r async for r in opened.records(now, filters.expired, query)], filters, now)
     finally:
         await opened.close()
     shown = records[:limit]
@@ -156,8 +160,7 @@ def summary(record: TaskRecord) -> dict[str, Any]:
 async def _load(url: str, namespace: str | None, task_id: str) -> tuple[Any, TaskRecord]:
     opened = open_view(url, namespace)
     try:
-        await opened.view.count_expired(time.time())  # fails fast on a wrong or unreachable store
-        record = await opened.store.load(task_id, time.time())
+        record = await opened.call(lambda: opened.store.load(task_id, time.time()))
     except BaseException:
         await opened.close()
         raise
@@ -277,7 +280,7 @@ async def cancel_task(url: str, namespace: str | None, task_id: str, out: Consol
             out.print(f"task {escape(task_id)}: cancel already requested; its worker stops it at its next await")
             return EXIT_OK
         try:
-            changed, running = await TaskAdmin(opened.store).cancel(task_id)
+            changed, running = await opened.call(lambda: TaskAdmin(opened.store).cancel(task_id))
         except TaskUnknown:
             raise CliError(f"task {task_id!r} disappeared (expired or purged)") from None
         except RuntimeError as exc:
@@ -296,7 +299,7 @@ async def rerun_task(url: str, namespace: str | None, task_id: str, out: Console
     opened, _ = await _load(url, namespace, task_id)
     try:
         try:
-            changed = await TaskAdmin(opened.store).rerun(task_id)
+            changed = await opened.call(lambda: TaskAdmin(opened.store).rerun(task_id))
         except (ValueError, RuntimeError) as exc:
             raise CliError(str(exc)) from None
         except TaskUnknown:
@@ -316,10 +319,10 @@ async def purge_tasks(url: str, namespace: str | None, yes: bool, out: Console) 
     try:
         now = time.time()
         if not yes:
-            count = await opened.view.count_expired(now)
+            count = await opened.call(lambda: opened.store.count_expired(now))
             out.print(f"{count} expired task(s) in {opened.label} would be deleted; rerun with --yes to delete them")
             return EXIT_OK
-        count = await opened.store.purge_expired(now)
+        count = await opened.call(lambda: TaskAdmin(opened.store, clock=lambda: now).purge_expired())
         out.print(f"deleted {count} expired task(s) from {opened.label}")
         return EXIT_OK
     finally:

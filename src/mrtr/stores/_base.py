@@ -203,6 +203,10 @@ class TaskStore(Protocol):
         """The flow (tool) names of the stored tasks, sorted (for a filter's choices)."""
         ...
 
+    async def count_expired(self, now: float) -> int:
+        """How many tasks are past their TTL and not purged yet (what `purge_expired` would delete)."""
+        ...
+
     async def close(self) -> None:
         """Release connections."""
         ...

@@ -112,6 +112,7 @@ class PostgresStore:
         self._count_sql = q(
             "SELECT status, COUNT(*) FROM {t} WHERE expires_at IS NULL OR expires_at > %s GROUP BY status"
         )
+        self._count_expired_sql = q("SELECT COUNT(*) FROM {t} WHERE expires_at IS NOT NULL AND expires_at <= %s")
         self._flows_sql = q("SELECT DISTINCT flow FROM {t} WHERE flow IS NOT NULL ORDER BY flow")
         self._list_head = q("SELECT version, data FROM {t} WHERE ")
         # An expired row is as good as absent (`load` hides it, Redis drops it by itself), so
@@ -295,6 +296,10 @@ class PostgresStore:
     async def flows(self, now: float) -> list[str]:
         _, rows = await self._execute(self._flows_sql, ())
         return [str(row[0]) for row in rows]
+
+    async def count_expired(self, now: float) -> int:
+        _, rows = await self._execute(self._count_expired_sql, (now,))
+        return int(rows[0][0])
 
     # -- the replay guard's ledger (see mrtr._guard.RoundLedger); the database's clock -------
 

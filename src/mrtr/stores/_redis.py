@@ -362,6 +362,9 @@ class RedisStore:
         await self._index_old_records()
         return sorted(str(flow) for flow in await self._redis.smembers(f"{self._index_prefix}flows"))
 
+    async def count_expired(self, now: float) -> int:
+        return int(await self._redis.zcount(self._expiry_key, "-inf", repr(float(now))))
+
     async def _index_old_records(self) -> None:
         """Once per store object: index records written before the listing indexes existed."""
         if self._indexed:

@@ -273,6 +273,13 @@ class SQLiteStore:
 
         return await self._run(op)
 
+    async def count_expired(self, now: float) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            sql = "SELECT COUNT(*) FROM mrtr_tasks WHERE expires_at IS NOT NULL AND expires_at <= ?"
+            return int(conn.execute(sql, (now,)).fetchone()[0])
+
+        return await self._run(op)
+
     # -- the replay guard's ledger (see mrtr._guard.RoundLedger); this host's clock ------------
 
     async def clock(self) -> float:

@@ -145,8 +145,8 @@ class TaskRuntime(StateChanges):
         self._scanner: asyncio.Task[None] | None = None
         self._again: set[str] = set()
         self._claims: set[asyncio.Task[bool]] = set()
-        self._nudge: asyncio.Event | None = None
-        """Set when this instance parks a task on a timer: the scanner re-reads the next wake time."""
+        self._waiter: asyncio.Future[None] | None = None
+        """The scanner's pause; released early when this instance parks a task on a timer."""
         self.callbacks: CallbackUrls | None = None
         """Mints `ctx.callback_url` URLs (`Flows(public_url=...)` sets it)."""
 
@@ -324,13 +324,11 @@ class TaskRuntime(StateChanges):
 
     async def _scan_forever(self) -> None:
         scans = 0
-        self._nudge = nudge = asyncio.Event()
         while True:
             pause = self.scan_interval
             try:
                 if scans % _CLOCK_SYNC_EVERY == 0:
                     await self.sync_clock()
-                nudge.clear()
                 launched = await self.scan_once()
                 await metrics.refresh_task_counts(self.store, self.now())  # the `mrtr.tasks` gauge
                 scans += 1
@@ -342,8 +340,28 @@ class TaskRuntime(StateChanges):
             except Exception:
                 logger.exception("task scan failed; retrying")
             if pause > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(nudge.wait(), pause)
+                await self._pause(pause)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep `seconds`, or less if `_wake_scanner` is called: a bare future and a timer.
+
+        No task is made for it (`asyncio.wait_for` would make one): the scanner must never run
+        code of its own under a task that a flow's teardown could see as one of its own.
+        """
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(seconds, _release, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def _wake_scanner(self) -> None:
+        """Have the scanner look again now (a task just parked with an earlier wake time)."""
+        if self._waiter is not None:
+            _release(self._waiter)
 
     async def _until_next_wake(self) -> float:
         """Seconds until the earliest parked task falls due, capped at the scan interval.
@@ -497,8 +515,8 @@ class TaskRuntime(StateChanges):
         )
         if held.record.lease_until == 0.0:  # an event it waits for came while it ran: run again
             self._again.add(held.record.task_id)
-        elif self._nudge is not None:
-            self._nudge.set()  # the scanner re-reads the next wake time
+        else:
+            self._wake_scanner()  # the scanner re-reads the next wake time
 
     async def _heartbeat(self, held: _Held, run: asyncio.Task[Any] | None) -> None:
         interval = min(1.0, self.lease / 3)
@@ -604,6 +622,11 @@ class _RunWaits:
                 "ctx.callback_url() needs the fleet's public base URL: Flows(server, public_url='https://...')"
             )
         return callbacks.mint(self._held.record.task_id, name, expires_at)
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 async def _landing(final_write: Awaitable[None]) -> None:

@@ -1,0 +1,417 @@
+"""The console as a Starlette app: pages, live updates, and operator actions through `TaskAdmin`.
+
+Security, in the order a request meets it: with a `token`, every request must carry it (an
+`Authorization: Bearer` header, or the cookie the login form sets: a digest of the token,
+HttpOnly, SameSite=Strict); every POST must come from the console's own pages (`Sec-Fetch-Site`
+not `cross-site`, an `Origin` naming this host if present, and the page's CSRF field).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from mrtr._engine import journal as journal_codec
+from mrtr._engine.journal import JournalFormatError
+from mrtr._errors import EventNotDelivered
+from mrtr.buses import BrokerBus, open_bus
+from mrtr.buses._events import TaskChanged
+from mrtr.console._templates import TEMPLATES
+from mrtr.stores import TaskQuery, TaskRecord, TaskStore, open_store
+from mrtr.stores._base import STATUSES
+from mrtr.tasks._admin import TaskAdmin, TaskUnknown, failed
+
+COOKIE = "mrtr_console"
+_MISSING = "<!doctype html><title>No such task</title><p>No such task (unknown, or past its TTL).</p>"
+PAGE = 50
+_SHORT = 300
+
+
+def app(
+    store: TaskStore | str,
+    bus: BrokerBus | str | None = None,
+    token: str | None = None,
+    *,
+    redact: bool = False,
+    namespace: str | None = None,
+) -> Starlette:
+    """The console for `store` (a `TaskStore`, or an `open_store` URL with `namespace`).
+
+    Args:
+        bus: The fleet bus (a `BrokerBus` or an `open_bus` URL): pages update the moment a task
+            changes anywhere in the fleet. None: pages poll the store every second.
+        token: Require this token on every request (bearer header or login cookie). None: no
+            login, for a loopback bind or behind your own auth.
+        redact: Show answers and step results as `[redacted]` (their keys stay visible).
+    """
+    tasks_store = open_store(store, namespace=namespace) if isinstance(store, str) else store
+    fleet_bus = open_bus(bus, namespace=namespace) if isinstance(bus, str) else bus
+    console = _Console(TaskAdmin(tasks_store), fleet_bus, token, redact)
+    routes = [
+        Route("/", console.tasks),
+        Route("/fragment", console.fragment),
+        Route("/events", console.events),
+        Route("/login", console.login, methods=["GET", "POST"]),
+        Route("/purge", console.purge, methods=["POST"]),
+        Route("/tasks/{task_id}", console.task),
+        Route("/tasks/{task_id}/version", console.version),
+        Route("/tasks/{task_id}/{action}", console.act, methods=["POST"]),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        if fleet_bus is not None:
+            await fleet_bus.close()
+        await tasks_store.close()
+
+    web = Starlette(routes=routes, lifespan=lifespan)
+    web.add_middleware(_Guard, console=console)
+    return web
+
+
+class _Console:
+    def __init__(self, admin: TaskAdmin, bus: BrokerBus | None, token: str | None, redact: bool) -> None:
+        self.admin = admin
+        self.bus = bus
+        self.token = token
+        self.redact = redact
+        self.cookie = None if token is None else hashlib.sha256(b"mrtr-console\0" + token.encode()).hexdigest()
+        self.csrf = secrets.token_urlsafe(24)
+        self.label = type(admin.store).__name__
+
+    # -- pages -------------------------------------------------------------------------------
+
+    async def tasks(self, request: Request) -> Response:
+        query, shown = self._query(request)
+        page = await self.admin.list_tasks(query)
+        counts, flows = await asyncio.gather(self.admin.counts(), self.admin.flows())
+        now = time.time()
+        next_query = urlencode({k: v for k, v in shown.items() if v} | {"cursor": page.next_cursor or ""})
+        return self._render(
+            request,
+            "tasks.html",
+            rows=[_row(r, now) for r in page.records],
+            counts=counts,
+            flows=flows,
+            statuses=STATUSES,
+            current_status=shown["status"],
+            tool=shown["tool"],
+            q=shown["q"],
+            cursor=page.next_cursor,
+            next_query=next_query,
+            fragment_query=urlencode(shown | {"cursor": request.query_params.get("cursor", "")}),
+            live=self.bus is not None,
+            purged=request.query_params.get("purged"),
+        )
+
+    async def fragment(self, request: Request) -> Response:
+        query, _ = self._query(request)
+        page, counts = await asyncio.gather(self.admin.list_tasks(query), self.admin.counts())
+        now = time.time()
+        root = request.scope.get("root_path", "")
+        rows = TEMPLATES.get_template("rows.html").render(rows=[_row(r, now) for r in page.records], root=root)
+        badges = "".join(
+            f'<span class="s s-{s}">{s} {n}</span>' for s, n in counts.items()
+        )  # statuses and numbers only: nothing to escape
+        return JSONResponse({"rows": rows, "counts": badges})
+
+    async def events(self, request: Request) -> Response:
+        """Server-sent events: one `changed` message per task change heard on the fleet bus."""
+        if self.bus is None:
+            return JSONResponse({"error": "no fleet bus: this console polls"}, status_code=404)
+        queue: asyncio.Queue[str] = asyncio.Queue(maxsize=100)
+
+        def heard(event: Any) -> None:
+            if isinstance(event, TaskChanged) and not queue.full():
+                queue.put_nowait(event.task_id)
+
+        unsubscribe = self.bus.subscribe(heard)
+
+        async def stream() -> AsyncIterator[str]:
+            try:
+                yield "retry: 2000\n\n"
+                while not await request.is_disconnected():
+                    try:
+                        task_id = await asyncio.wait_for(queue.get(), 15)
+                    except TimeoutError:
+                        yield ": keep-alive\n\n"
+                        continue
+                    yield f"data: {json.dumps(task_id)}\n\n"
+            finally:
+                unsubscribe()
+
+        return StreamingResponse(stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
+
+    async def task(self, request: Request) -> Response:
+        record = await self.admin.get(request.path_params["task_id"])
+        if record is None:
+            return HTMLResponse(_MISSING, status_code=404)
+        now = time.time()
+        timeline, journal_info, problem = self._timeline(record)
+        return self._render(
+            request,
+            "task.html",
+            t=record,
+            created=_ago(record.created_at, now),
+            updated=_ago(record.updated_at, now),
+            arguments=_json(record.arguments, 2000),
+            waits=[_wait_text(w) for w in record.waiting],
+            inputs=[
+                {
+                    "key": key,
+                    "method": req.get("method", ""),
+                    "message": (req.get("params") or {}).get("message", ""),
+                }
+                for key, req in record.input_requests.items()
+            ],
+            timeline=timeline,
+            timeline_error=problem,
+            started=journal_info.get("started", "-"),
+            rounds=journal_info.get("rounds", 0),
+            history=[_json(h, _SHORT) for h in record.extras.get("history", [])],
+            result=_json(record.result, 4000) if not self.redact else "[redacted]",
+            error=_json(record.error, 4000),
+            failed=failed(record),
+            notice=request.query_params.get("notice"),
+        )
+
+    async def version(self, request: Request) -> Response:
+        record = await self.admin.get(request.path_params["task_id"])
+        return JSONResponse({"version": None if record is None else record.version})
+
+    # -- actions (POST, checked by `_Guard`) ----------------------------------------------------
+
+    async def act(self, request: Request) -> Response:
+        task_id, action = request.path_params["task_id"], request.path_params["action"]
+        form = await request.form()
+        try:
+            if action == "cancel":
+                changed, running = await self.admin.cancel(task_id)
+                notice = "cancel requested: its worker stops it" if running else f"task {changed.status}"
+            elif action == "rerun":
+                changed = await self.admin.rerun(task_id)
+                notice = f"attempt {changed.attempt} queued: the next scan of the fleet replays it"
+            elif action == "event":
+                name, data = str(form.get("name", "")), str(form.get("data", "null") or "null")
+                try:
+                    payload = json.loads(data)
+                except ValueError:
+                    raise ValueError("the payload must be JSON") from None
+                delivered = await self.admin.send_event(task_id, name, payload)
+                notice = f"event {name!r} delivered" if delivered else f"event {name!r} was delivered before"
+            else:
+                return JSONResponse({"error": f"unknown action {action!r}"}, status_code=404)
+        except TaskUnknown as exc:
+            return JSONResponse({"error": str(exc)}, status_code=404)
+        except (ValueError, RuntimeError, EventNotDelivered) as exc:
+            notice = f"not done: {exc}"
+        root = request.scope.get("root_path", "")
+        return RedirectResponse(f"{root}/tasks/{task_id}?{urlencode({'notice': notice})}", status_code=303)
+
+    async def purge(self, request: Request) -> Response:
+        purged = await self.admin.purge_expired()
+        return RedirectResponse(f"{request.scope.get('root_path', '')}/?purged={purged}", status_code=303)
+
+    async def login(self, request: Request) -> Response:
+        root = request.scope.get("root_path", "")
+        if request.method == "GET" or self.token is None:
+            return self._render(request, "login.html", failed=False)
+        form = await request.form()
+        given = str(form.get("token", ""))
+        if not hmac.compare_digest(given.encode(), (self.token or "").encode()):
+            return self._render(request, "login.html", failed=True, status=401)
+        response = RedirectResponse(f"{root}/", status_code=303)
+        assert self.cookie is not None
+        response.set_cookie(COOKIE, self.cookie, httponly=True, samesite="strict", path="/")
+        return response
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _query(self, request: Request) -> tuple[TaskQuery, dict[str, str]]:
+        params = request.query_params
+        status = params.get("status", "")
+        tool = params.get("tool", "")
+        q = params.get("q", "").strip()
+        query = TaskQuery(
+            statuses=(status,) if status in STATUSES else (),
+            flow=tool or None,
+            id_prefix=q or None,
+            limit=PAGE,
+            cursor=params.get("cursor") or None,
+        )
+        return query, {"status": status, "tool": tool, "q": q}
+
+    def _timeline(self, record: TaskRecord) -> tuple[list[dict[str, str]], dict[str, Any], str | None]:
+        try:
+            journal = journal_codec.decode(record.journal)
+        except JournalFormatError as exc:
+            return [], {}, f"the journal cannot be read: {exc}"
+        entries: list[dict[str, str]] = []
+        for key, (_, value) in journal.steps.items():
+            name = key.rpartition("/")[2]
+            if name.startswith("@sleep"):
+                kind = "timer"
+            elif name.startswith("@event."):
+                kind = "event"
+            elif name.startswith("@callback."):
+                kind = "callback URL"
+            else:
+                kind = "step"
+            shown = "[redacted]" if self.redact and kind in ("step", "event") else _json(value, _SHORT)
+            entries.append({"kind": kind, "key": key, "value": shown})
+        for key, (_, answer) in journal.answers.items():
+            entries.append(
+                {"kind": "answer", "key": key, "value": "[redacted]" if self.redact else _json(answer, _SHORT)}
+            )
+        for key in journal.pending:
+            entries.append({"kind": "ask (outstanding)", "key": key, "value": ""})
+        info = {"started": _iso(journal.started_at), "rounds": journal.rounds}
+        return entries, info, None
+
+    def _render(self, request: Request, template: str, *, status: int = 200, **values: Any) -> Response:
+        if template == "task_missing":
+            return HTMLResponse(
+                "<!doctype html><title>No such task</title><p>No such task (unknown, or past its TTL).</p>", 404
+            )
+        html = TEMPLATES.get_template(template).render(
+            root=request.scope.get("root_path", ""), store_label=self.label, csrf=self.csrf, **values
+        )
+        return HTMLResponse(html, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+class _Guard:
+    """ASGI middleware: the token (if any) on every request; same-site, CSRF-checked POSTs."""
+
+    def __init__(self, app: Any, console: _Console) -> None:
+        self.app = app
+        self.console = console
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        refusal = await self._refusal(request)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        body = getattr(request, "_body", None)  # a POST's body, read for its CSRF field: hand it on
+        await self.app(scope, receive if body is None else _replay(body), send)
+
+    async def _refusal(self, request: Request) -> Response | None:
+        console = self.console
+        path = request.url.path.removeprefix(request.scope.get("root_path", ""))
+        if console.token is not None and path != "/login" and not self._authenticated(request):
+            if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+                return RedirectResponse(f"{request.scope.get('root_path', '')}/login", status_code=303)
+            return JSONResponse({"error": "this console needs its token"}, status_code=401)
+        if request.method != "POST":
+            return None
+        if request.headers.get("sec-fetch-site", "same-origin") == "cross-site":
+            return JSONResponse({"error": "cross-site requests cannot change tasks"}, status_code=403)
+        origin = request.headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc != request.headers.get("host", ""):
+            return JSONResponse({"error": "cross-origin requests cannot change tasks"}, status_code=403)
+        if path != "/login":
+            form = await _form_copy(request)
+            if not hmac.compare_digest(str(form.get("csrf", "")).encode(), console.csrf.encode()):
+                return JSONResponse(
+                    {"error": "the form is stale or forged (CSRF check failed); reload"}, status_code=403
+                )
+        return None
+
+    def _authenticated(self, request: Request) -> bool:
+        console = self.console
+        assert console.token is not None and console.cookie is not None
+        header = request.headers.get("authorization", "")
+        if header.startswith("Bearer ") and hmac.compare_digest(header[7:].encode(), console.token.encode()):
+            return True
+        cookie = request.cookies.get(COOKIE, "")
+        return hmac.compare_digest(cookie.encode(), console.cookie.encode())
+
+
+async def _form_copy(request: Request) -> dict[str, Any]:
+    """The form fields (the body stays on `request`, and `_Guard` hands it on to the route)."""
+    body = await request.body()
+    return {k: v[0] for k, v in parse_qs(body.decode("latin-1")).items()}
+
+
+def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def _row(record: TaskRecord, now: float) -> dict[str, str]:
+    if record.status == "input_required":
+        waits = "answer: " + ", ".join(record.input_requests)
+    elif record.waiting:
+        waits = "; ".join(_wait_text(w) for w in record.waiting)
+    elif record.status == "completed" and record.result and record.result.get("isError"):
+        waits = "ended with a tool error (re-runnable)"
+    elif record.status == "failed" and record.error:
+        waits = f"error {record.error.get('code')}: {record.error.get('message', '')}"[:120]
+    else:
+        waits = record.status_message or ""
+    return {
+        "task_id": record.task_id,
+        "status": record.status,
+        "flow": record.flow,
+        "owner": (record.owner or "-")[:12],
+        "created": _ago(record.created_at, now),
+        "updated": _ago(record.updated_at, now),
+        "waits": waits,
+    }
+
+
+def _wait_text(wait: dict[str, Any]) -> str:
+    until = wait.get("until")
+    when = f" until {_iso(until)}" if until is not None else ""
+    if wait.get("kind") == "timer":
+        return f"timer{when}"
+    return f"event {wait.get('name')!r}" + (f" (timeout{when})" if when else "")
+
+
+def _ago(ts: float, now: float) -> str:
+    delta = max(0.0, now - ts)
+    if delta < 90:
+        return f"{delta:.0f}s ago"
+    if delta < 5400:
+        return f"{delta / 60:.0f}m ago"
+    if delta < 129600:
+        return f"{delta / 3600:.1f}h ago"
+    return f"{delta / 86400:.1f}d ago"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _json(value: Any, limit: int) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+__all__ = ["COOKIE", "app"]
