@@ -50,6 +50,7 @@ PUBLIC_MODULES = [
     "mrtr.tracing",
     "mrtr.fastmcp",
     "mrtr.metrics",
+    "mrtr.console",
 ]
 NOT_RUN = "# not run:"
 SNIPPET = re.compile(r'^\s*-{1,2}8<-{1,2}\s+"([^"]+)"\s*$')
