@@ -221,7 +221,6 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> 
             await page.goto(f"{url}/tasks/{ids['review']}")
             body = await page.locator("main").inner_text()
             assert "Approve the release?" in body and "prepare" in body
-            await page.screenshot(path=str(SHOTS / "console-task.png"), full_page=True)
 
             # Cancel from the browser: tasks/get over the wire says so.
             await page.goto(f"{url}/tasks/{ids['waiter']}")
@@ -250,6 +249,13 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> 
                 done = await wait_status(client.session, ids["release"], "completed")
             assert done["result"]["content"][0]["text"] == "deployed"
             assert fleet.runs == Counter(prepare=4, deploy=2), "prepare ran once for this task; deploy again"
+            # Its page shows what ran: the step that raised (and why), the re-run, the step that then finished.
+            await page.goto(f"{url}/tasks/{ids['release']}")
+            ran = await page.locator("main").inner_text()
+            assert "raised RuntimeError: the target is down" in ran and "rerun" in ran, ran
+            rows = [line for line in ran.splitlines() if "deploy" in line]
+            assert any("finished" in line and "\t2\t" in line for line in rows), rows
+            await page.screenshot(path=str(SHOTS / "console-task.png"), full_page=True)
             await browser.close()
 
 
