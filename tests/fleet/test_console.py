@@ -311,3 +311,42 @@ def test_a_non_loopback_bind_needs_the_token(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=10)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+async def test_live_updates_ride_the_fleet_bus(tmp_path: Path) -> None:
+    """With a bus the console streams each task change heard on it (server-sent events) to its pages."""
+    from tests.support.storekit import service_problem
+
+    problem = await service_problem("redis")
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"redis is required under CI: {problem}")
+        pytest.skip(f"redis not reachable: {problem}")
+    from mrtr.buses import open_bus
+    from mrtr.buses._events import TaskChanged
+
+    namespace = f"mrtr_console_{os.urandom(4).hex()}"
+    web = console_app(SQLiteStore(str(tmp_path / "tasks.db")), bus="redis://127.0.0.1:6379/0", namespace=namespace)
+    fleet_bus = open_bus("redis://127.0.0.1:6379/0", namespace=namespace)
+    await fleet_bus.start()
+    try:
+        async with serving(web) as url, httpx2.AsyncClient(timeout=10) as http:
+            page = await http.get(url + "/")
+            assert "new EventSource" in page.text, "a console with a bus listens instead of polling"
+            async with http.stream("GET", url + "/events") as events:
+                lines = events.aiter_lines()
+                assert (await anext(lines)).startswith("retry:")
+                for attempt in range(50):  # the console's subscription goes live asynchronously
+                    await fleet_bus.publish(TaskChanged(task_id=f"t-{attempt}", task={"taskId": f"t-{attempt}"}))
+                    try:
+                        line = await asyncio.wait_for(anext(lines), 0.2)
+                    except TimeoutError:
+                        continue
+                    while not line.startswith("data:"):
+                        line = await asyncio.wait_for(anext(lines), 2)
+                    assert line.startswith('data: "t-')
+                    break
+                else:
+                    raise AssertionError("no task change reached the console's event stream")
+    finally:
+        await fleet_bus.close()
