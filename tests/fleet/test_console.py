@@ -47,7 +47,8 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SHOTS = ROOT_DIR / "docs" / "img"
+SCREENSHOTS_ENV = "MRTR_UPDATE_SCREENSHOTS"
+"""Set to 1 to write the README's screenshots (docs/img/console-*.png) from this test's pages."""
 
 
 def browser_problem() -> str | None:
@@ -167,6 +168,8 @@ async def start(client: Client, tool: str) -> str:
 async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> None:
     from playwright.async_api import async_playwright
 
+    shots = ROOT_DIR / "docs" / "img" if os.environ.get(SCREENSHOTS_ENV) == "1" else tmp_path
+
     fleet = Fleet(tmp_path / "tasks.db")
     fleet.marker.touch()
     async with fleet.client() as client:
@@ -195,8 +198,8 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> 
                 assert status in text, f"{status} missing from the tasks page"
             assert await rows.count() == 8
             assert "answer: approval" in text and "event 'go'" in text, "what each task waits for"
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            await page.screenshot(path=str(SHOTS / "console-tasks.png"), full_page=True)
+            shots.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(shots / "console-tasks.png"), full_page=True)
 
             # Filter by status, then by tool, then search by id (keyboard and form only).
             await page.select_option("select[name=status]", "failed")
@@ -255,7 +258,8 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> 
             assert "raised RuntimeError: the target is down" in ran and "rerun" in ran, ran
             rows = [line for line in ran.splitlines() if "deploy" in line]
             assert any("finished" in line and "\t2\t" in line for line in rows), rows
-            await page.screenshot(path=str(SHOTS / "console-task.png"), full_page=True)
+            await page.screenshot(path=str(shots / "console-task.png"), full_page=True)
+            assert all((shots / name).stat().st_size > 10_000 for name in ("console-tasks.png", "console-task.png"))
             await browser.close()
 
 
