@@ -51,9 +51,25 @@ SCREENSHOTS_ENV = "MRTR_UPDATE_SCREENSHOTS"
 """Set to 1 to write the README's screenshots (docs/img/console-*.png) from this test's pages."""
 
 
+def install_chromium() -> str | None:
+    """Install Debian's chromium when missing and running as root (as the chaos tests do HAProxy)."""
+    hint = "install it first: `sudo apt-get update && sudo apt-get install -y chromium`"
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return f"Debian's chromium is not installed and this is not root with apt-get; {hint}"
+    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+    lock = ["-o", "DPkg::Lock::Timeout=120"]
+    for argv in (["apt-get", *lock, "update"], ["apt-get", *lock, "install", "-y", "chromium"]):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            return f"`{' '.join(argv)}` failed ({done.returncode}): {done.stderr[-600:]}; {hint}"
+    return None if Path(CHROMIUM).exists() else f"apt-get installed chromium but {CHROMIUM} is missing; {hint}"
+
+
 def browser_problem() -> str | None:
     if not Path(CHROMIUM).exists():
-        return "Debian's chromium is not installed (apt-get install -y chromium)"
+        problem = install_chromium()
+        if problem is not None:
+            return problem
     try:
         import playwright  # noqa: F401
     except ImportError:
