@@ -47,12 +47,29 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SHOTS = ROOT_DIR / "docs" / "img"
+SCREENSHOTS_ENV = "MRTR_UPDATE_SCREENSHOTS"
+"""Set to 1 to write the README's screenshots (docs/img/console-*.png) from this test's pages."""
+
+
+def install_chromium() -> str | None:
+    """Install Debian's chromium when missing and running as root (as the chaos tests do HAProxy)."""
+    hint = "install it first: `sudo apt-get update && sudo apt-get install -y chromium`"
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return f"Debian's chromium is not installed and this is not root with apt-get; {hint}"
+    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+    lock = ["-o", "DPkg::Lock::Timeout=120"]
+    for argv in (["apt-get", *lock, "update"], ["apt-get", *lock, "install", "-y", "chromium"]):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            return f"`{' '.join(argv)}` failed ({done.returncode}): {done.stderr[-600:]}; {hint}"
+    return None if Path(CHROMIUM).exists() else f"apt-get installed chromium but {CHROMIUM} is missing; {hint}"
 
 
 def browser_problem() -> str | None:
     if not Path(CHROMIUM).exists():
-        return "Debian's chromium is not installed (apt-get install -y chromium)"
+        problem = install_chromium()
+        if problem is not None:
+            return problem
     try:
         import playwright  # noqa: F401
     except ImportError:
@@ -167,6 +184,8 @@ async def start(client: Client, tool: str) -> str:
 async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> None:
     from playwright.async_api import async_playwright
 
+    shots = ROOT_DIR / "docs" / "img" if os.environ.get(SCREENSHOTS_ENV) == "1" else tmp_path
+
     fleet = Fleet(tmp_path / "tasks.db")
     fleet.marker.touch()
     async with fleet.client() as client:
@@ -195,8 +214,8 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> 
                 assert status in text, f"{status} missing from the tasks page"
             assert await rows.count() == 8
             assert "answer: approval" in text and "event 'go'" in text, "what each task waits for"
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            await page.screenshot(path=str(SHOTS / "console-tasks.png"), full_page=True)
+            shots.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(shots / "console-tasks.png"), full_page=True)
 
             # Filter by status, then by tool, then search by id (keyboard and form only).
             await page.select_option("select[name=status]", "failed")
@@ -221,7 +240,6 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> 
             await page.goto(f"{url}/tasks/{ids['review']}")
             body = await page.locator("main").inner_text()
             assert "Approve the release?" in body and "prepare" in body
-            await page.screenshot(path=str(SHOTS / "console-task.png"), full_page=True)
 
             # Cancel from the browser: tasks/get over the wire says so.
             await page.goto(f"{url}/tasks/{ids['waiter']}")
@@ -250,6 +268,14 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> 
                 done = await wait_status(client.session, ids["release"], "completed")
             assert done["result"]["content"][0]["text"] == "deployed"
             assert fleet.runs == Counter(prepare=4, deploy=2), "prepare ran once for this task; deploy again"
+            # Its page shows what ran: the step that raised (and why), the re-run, the step that then finished.
+            await page.goto(f"{url}/tasks/{ids['release']}")
+            ran = await page.locator("main").inner_text()
+            assert "raised RuntimeError: the target is down" in ran and "rerun" in ran, ran
+            rows = [line for line in ran.splitlines() if "deploy" in line]
+            assert any("finished" in line and "\t2\t" in line for line in rows), rows
+            await page.screenshot(path=str(shots / "console-task.png"), full_page=True)
+            assert all((shots / name).stat().st_size > 10_000 for name in ("console-tasks.png", "console-task.png"))
             await browser.close()
 
 
@@ -305,3 +331,42 @@ def test_a_non_loopback_bind_needs_the_token(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=10)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+async def test_live_updates_ride_the_fleet_bus(tmp_path: Path) -> None:
+    """With a bus the console streams each task change heard on it (server-sent events) to its pages."""
+    from tests.support.storekit import service_problem
+
+    problem = await service_problem("redis")
+    if problem is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"redis is required under CI: {problem}")
+        pytest.skip(f"redis not reachable: {problem}")
+    from mrtr.buses import open_bus
+    from mrtr.buses._events import TaskChanged
+
+    namespace = f"mrtr_console_{os.urandom(4).hex()}"
+    web = console_app(SQLiteStore(str(tmp_path / "tasks.db")), bus="redis://127.0.0.1:6379/0", namespace=namespace)
+    fleet_bus = open_bus("redis://127.0.0.1:6379/0", namespace=namespace)
+    await fleet_bus.start()
+    try:
+        async with serving(web) as url, httpx2.AsyncClient(timeout=10) as http:
+            page = await http.get(url + "/")
+            assert "new EventSource" in page.text, "a console with a bus listens instead of polling"
+            async with http.stream("GET", url + "/events") as events:
+                lines = events.aiter_lines()
+                assert (await anext(lines)).startswith("retry:")
+                for attempt in range(50):  # the console's subscription goes live asynchronously
+                    await fleet_bus.publish(TaskChanged(task_id=f"t-{attempt}", task={"taskId": f"t-{attempt}"}))
+                    try:
+                        line = await asyncio.wait_for(anext(lines), 0.2)
+                    except TimeoutError:
+                        continue
+                    while not line.startswith("data:"):
+                        line = await asyncio.wait_for(anext(lines), 2)
+                    assert line.startswith('data: "t-')
+                    break
+                else:
+                    raise AssertionError("no task change reached the console's event stream")
+    finally:
+        await fleet_bus.close()

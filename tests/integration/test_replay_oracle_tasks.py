@@ -63,6 +63,7 @@ async def instance(program: Node, runs: Counter[str], path: str) -> AsyncIterato
         sampling_callback=_never,
         list_roots_callback=_never,
     )
+    client.mrtr_flows = flows  # type: ignore[attr-defined]  # the waits oracle delivers events through it
     try:
         async with client:
             yield client

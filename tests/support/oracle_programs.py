@@ -18,7 +18,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import strategies as st
@@ -56,6 +56,14 @@ class Ask:
 @dataclass(frozen=True)
 class Sleep:
     seconds: float
+
+
+@dataclass(frozen=True)
+class Wait:
+    """A durable wait (task programs only): `ctx.sleep` ("timer"), `ctx.wait_for_event` for an event
+    the driver delivers ("event"), or one it never sends, which times out ("event_timeout")."""
+
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -137,7 +145,9 @@ class Stream:
     body: Node
 
 
-Node = Step | Ask | Sleep | Seq | Loop | If | Gather | TryFinally | Pipe | Patched | Background | Guarded | Stream
+Node = (
+    Step | Ask | Sleep | Wait | Seq | Loop | If | Gather | TryFinally | Pipe | Patched | Background | Guarded | Stream
+)
 
 GATHER_STYLES = ("ctx.gather", "asyncio.gather", "TaskGroup", "create_task", "create_task_reversed")
 STEP_NAMES = ("fetch", "save", "load")  # few names: the same name recurs across branches and loops
@@ -181,14 +191,19 @@ def _extend(inner: st.SearchStrategy[Node], known_bugs: bool = True) -> st.Searc
     )
 
 
-def programs(max_leaves: int = 16, *, known_bugs: bool = True) -> st.SearchStrategy[Node]:
+_waits = st.builds(Wait, st.sampled_from(("timer", "event", "event", "event_timeout")))
+
+
+def programs(max_leaves: int = 16, *, known_bugs: bool = True, waits: bool = False) -> st.SearchStrategy[Node]:
     """Random programs of at most `max_leaves` leaves (loops multiply what actually runs).
 
     `known_bugs=False` leaves out the constructs of open findings (`ctx.patched`, async
     generators left early; see tests/integration/test_oracle_findings.py) to look for other bugs.
+    `waits=True` adds durable waits (`Wait`): for programs that run as durable tasks.
     """
     extend = functools.partial(_extend, known_bugs=known_bugs)
-    parts = st.lists(st.recursive(_leaves, extend, max_leaves=max_leaves), min_size=1, max_size=3)
+    leaves = st.one_of(_leaves, _waits, _waits) if waits else _leaves
+    parts = st.lists(st.recursive(leaves, extend, max_leaves=max_leaves), min_size=1, max_size=3)
     return st.builds(Seq, parts.map(tuple))
 
 
@@ -280,6 +295,15 @@ class Interpreter:
         if isinstance(node, Sleep):
             await asyncio.sleep(node.seconds)
             return "z"
+        if isinstance(node, Wait):
+            if node.kind == "timer":
+                await ctx.sleep(0.02)
+                return "t"
+            name = event_name(where, delivered=node.kind == "event")
+            try:
+                return ["ev", await ctx.wait_for_event(name, timeout=None if node.kind == "event" else 0.05)]
+            except mrtr.EventTimeout:
+                return ["ev", "timeout"]
         if isinstance(node, Seq):
             return [await self.run(item, ctx, f"{where}.{i}", suffix) for i, item in enumerate(node.items)]
         if isinstance(node, Loop):
@@ -361,11 +385,31 @@ async def _gather(style: str, ctx: Any, coros: list[Awaitable[Any]]) -> list[Any
     return [values[id(task)] for task in tasks]
 
 
+def event_name(where: str, *, delivered: bool) -> str:
+    """The event a wait at `where` waits for (unique per execution); `e...` are sent, `x...` never."""
+    return ("e" if delivered else "x") + hashlib.sha256(where.encode()).hexdigest()[:12]
+
+
+def event_payload(name: str) -> str:
+    return f"payload<{name}>"
+
+
 class ReferenceContext:
     """A ctx that runs the program straight through: answers at once, runs every step."""
 
     def __init__(self) -> None:
         self.asks = 0
+        self.events: list[str] = []
+        """The events the program waited for that the driver sends (`e...`), in order."""
+
+    async def sleep(self, delay: float) -> None:
+        return None
+
+    async def wait_for_event(self, name: str, timeout: float | None = None) -> Any:
+        if name.startswith("x"):
+            raise mrtr.EventTimeout(name, timeout or 0.0)
+        self.events.append(name)
+        return event_payload(name)
 
     async def elicit(self, message: str, schema: type[BaseModel], key: str | None = None) -> Any:
         self.asks += 1
@@ -403,13 +447,14 @@ class Reference:
     value: str
     runs: Counter[str]
     asks: int
+    events: list[str] = field(default_factory=list)
 
 
 async def reference_run(program: Node) -> Reference:
     runs: Counter[str] = Counter()
     ctx = ReferenceContext()
     value = await Interpreter(runs).run(program, ctx)
-    return Reference(json.dumps(value), runs, ctx.asks)
+    return Reference(json.dumps(value), runs, ctx.asks, ctx.events)
 
 
 def register(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -57,6 +58,10 @@ class Checkpointer(Protocol):
     def after_step(self) -> None: ...
 
     async def durable(self) -> None: ...
+
+    def step_ran(self, key: str, seconds: float, error: str | None) -> None:
+        """A step really ran (not a replay): how long, and what it raised if it did (for people)."""
+        ...
 
 
 class JournalDriver:
@@ -138,10 +143,17 @@ class JournalDriver:
             with outside_branch(), tracing.step_span(key, f"{self.flow_id}:{key}"):
                 if self._checkpoint is not None:
                     await self._checkpoint.durable()  # every finished step is stored before this one runs
-                result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
-                value = to_journal(key, result, fn)
+                began = time.perf_counter()
+                try:
+                    result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
+                    value = to_journal(key, result, fn)
+                except Exception as exc:
+                    if self._checkpoint is not None:
+                        self._checkpoint.step_ran(key, time.perf_counter() - began, f"{type(exc).__name__}: {exc}")
+                    raise
                 replay.record_step(key, digest, value)
                 if self._checkpoint is not None:
+                    self._checkpoint.step_ran(key, time.perf_counter() - began, None)
                     self._checkpoint.after_step()
         finally:
             replay.step_ended()

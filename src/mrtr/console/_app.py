@@ -183,7 +183,7 @@ class _Console:
             timeline_error=problem,
             started=journal_info.get("started", "-"),
             rounds=journal_info.get("rounds", 0),
-            history=[_json(h, _SHORT) for h in record.extras.get("history", [])],
+            history=[_history_row(entry) for entry in record.history],
             result=_json(record.result, 4000) if not self.redact else "[redacted]",
             error=_json(record.error, 4000),
             failed=failed(record),
@@ -383,6 +383,25 @@ def _row(record: TaskRecord, now: float) -> dict[str, str]:
         "created": _ago(record.created_at, now),
         "updated": _ago(record.updated_at, now),
         "waits": waits,
+    }
+
+
+def _history_row(entry: dict[str, Any]) -> dict[str, str]:
+    kind = str(entry.get("kind", ""))
+    if kind == "step":
+        seconds = entry.get("seconds")
+        outcome = f"raised {entry['error']}" if entry.get("error") else "finished"
+        what, took = str(entry.get("key", "")), f"{seconds * 1000:.1f} ms" if isinstance(seconds, int | float) else ""
+    else:
+        what, took, outcome = "", "", "by an operator"
+    at = entry.get("at")
+    return {
+        "at": _iso(at) if isinstance(at, int | float) else "",
+        "kind": kind,
+        "attempt": str(entry.get("attempt", "")),
+        "what": what,
+        "took": took,
+        "outcome": outcome,
     }
 
 

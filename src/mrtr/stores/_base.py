@@ -54,6 +54,11 @@ class TaskRecord:
     """Digest of the principal that created the task (`mrtr.tasks._runtime.owner_tag`); None if unauthenticated."""
     attempt: int = 1
     """Counts the task's runs from the top by an operator (`TaskAdmin.rerun`): 1 until it is re-run."""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """What ran, newest last, bounded (`HISTORY_KEPT`): each step that really ran, with its duration
+    and, if it raised, the error's text (`{"at", "kind": "step", "key", "seconds", "attempt",
+    "error"?}`), and operator actions (`{"at", "kind": "rerun" | "cancel", ...}`). For people
+    (the console): replay reads the journal, never this."""
     waiting: list[dict[str, Any]] = field(default_factory=list)
     """What the parked run waits for besides the client: `{"kind": "timer", "until": t}` and
     `{"kind": "event", "name": n, "until": t | None}` (empty while it runs or asks only)."""
@@ -94,6 +99,9 @@ class TaskRecord:
     def copy(self, **changes: Any) -> TaskRecord:
         return replace(self, **changes)
 
+
+HISTORY_KEPT = 200
+"""How many `TaskRecord.history` entries a task keeps (the oldest go first)."""
 
 WAIT_FOREVER = 253402300799.0
 """`lease_until` of a task parked on an event with no timeout (9999-12-31T23:59:59Z)."""
@@ -229,6 +237,7 @@ def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str,
 
 
 __all__ = [
+    "HISTORY_KEPT",
     "STATUSES",
     "WAIT_FOREVER",
     "TaskPage",

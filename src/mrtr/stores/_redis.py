@@ -170,17 +170,30 @@ end
 return out
 """
 
-# Index one record as it is now (a store written before the listing indexes existed); only if
-# its status is still the one read (else the caller reads it again). KEYS[1] the record;
-# ARGV as `_INDEX` (2-7 unused).
-_REINDEX = (
-    """
-local data = redis.call('GET', KEYS[1])
-if not data or cjson.decode(data)['status'] ~= ARGV[9] then return 0 end
+# Index the records written before the listing indexes existed, a batch of ids at a time, in
+# one atomic step each (so a concurrent write's own indexing cannot be undone by a stale read).
+# ARGV: 1 record key prefix, 2 the `by:` prefix, 3... ids. Ids already indexed are skipped.
+_BACKFILL = """
+local p, n = ARGV[2], 0
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  if not redis.call('ZSCORE', p .. 'ids', id) then
+    local data = redis.call('GET', ARGV[1] .. id)
+    if data then
+      local r = cjson.decode(data)
+      local c = string.format('%.17g', r['created_at'])
+      redis.call('ZADD', p .. 'all', c, id)
+      redis.call('ZADD', p .. 's:' .. r['status'], c, id)
+      redis.call('ZADD', p .. 'f:' .. r['flow'], c, id)
+      redis.call('ZADD', p .. 'sf:' .. r['status'] .. ':' .. r['flow'], c, id)
+      redis.call('ZADD', p .. 'ids', 0, id)
+      redis.call('SADD', p .. 'flows', r['flow'])
+      n = n + 1
+    end
+  end
+end
+return n
 """
-    + _INDEX
-    + "return 1"
-)
 
 _PURGE_BATCH = 500
 
@@ -237,7 +250,7 @@ class RedisStore:
         self._claimable = self._redis.register_script(_CLAIMABLE)
         self._purge = self._redis.register_script(_PURGE)
         self._list = self._redis.register_script(_LIST)
-        self._reindex = self._redis.register_script(_REINDEX)
+        self._backfill = self._redis.register_script(_BACKFILL)
         self._claim_round = self._redis.register_script(_CLAIM_ROUND)
         self._touch_round = self._redis.register_script(_TOUCH_ROUND)
 
@@ -366,20 +379,25 @@ class RedisStore:
         return int(await self._redis.zcount(self._expiry_key, "-inf", repr(float(now))))
 
     async def _index_old_records(self) -> None:
-        """Once per store object: index records written before the listing indexes existed."""
+        """Once per store object: index records written before the listing indexes existed.
+
+        A marker key says it was done for this prefix; until then one SCAN over the record keys,
+        indexed a thousand at a time by a script that skips what writes already indexed.
+        """
         if self._indexed:
             return
         marker = f"{self._index_prefix}v1"
         if not await self._redis.exists(marker):
-            async for key in self._redis.scan_iter(match=f"{self._record_prefix}*", count=1000):
-                for _ in range(5):
-                    data = await self._redis.get(key)
-                    if data is None:
-                        break
-                    record = TaskRecord.from_json(data)
-                    args = [record.task_id, "", "", "", "", "", "", *self._write_args(record, "", 0.0)[7:]]
-                    if await self._reindex(keys=[key], args=args):
-                        break
+            batch: list[str] = []
+            skip = len(self._record_prefix)
+            pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self._record_prefix) + "*"
+            async for key in self._redis.scan_iter(match=pattern, count=1000):
+                batch.append(str(key)[skip:])
+                if len(batch) >= 1000:
+                    await self._backfill(keys=[], args=[self._record_prefix, self._index_prefix, *batch])
+                    batch = []
+            if batch:
+                await self._backfill(keys=[], args=[self._record_prefix, self._index_prefix, *batch])
             await self._redis.set(marker, "1")
         self._indexed = True
 

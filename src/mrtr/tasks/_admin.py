@@ -15,7 +15,7 @@ from typing import Any
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFormatError
 from mrtr._errors import EventNotDelivered
-from mrtr.stores._base import TaskPage, TaskQuery, TaskRecord, TaskStore
+from mrtr.stores._base import HISTORY_KEPT, TaskPage, TaskQuery, TaskRecord, TaskStore
 from mrtr.tasks._inbox import deliver, new_event
 
 _CAS_RETRIES = 20
@@ -32,6 +32,7 @@ def cancel_change(record: TaskRecord, now: float) -> tuple[TaskRecord | None, bo
         return None, False  # idempotent, also on finished tasks
     running = record.status == "working" and record.lease_owner is not None and record.lease_until >= now
     changed = record.copy(cancel_requested=True, updated_at=now)
+    changed = changed.copy(history=[*record.history, {"at": round(now, 3), "kind": "cancel"}][-HISTORY_KEPT:])
     if not running:
         changed = changed.copy(
             status="cancelled", status_message=None, input_requests={}, waiting=[], lease_owner=None, lease_until=0.0
@@ -133,6 +134,9 @@ class TaskAdmin:
                 lease_until=0.0,
                 attempt=record.attempt + 1,
                 journal=journal_codec.encode(journal),
+                history=[*record.history, {"at": round(now, 3), "kind": "rerun", "attempt": record.attempt + 1}][
+                    -HISTORY_KEPT:
+                ],
                 updated_at=now,
             )
             if await self.store.save(changed):

@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 
 class Checkpoints:
@@ -29,6 +31,8 @@ class Checkpoints:
 
     def __init__(self, write: Callable[[], Awaitable[None]]) -> None:
         self._write = write
+        self.ran: list[dict[str, Any]] = []
+        """Steps run since the last write that stored them (`TaskRecord.history` entries)."""
         self._dirty = False
         self._scheduled = False
         self._writing: asyncio.Task[None] | None = None
@@ -40,6 +44,13 @@ class Checkpoints:
             self._scheduled = True
             # An empty context: the write is mrtr's, never a task of the flow (see mrtr._engine.branches).
             asyncio.get_running_loop().call_soon(self._start, context=contextvars.Context())
+
+    def step_ran(self, key: str, seconds: float, error: str | None) -> None:
+        """Note a step that really ran for the task's history; the next write stores it."""
+        entry: dict[str, Any] = {"at": round(time.time(), 3), "kind": "step", "key": key, "seconds": round(seconds, 4)}
+        if error is not None:
+            entry["error"] = error[:500]
+        self.ran.append(entry)
 
     async def durable(self) -> None:
         """Wait until every journaled step is in the store (before a step's side effect)."""

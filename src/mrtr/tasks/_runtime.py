@@ -37,7 +37,7 @@ from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVe
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowDefinitionError, FlowError
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
-from mrtr.stores._base import WAIT_FOREVER
+from mrtr.stores._base import HISTORY_KEPT, WAIT_FOREVER
 from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._checkpoints import Checkpoints
@@ -451,6 +451,7 @@ class TaskRuntime(StateChanges):
         spec, convert = entry
 
         checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)))
+        held.ran = checkpoints.ran  # every write of this run takes the steps it ran into the history
         waits = _RunWaits(self, held)
 
         try:
@@ -580,8 +581,14 @@ class TaskRuntime(StateChanges):
             candidate = held.record.copy(**changes, **lease, updated_at=now)
             if consumed is not None:
                 candidate = settle_inbox(candidate, consumed, now)
+            ran = list(held.ran)
+            if ran:
+                attempt = candidate.attempt
+                history = [*candidate.history, *({"attempt": attempt} | entry for entry in ran)]
+                candidate = candidate.copy(history=history[-HISTORY_KEPT:])
             if await self.store.save(candidate):
                 held.record = candidate
+                del held.ran[: len(ran)]
                 return
             fresh = await self.store.load(held.record.task_id, now)
             if fresh is None or fresh.lease_owner != self.worker_id or fresh.terminal:
@@ -646,6 +653,8 @@ class _Held:
     def __init__(self, record: TaskRecord) -> None:
         self.record = record
         self.cancel_seen = False
+        self.ran: list[dict[str, Any]] = []
+        """Steps this run ran that no write has stored in the task's history yet."""
 
 
 __all__ = [
