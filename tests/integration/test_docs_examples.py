@@ -298,3 +298,14 @@ def test_every_public_name_has_a_reference_entry_with_a_docstring(site: Path) ->
             if target.docstring is None or len(target.docstring.value.split()) < 4:
                 problems.append(f"{name}.{public}: no docstring saying what it is for ({target.path})")
     assert not problems, "\n".join(problems)
+
+
+def test_the_readme_is_a_front_door() -> None:
+    """Short (the docs hold the rest), and every relative link in it leads to a file that exists."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.encode()) <= 12 * 1024, f"README.md is {len(readme.encode())} bytes: move sections into docs/"
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [target for target in targets if "://" not in target]
+    assert len(local) >= 10, local
+    missing = [target for target in local if not (ROOT / target).exists()]
+    assert not missing, f"README.md links to missing files: {missing}"
