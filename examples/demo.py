@@ -4,7 +4,7 @@ Starts two instances of examples/deployer_server.py (labels A and B) on free 127
 ports, sharing a freshly generated state key and one task store: the local Redis
 (127.0.0.1:6379, a fresh namespace, deleted at the end) when one answers, else a SQLite
 file in a temp dir. Each instance's start-up line says which bus its task notifications
-ride: with Redis, a fleet bus on the store's own broker (the README's plain fleet recipe).
+ride: with Redis, a fleet bus on the store's own broker (the plain fleet recipe of docs/guides/fleet.md).
 
 Part 1 drives the ephemeral `deploy` flow with examples/deployer_client.py so that
 consecutive rounds land on different processes, reads the servers' audit log to show

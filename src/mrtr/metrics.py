@@ -4,7 +4,7 @@ mrtr records on the meter named `mrtr` (`METER_NAME`) once an application config
 `MeterProvider` — globally with `opentelemetry.metrics.set_meter_provider`, or for mrtr
 alone with `use_meter_provider` — and costs a round one attribute lookup until then. The
 instruments, their units and attributes are listed in `mrtr._engine.metrics` and the
-README ("Metrics"): rounds by outcome (`mrtr.rounds`), round duration (`mrtr.round.duration`),
+docs/guides/operating.md ("Metrics"): rounds by outcome (`mrtr.rounds`), round duration (`mrtr.round.duration`),
 sealed state size (`mrtr.state.size`), steps run and replayed (`mrtr.steps`), shed rounds
 (`mrtr.shed`), replay guard refusals (`mrtr.replay_refused`), task status transitions
 (`mrtr.task.transitions`), tasks by status (`mrtr.tasks`) and open listen streams

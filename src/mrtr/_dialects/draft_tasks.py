@@ -10,7 +10,7 @@ of the fleet answers any step. The shapes are the seed's: `result.task` on creat
 task's fields (`taskId`, `status`, `statusMessage`, `createdAt`, `ttl`, `pollInterval`) on
 `tasks/get`, top-level `input_requests` from `tasks/result` while the task waits.
 
-Choices where the seed is ambiguous (one each; the README's "Seed dialects" says the same):
+Choices where the seed is ambiguous (one each; docs/dialects.md says the same):
 
 - status: the tasks extension's lowercase values (`working`, `completed`); the seed's "Working" is read as those.
 - ttl: `params.task.ttl` asks; the answer's `ttl` is the server's (`Flows(task_ttl=)`), as tasks allow.
