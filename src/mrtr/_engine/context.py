@@ -12,19 +12,24 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from mcp_types import (
+    AudioContent,
     CreateMessageRequestParams,
     CreateMessageResult,
+    CreateMessageResultWithTools,
+    ImageContent,
     IncludeContext,
     ListRootsResult,
     ModelPreferences,
     Root,
     SamplingMessage,
     TextContent,
+    Tool,
+    ToolChoice,
 )
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from mrtr._engine.asks import Ask, Capability, elicit_ask, elicit_url_ask, form_ask, roots_ask, sample_ask
 from mrtr._engine.steps import StepInfo, current_step, typed_result
@@ -35,6 +40,8 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
 logger = logging.getLogger("mrtr.context")
+
+_SAMPLING_ANSWER = TypeAdapter[Any](cast(Any, CreateMessageResult | CreateMessageResultWithTools))
 
 M = TypeVar("M", bound=BaseModel)
 P = ParamSpec("P")
@@ -157,6 +164,7 @@ class FlowContext:
         wire_key, answer = await self._driver.ask(elicit_url_ask(message, url, key))
         _raise_if_refused(answer, message, wire_key)
 
+    @overload
     async def sample(
         self,
         prompt: str | Sequence[SamplingMessage | dict[str, Any]],
@@ -168,10 +176,56 @@ class FlowContext:
         model_preferences: ModelPreferences | None = None,
         include_context: IncludeContext | None = None,
         metadata: dict[str, Any] | None = None,
+        tools: None = None,
+        tool_choice: None = None,
         key: str | None = None,
         allow_preanswer: bool = False,
-    ) -> CreateMessageResult:
-        """Ask the client's LLM for a completion (`sampling/createMessage`)."""
+    ) -> CreateMessageResult: ...
+    @overload
+    async def sample(
+        self,
+        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        *,
+        max_tokens: int,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: list[str] | None = None,
+        model_preferences: ModelPreferences | None = None,
+        include_context: IncludeContext | None = None,
+        metadata: dict[str, Any] | None = None,
+        tools: Sequence[Tool],
+        tool_choice: ToolChoice | None = None,
+        key: str | None = None,
+        allow_preanswer: bool = False,
+    ) -> CreateMessageResultWithTools: ...
+
+    async def sample(
+        self,
+        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        *,
+        max_tokens: int,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: list[str] | None = None,
+        model_preferences: ModelPreferences | None = None,
+        include_context: IncludeContext | None = None,
+        metadata: dict[str, Any] | None = None,
+        tools: Sequence[Tool] | None = None,
+        tool_choice: ToolChoice | None = None,
+        key: str | None = None,
+        allow_preanswer: bool = False,
+    ) -> CreateMessageResult | CreateMessageResultWithTools:
+        """Ask the client's LLM for a completion (`sampling/createMessage`).
+
+        With `tools` (which needs the client's `sampling.tools` capability) the answer is a
+        `CreateMessageResultWithTools`: its content may be a list of blocks, `tool_use` ones
+        among them. Without, a `CreateMessageResult` of one block, as the SDK's
+        `create_message` returns. A one-block list is taken as that block.
+
+        Raises:
+            MalformedAnswer: The client's answer is not a valid sampling result (-32602).
+            TypeError: Without `tools`, the client answered with several blocks or a tool call.
+        """
         if isinstance(prompt, str):
             messages = [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))]
         else:
@@ -185,9 +239,38 @@ class FlowContext:
             model_preferences=model_preferences,
             include_context=include_context,
             metadata=metadata,
+            tools=list(tools) if tools is not None else None,
+            tool_choice=tool_choice,
         )
+        result = await self.create_message(params, key=key, allow_preanswer=allow_preanswer)
+        if tools is not None:
+            return CreateMessageResultWithTools.model_validate(result.model_dump(by_alias=True))
+        if isinstance(result, CreateMessageResult):
+            return result
+        content = result.content_as_list
+        if len(content) == 1 and isinstance(content[0], TextContent | ImageContent | AudioContent):
+            return CreateMessageResult(
+                role=result.role, content=content[0], model=result.model, stop_reason=result.stop_reason
+            )
+        kinds = ", ".join(block.type for block in content) or "no blocks"
+        raise TypeError(
+            f"the client answered a sampling request without tools with {kinds}, which a CreateMessageResult cannot "
+            "hold; call ctx.create_message(...) (or ctx.sample(..., tools=[...])) to take any valid answer"
+        )
+
+    async def create_message(
+        self, params: CreateMessageRequestParams, *, key: str | None = None, allow_preanswer: bool = False
+    ) -> CreateMessageResult | CreateMessageResultWithTools:
+        """One `sampling/createMessage` with exactly these params; any answer its protocol version allows.
+
+        The SDK's model of the answer: `CreateMessageResult` for one text, image or audio
+        block, else `CreateMessageResultWithTools` (lists, `tool_use`). Tools in `params`
+        need the client's `sampling.tools` capability. For adapters (`mrtr.fastmcp`'s tool
+        loop) and flows that take whatever the model sends; most flows call `sample`.
+        """
         _, answer = await self._driver.ask(sample_ask(params, key, allow_preanswer))
-        return CreateMessageResult.model_validate(answer)
+        parsed: CreateMessageResult | CreateMessageResultWithTools = _SAMPLING_ANSWER.validate_python(answer)
+        return parsed
 
     async def sample_text(
         self,
