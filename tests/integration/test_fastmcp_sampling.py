@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -436,3 +437,68 @@ def test_tool_concurrency_and_tool_choice_are_checked_before_asking() -> None:
     with pytest.raises(ValueError, match="lambda"):
         prepare_tools([lambda: 1])
     assert json.dumps(prepare_tools([SamplingTool.from_function(lambda: 1, name="one")])[0].parameters)
+
+
+# -- client-caused errors ---------------------------------------------------------------------------
+
+
+async def test_client_caused_errors_are_one_info_line_and_a_tool_error_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from mcp.client.streamable_http import streamable_http_client
+
+    from mrtr._guard import ReplayGuard
+    from mrtr.stores._sqlite import SQLiteStore
+    from tests.support.flowkit import Driver, manual_client
+
+    mcp, flows = new_server(replay_guard=ReplayGuard(SQLiteStore(":memory:")))
+
+    @flows.tool()
+    async def note(ctx: Context) -> str:
+        go = await ctx.elicit("Go?", response_type=bool)
+        return f"{go.action}: {(await ctx.sample('One line')).text}"  # type: ignore[attr-defined]
+
+    class Approval(BaseModel):
+        ok: bool
+
+    @flows.tool()
+    async def pay(ctx: mrtr.FlowContext) -> str:
+        return str((await ctx.elicit("Pay?", Approval)).ok)  # a decline raises, and ends the call
+
+    with caplog.at_level(logging.DEBUG):
+        async with served(mcp) as url, manual_client(streamable_http_client(url)) as client:
+            malformed = Driver(client, "note")
+            await malformed.send()
+            go = malformed.key_for_message("Go?")
+            await malformed.send({go: {"action": "accept", "content": {"value": True}}})
+            (sample,) = malformed.asked
+            state = malformed.state
+            bad = await malformed.send({sample: {"action": "accept", "content": {}}})
+            # the same round sent again with another answer: a fork the replay guard refuses
+            malformed.state = state
+            forked = await malformed.send(
+                {sample: {"role": "assistant", "model": "m", "content": {"type": "text", "text": "x"}}}
+            )
+            declined = Driver(client, "pay")
+            await declined.send()
+            refused = await declined.send({declined.key_for_message("Pay?"): {"action": "decline"}})
+
+    assert isinstance(bad, t.CallToolResult) and bad.is_error
+    assert bad.content[0].text.startswith(f"inputResponses[{sample!r}] is not a valid sampling/createMessage")  # type: ignore[union-attr]
+    assert isinstance(forked, t.CallToolResult) and forked.is_error
+    assert "already answered" in forked.content[0].text  # type: ignore[union-attr]
+    assert (
+        isinstance(refused, t.CallToolResult)
+        and refused.is_error
+        and refused.content[0].text == "The user declined the request: Pay?"
+    )  # type: ignore[union-attr]
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not loud, [(r.name, r.levelname, r.getMessage()) for r in loud]
+    lines = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.INFO and r.name.startswith(("mrtr", "fastmcp"))
+    ]
+    assert lines == [
+        f"flow note: refused the client's request: {bad.content[0].text}",  # type: ignore[union-attr]
+        f"flow note: refused the client's request: {forked.content[0].text}",  # type: ignore[union-attr]
+        "Error calling tool 'pay'",  # FastMCP's line for the user's refusal
+    ]

@@ -118,7 +118,27 @@ async def run_flow(
 
     `services` are what the instance lends the flow (task creation, replay guard, load
     shedding); the engine only knows their shapes (`mrtr._engine.spec`).
+
+    A -32602 is the client's doing (a malformed answer, stale or foreign state, a refused
+    or capped round): one INFO line says why, and the host sends the error without a
+    traceback (see `mrtr.fastmcp._client_errors` for FastMCP).
     """
+    try:
+        return await _run_flow(spec, request, arguments, services, wire, state_security)
+    except MCPError as exc:
+        if exc.error.code == INVALID_PARAMS:
+            logger.info("flow %s: refused the client's request: %s", spec.name, exc.error.message)
+        raise
+
+
+async def _run_flow(
+    spec: FlowSpec,
+    request: Any,
+    arguments: Mapping[str, Any],
+    services: Services | None,
+    wire: Any,
+    state_security: Callable[[], RequestStateSecurity | None] | None,
+) -> Any:
     services = services or _NO_SERVICES
     round = Round.read(spec, request, arguments, wire, state_security)
     version, capabilities = round.protocol_version, round.capabilities

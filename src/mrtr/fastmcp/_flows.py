@@ -25,6 +25,7 @@ from fastmcp.server.dependencies import get_context
 from fastmcp.tools import FunctionTool
 from mcp.server.request_state import RequestStateSecurity, authenticated_principal
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, InputRequiredResult
 
 from mrtr import _fleet as fleet
@@ -47,6 +48,7 @@ from mrtr._shedding import LoadShedder, ShedClients
 from mrtr._wire import TASKS_EXTENSION
 from mrtr.buses._base import BrokerBus
 from mrtr.fastmcp import _internals as internals
+from mrtr.fastmcp._client_errors import quiet_tool_error
 from mrtr.fastmcp._context import FlowsContext
 from mrtr.fastmcp._tasks import FastMCPTasks, created_box, serve_listen
 from mrtr.stores import TaskStore
@@ -382,6 +384,11 @@ class Flows:
                 box.append(created.result)
                 # A result FastMCP passes through untouched; the tasks interceptor replaces it.
                 return InputRequiredResult(request_state="mrtr:task-created")
+            except MCPError as exc:  # issue #35: a client's mistake is one INFO line on FastMCP, not a traceback
+                quiet = quiet_tool_error(exc) if refused is _refused_as_tool_error else None
+                if quiet is None:
+                    raise
+                raise quiet from None
 
         return entry_point(fn, spec, run)
 
@@ -422,7 +429,7 @@ def _tool_result(tool: FunctionTool, value: Any) -> CallToolResult:
 
 
 def _refused_as_tool_error(exc: InputRefused) -> Exception:
-    return ToolError(str(exc))
+    return quiet_tool_error(exc) or ToolError(str(exc))  # a user who said no: INFO, not ERROR
 
 
 __all__ = ["Flows"]
