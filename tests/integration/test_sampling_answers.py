@@ -140,3 +140,55 @@ def test_answers_are_checked_against_their_protocol_versions_schema() -> None:
         client_result("k", "sampling/createMessage", listed | {"role": "bot"}, "2025-11-25")
     with pytest.raises(MalformedAnswer, match=r"model must be a string naming the model \(missing\)"):
         client_result("k", "sampling/createMessage", {"role": "assistant", "content": listed["content"]})
+
+
+# -- a ctx call never awaited (issue #35) ----------------------------------------------------------
+
+
+async def test_a_ctx_call_never_awaited_is_an_error_naming_the_call() -> None:
+    from tests.support.flowkit import sampled
+
+    server = new_server()
+    flows = mrtr.Flows(server)
+    handed: list[Any] = []
+
+    @flows.tool()
+    async def forgot(ctx: mrtr.FlowContext) -> str:
+        ctx.sample_text("One line", max_tokens=5)  # type: ignore[unused-coroutine]  # the bug under test
+        return "done"
+
+    @flows.tool()
+    async def handed_on(ctx: mrtr.FlowContext) -> str:
+        line = ctx.sample_text("Another line", max_tokens=5)
+        await ctx.step("keep", handed.append, line)
+        return "kept"
+
+    @flows.tool()
+    async def used(ctx: mrtr.FlowContext) -> str:
+        roots = ctx.list_roots()
+        return str(len(roots))  # type: ignore[arg-type]  # TypeError: the coroutine has no len()
+
+    @flows.tool()
+    async def returned(ctx: mrtr.FlowContext) -> str:
+        return ctx.sample_text("Last line", max_tokens=5)  # type: ignore[return-value]
+
+    async def llm(context: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+        return sampled("never asked")
+
+    errors = {}
+    async with Client(server, sampling_callback=llm, list_roots_callback=None) as client:
+        for tool in ("forgot", "handed_on", "used", "returned"):
+            with pytest.raises(MCPError) as raised:
+                await client.call_tool(tool, {})
+            errors[tool] = raised.value.error.message
+    assert errors == {
+        "forgot": "flow 'forgot': ctx.sample_text('One line') was never awaited, so it did nothing (the flow got a "
+        "coroutine object, not its value); write `await ctx.sample_text('One line')`",
+        "handed_on": "step 'keep' was handed ctx.sample_text('Another line'), a coroutine: that call was never "
+        "awaited, so it did nothing; write `await ctx.sample_text('Another line')` and pass its value",
+        "used": "flow 'used': ctx.list_roots() was never awaited, so it did nothing (the flow got a coroutine object, "
+        "not its value); write `await ctx.list_roots()`",
+        "returned": "flow 'returned' returned ctx.sample_text('Last line') unawaited; write "
+        "`return await ctx.sample_text('Last line')`",
+    }
+    assert handed == []

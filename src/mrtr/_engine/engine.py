@@ -11,6 +11,7 @@ or — for a task-enabled call — a durable task that takes over.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -26,14 +27,14 @@ from mcp_types.version import is_version_at_least
 from mrtr._engine import branches, metrics, sealing, tracing
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.asks import Ask, supports
-from mrtr._engine.context import FlowContext, current_flow_context
+from mrtr._engine.context import FlowContext, current_flow_context, describe_call
 from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver, LiveDriver, missing_capability
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._engine.replay import Replay
 from mrtr._engine.round import Round, Services, chain
 from mrtr._engine.spec import FlowSpec, ShedCheck
 from mrtr._engine.waits import WaitSource
-from mrtr._errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
+from mrtr._errors import FlowDefinitionError, FlowError, FlowExpired, NondeterminismError, TooManyRounds
 from mrtr._wire import TASKS_EXTENSION
 
 logger = logging.getLogger("mrtr.engine")
@@ -197,9 +198,21 @@ async def call_flow(spec: FlowSpec, ctx: FlowContext, arguments: Mapping[str, An
         kwargs[spec.ctx_param] = ctx if spec.wrap_context is None else spec.wrap_context(ctx)
     token = current_flow_context.set(ctx)  # `mrtr.step` / `mrtr.gather` find it here
     try:
-        return await spec.fn(**kwargs)
+        value = await spec.fn(**kwargs)
+    except Exception as exc:
+        ctx.check_awaited(spec.name, exc)  # a never-awaited ctx call is the cause to report
+        raise
+    except BaseException:  # the round ended (settled, handed over): not the flow's end
+        ctx.unawaited()
+        raise
     finally:
         current_flow_context.reset(token)
+    if inspect.iscoroutine(value):
+        call = describe_call(value)
+        ctx.unawaited()
+        raise FlowDefinitionError(f"flow {spec.name!r} returned {call} unawaited; write `return await {call}`")
+    ctx.check_awaited(spec.name, None)
+    return value
 
 
 async def execute(

@@ -33,7 +33,7 @@ from fastmcp.server.elicitation import (
 )
 from mcp_types import ModelPreferences, Root, SamplingMessage
 
-from mrtr._engine.context import FlowContext
+from mrtr._engine.context import FlowContext, tracked
 from mrtr.fastmcp import _sampling as sampling
 from mrtr.fastmcp._sampling import SampleStep, SamplingResult, SamplingTool, SamplingTools, ToolChoiceOption
 
@@ -54,6 +54,7 @@ class FlowsContext(Context):
         """mrtr's `FlowContext` of this flow (`step`, `gather`, `patched`, `continue_as_task`...)."""
         return self._mrtr_flow
 
+    @tracked
     async def elicit(
         self,
         message: str,
@@ -117,6 +118,7 @@ class FlowsContext(Context):
         tool_concurrency: int | None = None,
     ) -> SamplingResult[str]: ...
 
+    @tracked
     async def sample(
         self,
         messages: str | Sequence[str | SamplingMessage],
@@ -150,6 +152,7 @@ class FlowsContext(Context):
             tool_concurrency=tool_concurrency,
         )
 
+    @tracked
     async def sample_step(
         self,
         messages: str | Sequence[str | SamplingMessage],
@@ -180,6 +183,7 @@ class FlowsContext(Context):
             tool_concurrency=tool_concurrency,
         )
 
+    @tracked
     async def list_roots(self) -> list[Root]:
         """The client's roots, as FastMCP 3.x's `ctx.list_roots()` returned them."""
         return await self._mrtr_flow.list_roots()
