@@ -177,7 +177,7 @@ async def test_an_answer_that_does_not_fit_the_response_type_is_asked_again() ->
     async with served(mcp) as url, Client(streamable_http_client(url), elicitation_callback=sloppy) as client:
         result = await client.call_tool("age", {})
     assert result.content[0].text == "age 41"
-    assert len(asked) == 2 and "Asked again" in asked[1]
+    assert asked == ["Age?", "Age?\n\n(Asked again: The answer must be a whole number.)"]  # not pydantic's report
 
 
 async def test_a_server_without_a_shared_key_warns_at_start_up(caplog: pytest.LogCaptureFixture) -> None:

@@ -192,3 +192,31 @@ async def test_a_ctx_call_never_awaited_is_an_error_naming_the_call() -> None:
         "`return await ctx.sample_text('Last line')`",
     }
     assert handed == []
+
+
+async def test_a_reasked_form_says_why_in_the_forms_words() -> None:
+    from typing import Literal
+
+    from pydantic import BaseModel, Field
+
+    class Order(BaseModel):
+        quantity: int = Field(title="How many")
+        colour: Literal["red", "blue"]
+        note: str
+
+    server = new_server()
+    flows = mrtr.Flows(server)
+
+    @flows.tool()
+    async def order(ctx: mrtr.FlowContext) -> str:
+        return str(await ctx.elicit("Order?", Order))
+
+    async with manual_client(server) as client:
+        call = Driver(client, "order")
+        await call.send()
+        (key,) = call.asked
+        await call.send({key: {"action": "accept", "content": {"quantity": "lots", "colour": "green"}}})
+        again = call.asked[key]
+    assert again.params.message == (  # type: ignore[union-attr]
+        "Order?\n\n(Asked again: How many must be a whole number; Colour must be one of: red, blue; Note is required.)"
+    )

@@ -203,17 +203,72 @@ class Ask:
         raise AssertionError(f"unknown ask kind {self.kind!r}")  # pragma: no cover
 
     def _validate_form(self, content: dict[str, Any]) -> object:
-        if self.validator is not None:
-            try:
-                return self.validator(content)
-            except (ValidationError, ValueError, TypeError) as exc:
-                raise BadAnswer(f"content does not match the requested schema ({exc})") from None
-        assert self.schema is not None
         try:
+            if self.validator is not None:
+                return self.validator(content)
+            assert self.schema is not None
             return self.schema.model_validate(content)
-        except ValidationError as exc:
-            fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"]) or "the form"
-            raise BadAnswer(f"content does not match the requested schema ({fields})") from None
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise BadAnswer(human_reason(exc, self._form_fields())) from None
+
+    def _form_fields(self) -> dict[str, Any]:
+        params = getattr(self.request, "params", None)
+        schema = getattr(params, "requested_schema", None) or {}
+        properties: dict[str, Any] = schema.get("properties") or {}
+        return properties
+
+
+def human_reason(exc: Exception, fields: dict[str, Any]) -> str:
+    """Why a form answer was not taken, for the person who answers it again: short, in the form's words.
+
+    The re-asked question carries it (`(Asked again: ...)`), so it names fields by the titles
+    the form showed and says what each needs ("Age must be a whole number"), not pydantic's
+    report (model names, error codes, URLs). A form of one field is "the answer".
+    """
+    if not isinstance(exc, ValidationError):  # FastMCP's own checks (e.g. a missing value)
+        return "the answer is incomplete" if "missing" in str(exc) else "the answer does not fit the form"
+    reasons: list[str] = []
+    for error in exc.errors()[:3]:
+        name = next((str(part) for part in error["loc"] if isinstance(part, str) and part in fields), None)
+        if name is None and error["loc"]:
+            name = str(error["loc"][0])
+        field = fields.get(name or "") or {}
+        title = "" if len(fields) == 1 else str(field.get("title") or (name or "").replace("_", " ").capitalize())
+        reason = _needs(error, field)
+        reasons.append(f"{title or 'The answer'} {reason}")
+    more = exc.error_count() - len(reasons)
+    return "; ".join(reasons) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _needs(error: Any, field: dict[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "is required"
+    if kind.startswith("int_"):
+        return "must be a whole number"
+    if kind.startswith(("float_", "decimal_")):
+        return "must be a number"
+    if kind.startswith("bool_"):
+        return "must be yes or no"
+    if kind in ("literal_error", "enum"):
+        choices = (
+            field.get("enum")
+            or field.get("items", {}).get("enum")
+            or [option.get("const") for option in field.get("oneOf") or field.get("anyOf") or [] if "const" in option]
+        )
+        return f"must be one of: {', '.join(map(str, choices))}" if choices else "must be one of the choices"
+    if kind.startswith(("string_", "str_")) and "pattern" not in kind:
+        return "must be text" if kind == "string_type" else _plain(error["msg"])
+    if kind in ("list_type", "set_type"):
+        return "must be a list of choices"
+    return _plain(error["msg"])
+
+
+def _plain(message: str) -> str:
+    """Pydantic's message for the rest ("Input should be ..."), as the rest of the sentence."""
+    message = message.removeprefix("Value error, ")
+    message = message.replace("Input should be", "must be").replace("String should", "must")
+    return message[0].lower() + message[1:] if message else "does not fit"
 
 
 _CAPABILITY: dict[AskKind, Capability] = {
@@ -490,6 +545,7 @@ def required_capability(capability: Capability) -> dict[str, Any]:
 
 __all__ = [
     "form_ask",
+    "human_reason",
     "SUPPORTED_FIELDS",
     "Ask",
     "AskKind",
