@@ -43,3 +43,8 @@ def test_waits_quick_wakes_every_task_on_sqlite() -> None:
 def test_console_quick_serves_every_page_from_sqlite() -> None:
     out = _run("benchmarks/console.py", "--quick", "--stores", "sqlite")
     assert "(2) status + tool filter" in out and "(5) one task's page" in out and "p50" in out, out
+
+
+def test_sampling_quick_measures_the_tool_loop_next_to_a_plain_sample() -> None:
+    out = _run("benchmarks/sampling.py", "--quick")
+    assert "3 tools           3" in out and "3 turns           5" in out and "plain             2" in out, out

@@ -21,11 +21,14 @@ error result, and structured output goes through a synthetic `final_response` to
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import inspect
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, cast
 
@@ -263,7 +266,10 @@ async def sample(
     choice: ToolChoice | None = None
     if structured:
         assert result_type is not None
-        final = _FinalResponse(result_type)
+        try:
+            final = _final_response(cast(Hashable, result_type))
+        except TypeError:  # an unhashable type form: built for this call only
+            final = _FinalResponse(result_type)
         sampling_tools = [*sampling_tools, final.tool]
         choice = ToolChoice(mode="required")  # the model must end by calling final_response
     history = prepare_messages(messages)
@@ -331,6 +337,12 @@ class _FinalResponse:
 
     def text(self, value: Any) -> str:
         return json.dumps(self.adapter.dump_python(value, mode="json"))
+
+
+@functools.lru_cache(maxsize=256)
+def _final_response(result_type: Any) -> _FinalResponse:
+    """Made once per type: its validator and schema cost more than a replayed round."""
+    return _FinalResponse(result_type)
 
 
 def _echo(**arguments: Any) -> dict[str, Any]:
@@ -477,10 +489,8 @@ def prepare_tools(tools: SamplingTools | None) -> list[SamplingTool]:
     for tool in tools or ():
         if isinstance(tool, SamplingTool):
             prepared.append(tool)
-        elif isinstance(tool, Tool):
-            prepared.append(SamplingTool.from_tool(tool))
-        elif callable(tool):
-            prepared.append(SamplingTool.from_function(tool))
+        elif isinstance(tool, Tool) or callable(tool):
+            prepared.append(_converted(tool))
         else:
             raise TypeError(f"tools= takes SamplingTools, FastMCP tools or functions, not {type(tool).__name__}")
     names = [tool.name for tool in prepared]
@@ -488,6 +498,22 @@ def prepare_tools(tools: SamplingTools | None) -> list[SamplingTool]:
     if duplicated:
         raise ValueError(f"two sampling tools are named {duplicated[0]!r}: the model could not tell them apart")
     return prepared
+
+
+_conversions: weakref.WeakKeyDictionary[Any, SamplingTool] = weakref.WeakKeyDictionary()
+
+
+def _converted(tool: Tool | Callable[..., Any]) -> SamplingTool:
+    """A function's or FastMCP tool's `SamplingTool`, made once: every replay of the loop prepares
+    its tools again, and deriving a schema from a signature costs far more than the rest of a round."""
+    try:
+        return _conversions[tool]
+    except (KeyError, TypeError):
+        pass
+    converted = SamplingTool.from_tool(tool) if isinstance(tool, Tool) else SamplingTool.from_function(tool)
+    with contextlib.suppress(TypeError):  # not weakly referenceable: converted again next time
+        _conversions[tool] = converted
+    return converted
 
 
 def _tool_choice(tool_choice: str | None) -> ToolChoice | None:
