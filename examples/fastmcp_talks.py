@@ -76,6 +76,7 @@ def assign(talk_id: str, reviewer: str) -> str:
 
 @flows.tool(description="Match reviewers to a talk: the LLM scores them, the user confirms each match")
 async def match_reviewers(talk_id: str, ctx: FlowsContext) -> str:
+    # --8<-- [start:sample]
     scored = await ctx.sample(
         f"Read talk {talk_id} and score each of these reviewers from 0 to 10: {', '.join(REVIEWERS)}.",
         system_prompt="You match conference talks to reviewers.",
@@ -83,16 +84,19 @@ async def match_reviewers(talk_id: str, ctx: FlowsContext) -> str:
         tool_concurrency=0,  # the model's tool calls of one turn run at once
         result_type=Scores,
     )
+    # --8<-- [end:sample]
     good = [match for match in scored.result.matches if match.score >= 5]
+    # --8<-- [start:confirm]
     # 3.x asked in a loop, one round each; gathered, all confirmations go out in one round.
     answers = await mrtr.gather(
         *[ctx.elicit(f"Assign {m.reviewer} (score {m.score}) to {talk_id}?", response_type=bool) for m in good]
     )
     done = [
-        await mrtr.step("assign", assign, talk_id, match.reviewer)
+        await mrtr.step("assign", assign, talk_id, match.reviewer)  # the side effect: once per match
         for match, answer in zip(good, answers, strict=True)
         if isinstance(answer, AcceptedElicitation) and answer.data
     ]
+    # --8<-- [end:confirm]
     return f"{talk_id}: " + (", ".join(done) or "nobody assigned")
 
 

@@ -23,6 +23,7 @@ from mcp.shared.uri_template import UriTemplate
 from mcp_types import Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
 
+from mrtr import _answer_edge as answer_edge
 from mrtr import _fleet as fleet
 from mrtr import _sdk as sdk
 from mrtr._checks import check_elicit_schemas, flow_context_param, plain_function
@@ -178,6 +179,7 @@ class Flows:
         """What this instance lends its flows' rounds (the engine sees only these shapes)."""
         self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
         self._static = StaticResourceFlows(server)
+        answer_edge.install(sdk.lowlevel_server(server))  # issue #35: a malformed answer is named, not bare -32602
         self.specs: dict[str, FlowSpec] = {}
         """Every flow registered here, by name (replay tests look flows up in it)."""
         self._store = store

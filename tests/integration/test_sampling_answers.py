@@ -220,3 +220,66 @@ async def test_a_reasked_form_says_why_in_the_forms_words() -> None:
     assert again.params.message == (  # type: ignore[union-attr]
         "Order?\n\n(Asked again: How many must be a whole number; Colour must be one of: red, blue; Note is required.)"
     )
+
+
+async def test_an_answer_that_no_answer_type_fits_is_named_at_the_edge_on_both_hosts() -> None:
+    """The SDK's own check (before any handler) would say only `Invalid request parameters`.
+
+    Sent as raw JSON-RPC: the official client validates what it sends, so it cannot send these.
+    """
+    from fastmcp import FastMCP
+    from mcp.server.request_state import RequestStateSecurity
+
+    import mrtr.fastmcp
+    from tests.support.flowkit import SHARED_KEY, served
+
+    fast: FastMCP[Any] = FastMCP("fm-edge", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    fast_flows = mrtr.fastmcp.Flows(fast)
+
+    @fast_flows.tool()
+    async def note(ctx: mrtr.FlowContext) -> str:
+        return await ctx.sample_text("One line", max_tokens=20)
+
+    async def bare_call(url: str, tool: str, answers: dict[str, Any]) -> dict[str, Any]:
+        import httpx2
+
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": tool,
+                "arguments": {},
+                "inputResponses": answers,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+                },
+            },
+        }
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": tool,
+        }
+        async with httpx2.AsyncClient(trust_env=False, timeout=20.0) as http:
+            response = await http.post(url, json=body, headers=headers)
+        error: dict[str, Any] = response.json()["error"]
+        return error
+
+    text_missing = {"role": "assistant", "model": "m", "content": {"type": "text"}}
+    async with served(sampling_server()) as plain_url, served(fast) as fast_url:
+        for url, tool in ((plain_url, "note"), (fast_url, "note")):
+            error = await bare_call(url, tool, {"sample_0123456789": text_missing})
+            assert error["code"] == -32602
+            assert error["message"].startswith(
+                "inputResponses['sample_0123456789'] is not a valid sampling/createMessage result under 2026-07-28: "
+                "content must be a text, image, audio, tool_use or tool_result content block"
+            ), error
+            assert error["data"]["inputKey"] == "sample_0123456789" and error["data"]["field"] == "content"
+            bad_action = await bare_call(url, tool, {"mine": {"action": "maybe"}})
+            assert bad_action["message"].startswith(
+                "inputResponses['mine'] is not a valid elicitation/create result under 2026-07-28: action must be "
+                '"accept", "decline" or "cancel"'
+            ), bad_action

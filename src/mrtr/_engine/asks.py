@@ -91,6 +91,11 @@ _EXPECTED: dict[str, str] = {
     "roots": "a list of roots, each {uri, name?} with a file:// uri",
 }
 
+_ELICIT_EXPECTED: dict[str, str] = {
+    "action": '"accept", "decline" or "cancel"',
+    "content": "an object of the form's fields (strings, numbers, booleans or lists of strings)",
+}
+
 _SAMPLING_RESULT = TypeAdapter[Any](cast(Any, CreateMessageResult | CreateMessageResultWithTools))
 """The SDK's own model for a sampling answer: one block, else the array-capable form (arm order matters)."""
 
@@ -379,10 +384,10 @@ def client_result(key: str, method: str, answer: Any, version: str = LATEST_MODE
 
 
 def malformed(kind: AskKind, exc: ValidationError, answer: Any, key: str, version: str) -> MalformedAnswer:
-    """The `MalformedAnswer` for a sampling or roots answer that failed validation with `exc`."""
-    method = "sampling/createMessage" if kind == "sample" else "roots/list"
+    """The `MalformedAnswer` for an answer that failed its wire schema with `exc`."""
+    method = {"sample": "sampling/createMessage", "roots": "roots/list"}.get(kind, "elicitation/create")
     field, got = _first_problem(exc, answer)
-    expected = _EXPECTED.get(field) or exc.errors()[0]["msg"].lower()
+    expected = (_ELICIT_EXPECTED if kind == "elicit" else _EXPECTED).get(field) or exc.errors()[0]["msg"].lower()
     return MalformedAnswer(key, method, version, field, expected, got)
 
 

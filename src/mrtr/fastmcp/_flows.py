@@ -28,6 +28,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, InputRequiredResult
 
+from mrtr import _answer_edge as answer_edge
 from mrtr import _fleet as fleet
 from mrtr._checks import check_elicit_schemas
 from mrtr._engine.asks import Capability
@@ -169,6 +170,7 @@ class Flows:
         self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when, shed_clients)
         policies: tuple[RoundPolicy, ...] = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
         self.services = Services(policies=policies)
+        answer_edge.install(internals.lowlevel_server(mcp))  # issue #35: a malformed answer is named
         self.specs: dict[str, FlowSpec] = {}
         """Every flow registered here, by name."""
 
