@@ -502,3 +502,41 @@ async def test_client_caused_errors_are_one_info_line_and_a_tool_error_not_a_tra
         f"flow note: refused the client's request: {forked.content[0].text}",  # type: ignore[union-attr]
         "Error calling tool 'pay'",  # FastMCP's line for the user's refusal
     ]
+
+
+# -- in a durable task ------------------------------------------------------------------------------
+
+
+async def test_the_tool_loop_runs_in_a_durable_task_each_tool_once() -> None:
+    """As a task, the loop's asks go out through `tasks/update` and its tool calls are steps in the store."""
+    from mrtr.client import tasks_client
+    from mrtr.stores import SQLiteStore
+
+    runs: Counter[str] = Counter()
+    mcp, flows = new_server("fm-sampling-task", store=SQLiteStore(":memory:"), task_poll_interval=0.05)
+
+    def measure(x: int) -> int:
+        runs["measure"] += 1
+        return x * 10
+
+    @flows.tool(task="required")
+    async def survey(ctx: Context) -> str:
+        result = await ctx.sample("Survey", tools=[measure], result_type=int)  # type: ignore[attr-defined]
+        return f"total {result.result}"
+
+    async def llm(context: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResultWithTools:
+        results = tool_results(params.messages)
+        if not results:
+            return uses(("a", "measure", {"x": 1}), ("b", "measure", {"x": 2}))
+        total = sum(int(result_text(r)) for r in results)
+        return uses(("f", "final_response", {"value": total}))
+
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with served(mcp) as url:
+        client = tasks_client(streamable_http_client(url), sampling_callback=llm, sampling_capabilities=TOOLS)
+        async with client:
+            result = await client.call_tool("survey", {})
+    assert not result.is_error, result
+    assert result.content[0].text == "total 30"  # type: ignore[union-attr]
+    assert runs == Counter(measure=2)

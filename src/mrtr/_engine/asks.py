@@ -231,7 +231,7 @@ def human_reason(exc: Exception, fields: dict[str, Any]) -> str:
     report (model names, error codes, URLs). A form of one field is "the answer".
     """
     if not isinstance(exc, ValidationError):  # FastMCP's own checks (e.g. a missing value)
-        return "the answer is incomplete" if "missing" in str(exc) else "the answer does not fit the form"
+        return "The answer is incomplete" if "missing" in str(exc) else "The answer does not fit the form"
     reasons: list[str] = []
     for error in exc.errors()[:3]:
         name = next((str(part) for part in error["loc"] if isinstance(part, str) and part in fields), None)
