@@ -36,6 +36,7 @@ from fastmcp import settings as fastmcp_settings
 from fastmcp.exceptions import ToolError
 from fastmcp.tools import FunctionTool, Tool
 from fastmcp.utilities.json_schema import compress_schema
+from mcp.server.validation import validate_tool_use_result_messages
 from mcp_types import (
     CreateMessageRequestParams,
     CreateMessageResult,
@@ -219,6 +220,9 @@ async def _step(
     tool_concurrency: int | None,
 ) -> SampleStep:
     check_concurrency(tool_concurrency)
+    # The SDK's own check of tool_use/tool_result pairing, as 3.x's `create_message` ran it: a
+    # history that breaks it fails here (ValueError), before the client is asked.
+    validate_tool_use_result_messages(history)
     params = CreateMessageRequestParams(
         messages=history,
         system_prompt=options.system_prompt,
