@@ -14,7 +14,8 @@ Every model turn is a round (the call ends with `input_required`, and the client
 with the answer), so a loop of n turns is n + 1 requests; every replay runs the loop from the
 top against the journal, so later rounds replay more. Reported per call: requests (`tools/call`
 seen by a FastMCP middleware), median and p90 client-observed latency, and the size of the
-last `requestState`, over FastMCP's in-memory client and over HTTP (uvicorn in this process).
+last round's journal (the `requestState` before the SDK's boundary seals it), over FastMCP's
+in-memory client and over HTTP (the official `mcp.Client`, uvicorn in this process).
 Method as in benchmarks/rounds.py: warm up, interleave the variants round-robin, median.
 
 Run: `.venv/bin/python benchmarks/sampling.py [--n N] [--quick]`.
@@ -63,7 +64,7 @@ class Plan(BaseModel):
 
 
 class Count(Middleware):
-    """Counts `tools/call` requests (every round is one) and keeps the last `requestState` size."""
+    """Counts `tools/call` requests (every round is one) and keeps the last journal's size (unsealed)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -218,7 +219,7 @@ async def measure(client: Any, counter: Count, n: int, warmup: int) -> dict[str,
 
 def report(name: str, results: dict[str, tuple[list[float], int, int]]) -> None:
     print(f"\n{name}")
-    print(f"  {'variant':<10} {'requests':>8} {'median':>9} {'p90':>9} {'vs plain':>9} {'last state':>11}")
+    print(f"  {'variant':<10} {'requests':>8} {'median':>9} {'p90':>9} {'vs plain':>9} {'journal':>11}")
     base = statistics.median(results["plain"][0])
     for variant in VARIANTS:
         values, requests, state = results[variant]
