@@ -9,6 +9,7 @@ code would send the same answer again until the round cap.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import mcp_types as t
@@ -89,15 +90,21 @@ async def test_a_list_of_content_blocks_is_a_valid_answer_in_both_eras(mode: str
     assert asked[0].tools is not None and asked[0].tools[0].name == "lookup"
 
 
-async def test_a_malformed_sampling_answer_is_an_error_naming_its_key_and_field() -> None:
+async def test_a_malformed_sampling_answer_is_an_error_naming_its_key_and_field(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async with manual_client(sampling_server()) as client:
         call = Driver(client, "note")
         await call.send()
         (key,) = call.asked
         assert key.startswith("sample_")
-        with pytest.raises(MCPError) as raised:
+        with caplog.at_level(logging.DEBUG), pytest.raises(MCPError) as raised:
             # An ElicitResult's shape passes the SDK's edge check, but answers no sampling request.
             await call.send({key: {"action": "accept", "content": {}}})
+    # the client's mistake: one INFO line with the reason, no traceback
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    [line] = [r for r in caplog.records if r.levelno == logging.INFO and r.name.startswith("mrtr")]
+    assert line.getMessage() == f"flow note: refused the client's request: {raised.value.error.message}"
     error = raised.value.error
     assert error.code == -32602
     assert error.message == (
