@@ -64,7 +64,7 @@ def context_param(
     if task or calls_flow_api(fn):
         return None
     raise FlowDefinitionError(
-        f"flow {flow!r} has no FlowContext parameter; add {annotations.format(name='ctx')} to its signature "
+        f"flow {flow!r} has no FlowContext parameter; add `ctx: mrtr.FlowContext` to its signature "
         "(a function that never asks or steps is a plain tool: register it with the server's own decorator)"
     )
 

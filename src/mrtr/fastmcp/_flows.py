@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import functools
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_context
-from fastmcp.tools import FunctionTool
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools import FunctionTool, ToolResult
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
-from mcp_types import CallToolResult
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams, CallToolResult
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -75,6 +77,7 @@ class Flows(BaseFlows):
             )
         self._host = _FastMCPHost(mcp)
         self._core = HostCore(self._host, resolved)
+        mcp.add_middleware(_ProtocolErrors(self._core.specs))
 
     def http_app(self, **options: Any) -> Starlette:
         """`mcp.http_app(**options)`, with the `X-Mrtr-Instance` header (`instance_name=`).
@@ -187,6 +190,31 @@ class Flows(BaseFlows):
             return TaskStartedResult(outcome) if isinstance(outcome, TaskStarted) else outcome
 
         return entry_point(fn, spec, run)
+
+
+class _ProtocolErrors(Middleware):
+    """A flow's protocol errors reach the wire as JSON-RPC errors, as on `MCPServer`.
+
+    FastMCP masks whatever a tool body raises into an `isError` result, `MCPError`s included
+    (it raises a `ToolError` from them). The SDK passes them through: a flow past its round
+    cap or deadline, a state this server cannot read or a round the replay guard refuses is a
+    -32602 (or -32603) the client can act on, not a tool result. For mrtr's flows only, this
+    middleware raises the `MCPError` FastMCP wrapped again.
+    """
+
+    def __init__(self, specs: Mapping[str, FlowSpec]) -> None:
+        self.specs = specs
+
+    async def on_call_tool(
+        self, context: MiddlewareContext[CallToolRequestParams], call_next: CallNext[CallToolRequestParams, ToolResult]
+    ) -> ToolResult:
+        try:
+            return await call_next(context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, MCPError) and context.message.name in self.specs:
+                raise cause from None
+            raise
 
 
 class _FastMCPHost:
