@@ -597,3 +597,21 @@ async def test_what_a_run_journals_stays_within_its_budget(budget: int) -> None:
     assert 1 <= outcome.value < len(sizes)  # some fit, some were refused
     assert codec.embedded_length(codec.encode(journal)) <= budget
     assert len(journal.steps) == outcome.value
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the budget check trusts Journal.size(), which leaves out the codec's one-character prefix: a journal "
+    "measured at exactly its budget is admitted and encodes one byte over it (tests/unit/test_journal.py)",
+)
+async def test_a_journal_measured_at_exactly_its_budget_encodes_within_it() -> None:
+    async def one(ctx: mrtr.FlowContext) -> str:
+        return await ctx.step("s", lambda: "value")
+
+    unbounded = Journal(flow_id="f" * 16, started_at=1.0)
+    await engine.execute(spec_of(one), unbounded, {}, None, {})
+    budget = unbounded.size()
+    journal = Journal(flow_id="f" * 16, started_at=1.0)
+    outcome = await engine.execute(spec_of(one), journal, {}, None, {}, RunOptions(budget=budget))
+    assert outcome.value == "value"  # admitted: the run measured it at its budget
+    assert codec.embedded_length(codec.encode(journal)) <= budget
