@@ -468,6 +468,7 @@ os._exit(9)  # die inside the transaction
 
 # Only where another process can hold a write transaction open; Redis runs each Lua script
 # whole (and every script here checks before it writes), so it has no mid-write state to kill.
+@pytest.mark.spawns  # another process holds the write transaction
 @pytest.mark.parametrize("make_store", backends("sqlite-file", "postgres"), indirect=True)
 async def test_crash_mid_transaction_leaves_the_old_record(make_store: Factory, tmp_path: Path) -> None:
     backend = make_store.backend  # type: ignore[attr-defined]
