@@ -206,18 +206,22 @@ async def test_a_branch_waiting_for_another_branchs_answer_lets_the_round_settle
 
 @pytest.mark.parametrize("guard", ["wait_for", "timeout"])
 async def test_an_ask_under_a_timeout_waits_for_the_client_without_timing_out(guard: str) -> None:
+    limit = 0.3
+
     async def patient(ctx: mrtr.FlowContext) -> str:
         if guard == "wait_for":
-            target = await asyncio.wait_for(ctx.elicit("Where?", Target), timeout=0.01)
+            target = await asyncio.wait_for(ctx.elicit("Where?", Target), timeout=limit)
         else:
-            async with asyncio.timeout(0.01):
+            async with asyncio.timeout(limit):
                 target = await ctx.elicit("Where?", Target)
         return target.env
 
     call = Rounds(patient)
+    began = time.perf_counter()
     outcome = await call.send()
     assert outcome.parked and outcome.error is None
-    await asyncio.sleep(0.02)  # the client takes longer than the timeout to answer
+    assert time.perf_counter() - began < limit  # settled at once: the timer is not the flow's work
+    await asyncio.sleep(limit + 0.05)  # the client takes longer than the timeout to answer
     assert result_of(await call.send({call.only_key(): accept(env="t")})) == "t"
 
 
