@@ -105,7 +105,7 @@ def journals(draw: st.DrawFn) -> Journal:
     return journal
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(journals())
 def test_any_journal_round_trips_and_its_size_bounds_its_encoding(journal: Journal) -> None:
     state = codec.encode(journal)
@@ -115,7 +115,7 @@ def test_any_journal_round_trips_and_its_size_bounds_its_encoding(journal: Journ
     assert codec.embedded_length(state) <= codec.embedded_length(plain)  # compressed only when it pays
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(journals(), st.text(min_size=1, max_size=12), st.text(max_size=16), json_values)
 def test_an_entry_adds_at_most_its_entry_size(journal: Journal, key: str, digest: str, value: object) -> None:
     """`entry_size` lets a run skip measuring the journal while it is far from its budget: it must bound
@@ -125,7 +125,7 @@ def test_an_entry_adds_at_most_its_entry_size(journal: Journal, key: str, digest
     assert journal.size() - before <= codec.entry_size(key, digest, value)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.text())
 def test_embedded_length_is_the_length_inside_another_json_document(text: str) -> None:
     assert codec.embedded_length(text) == len(json.dumps(text))
