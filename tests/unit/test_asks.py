@@ -10,9 +10,9 @@ import pytest
 from mcp_types import ClientCapabilities, CreateMessageRequestParams, SamplingMessage, TextContent
 from pydantic import BaseModel, Field
 
+from mrtr import FlowDefinitionError
 from mrtr._engine import asks
 from mrtr._engine.asks import BadAnswer
-from mrtr._errors import FlowDefinitionError
 from tests.support.enginekit import accept, roots, sampled
 
 

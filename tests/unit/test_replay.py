@@ -18,12 +18,7 @@ from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY, ClientCapabilities
 from pydantic import BaseModel
 
 import mrtr
-from mrtr._engine import engine
-from mrtr._engine import journal as codec
-from mrtr._engine.engine import RunOptions
-from mrtr._engine.journal import Journal
-from mrtr._engine.spec import Limits
-from mrtr._errors import (
+from mrtr import (
     Cancelled,
     Declined,
     FlowDefinitionError,
@@ -33,6 +28,11 @@ from mrtr._errors import (
     StepResultError,
     TooManyRounds,
 )
+from mrtr._engine import engine
+from mrtr._engine import journal as codec
+from mrtr._engine.engine import RunOptions
+from mrtr._engine.journal import Journal
+from mrtr._engine.spec import Limits
 from tests.support.enginekit import ALL_CAPABILITIES, Rounds, accept, refuse, result_of, sampled, spec_of
 
 pytestmark = pytest.mark.anyio

@@ -14,12 +14,12 @@ import time
 import pytest
 from mcp.server.request_state import RequestStateSecurity, compact_json
 
+from mrtr import StateTooLarge
 from mrtr._engine import journal as codec
 from mrtr._engine import sealing
 from mrtr._engine.journal import Journal
 from mrtr._engine.round import Round
 from mrtr._engine.spec import Limits
-from mrtr._errors import StateTooLarge
 from tests.support.enginekit import spec_of
 
 SECURITY = RequestStateSecurity(keys=[os.urandom(32)])

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from mrtr import FlowDefinitionError, StepResultError
 from mrtr._engine import steps
 from mrtr._engine.steps import StepInfo
-from mrtr._errors import FlowDefinitionError, StepResultError
 
 
 class Plan(BaseModel):
