@@ -20,8 +20,6 @@ import secrets
 import socket
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -29,7 +27,6 @@ from mcp.server.request_state import authenticated_principal
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
 
-from mrtr import _sdk as sdk
 from mrtr._engine import journal as journal_codec
 from mrtr._engine import metrics, tracing
 from mrtr._engine.engine import Outcome, RunOptions, as_protocol_error, check_deadline, execute
@@ -44,39 +41,13 @@ from mrtr.tasks._checkpoints import Checkpoints
 from mrtr.tasks._inbox import deliver, new_event, settle_inbox
 from mrtr.tasks._outcome import settle
 from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
-from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, StateChanges, busy
+from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges, busy
 
 logger = tracing.get_logger("mrtr.tasks.runtime")
 
 _CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
 _FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
 _LAND_WAIT = 2.0  # seconds a shutting-down run waits for its finished steps' checkpoint
-
-
-@dataclass(frozen=True, slots=True)
-class Creator:
-    """Who is creating a task in this request, and under which idempotency key (if any).
-
-    Set by the tasks extension around a `tools/call` (it sees the request; the flow engine
-    that calls `TaskRuntime.start` does not), read by `start`.
-    """
-
-    owner: str | None = None
-    idempotency_key: str | None = None
-
-
-creator: ContextVar[Creator | None] = ContextVar("mrtr_task_creator", default=None)
-
-
-def task_principal(server: Any) -> PrincipalBinder:
-    """The principal binding of the server's `RequestStateSecurity` (the SDK default if none is set).
-
-    Tasks then belong to exactly the principal the SDK binds `requestState` to.
-    """
-    security = sdk.state_security(server)
-    if security is not None and security.bind_principal is not None:
-        return security.bind_principal
-    return authenticated_principal
 
 
 class LeaseLost(BaseException):
@@ -158,7 +129,8 @@ class TaskRuntime(StateChanges):
         return self.store
 
     def configure(self, options: EngineOptions) -> None:
-        """Nothing to take: a `TaskRuntime` you built keeps the options you built it with."""
+        """Only the callback URLs: a `TaskRuntime` you built keeps the other options you built it with."""
+        self.callbacks = options.callbacks
 
     # -- the TaskEngine seam: read, answer and cancel over the store -------------------------
 
@@ -263,6 +235,7 @@ class TaskRuntime(StateChanges):
         arguments: Any,
         capabilities: ClientCapabilities | None,
         journal: Journal,
+        request: ServerRequestContext[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Durably create a task for this call and start running it here; returns `CreateTaskResult`.
 
@@ -274,7 +247,7 @@ class TaskRuntime(StateChanges):
         if not self._clock_synced:
             await self.sync_clock()
         now = self.now()
-        who = creator.get() or Creator()
+        who = Creator.of(self, request)
         key = who.idempotency_key
         journal.pending = {}
         record = TaskRecord(
@@ -658,9 +631,6 @@ class _Held:
 
 
 __all__ = [
-    "Creator",
     "LeaseLost",
     "TaskRuntime",
-    "creator",
-    "task_principal",
 ]

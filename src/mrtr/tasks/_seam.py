@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -24,7 +24,11 @@ from mcp_types import INVALID_PARAMS, CallToolResult, ClientCapabilities, InputR
 
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
+from mrtr._wire import IDEMPOTENCY_KEY
 from mrtr.stores._base import TaskRecord
+
+if TYPE_CHECKING:
+    from mrtr.tasks._callbacks import CallbackUrls
 
 ConvertResult = Callable[[Any], CallToolResult | InputRequiredResult]
 """Turns a flow's return value into the tool's `CallToolResult` (the SDK's own conversion)."""
@@ -44,6 +48,47 @@ class EngineOptions:
     poll_interval: float
     """The `pollIntervalMs` clients are told, in seconds."""
     bind_principal: PrincipalBinder
+    callbacks: CallbackUrls | None = None
+    """Mints `ctx.callback_url` URLs (`Flows(public_url=...)`; None: no callback URLs)."""
+
+
+_MAX_KEY_LENGTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Creator:
+    """Who creates a task, and under which idempotency key: read from the call's request,
+    which the engine hands to `TaskEngine.start` explicitly."""
+
+    owner: str | None = None
+    """The owner tag of the request's principal (None when unauthenticated)."""
+    idempotency_key: str | None = None
+    """`params._meta["mrtr/idempotencyKey"]`: a resend with the same key finds the same task."""
+
+    @classmethod
+    def of(cls, engine: TaskEngine, request: ServerRequestContext[Any, Any] | None) -> Creator:
+        if request is None:
+            return cls()
+        return cls(owner=engine.owner_of(request), idempotency_key=idempotency_key(request))
+
+
+def valid_idempotency_key(key: object) -> TypeGuard[str]:
+    """1-200 printable characters: what `_meta["mrtr/idempotencyKey"]` may be."""
+    return isinstance(key, str) and 0 < len(key) <= _MAX_KEY_LENGTH and key.isprintable()
+
+
+def idempotency_key(request: ServerRequestContext[Any, Any]) -> str | None:
+    """The call's `mrtr/idempotencyKey` (None if absent); -32602 if malformed."""
+    meta = (request.params or {}).get("_meta") or {}
+    key = meta.get(IDEMPOTENCY_KEY) if isinstance(meta, dict) else None
+    if key is None:
+        return None
+    if not valid_idempotency_key(key):
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"_meta[{IDEMPOTENCY_KEY!r}] must be a string of 1-{_MAX_KEY_LENGTH} printable characters",
+        )
+    return key
 
 
 @runtime_checkable
@@ -64,7 +109,7 @@ class TaskEngine(Protocol):
         ...
 
     def configure(self, options: EngineOptions) -> None:
-        """Take `Flows`' task options (TTL, poll interval, principal binding) if built without them."""
+        """Take `Flows`' task options (TTL, poll interval, principal binding, callback URLs)."""
         ...
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
@@ -77,8 +122,10 @@ class TaskEngine(Protocol):
         arguments: Mapping[str, Any],
         capabilities: ClientCapabilities | None,
         journal: Journal,
+        request: ServerRequestContext[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """Create the task durably (honouring `mrtr/idempotencyKey`); returns `CreateTaskResult`."""
+        """Create the task durably for `Creator.of(self, request)` (its principal and
+        `mrtr/idempotencyKey`); returns `CreateTaskResult`."""
         ...
 
     async def get(self, task_id: str) -> TaskRecord | None:
@@ -138,11 +185,14 @@ def unknown_task(task_id: str) -> MCPError:
 
 __all__ = [
     "ConvertResult",
+    "Creator",
     "EngineOptions",
     "PrincipalBinder",
     "StateChanges",
     "StateListener",
     "TaskEngine",
     "busy",
+    "idempotency_key",
     "unknown_task",
+    "valid_idempotency_key",
 ]

@@ -51,8 +51,7 @@ from mrtr.stores._base import TaskRecord
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import new_event
 from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
-from mrtr.tasks._runtime import Creator, creator
-from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, StateChanges
+from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges
 from mrtr.temporal._activity import Advancer
 from mrtr.temporal._shapes import (
     ANSWER_UPDATE,
@@ -145,6 +144,7 @@ class TemporalTasks(StateChanges):
         self.ttl_ms = None if options.ttl is None else int(options.ttl * 1000)
         self.poll_interval_ms = max(1, int(options.poll_interval * 1000))
         self.bind_principal = options.bind_principal
+        self.callbacks = options.callbacks
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
@@ -160,10 +160,11 @@ class TemporalTasks(StateChanges):
         arguments: Mapping[str, Any],
         capabilities: ClientCapabilities | None,
         journal: Journal,
+        request: ServerRequestContext[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Start the task's workflow (durable before the client hears of it); `CreateTaskResult`."""
         self.ensure_running()
-        who = creator.get() or Creator()
+        who = Creator.of(self, request)
         key = who.idempotency_key
         journal.pending = {}
         now = time.time()
