@@ -33,12 +33,15 @@ from mrtr._host import fleet as fleet_policy
 from mrtr.client import FlowClient
 from tests.fleet.test_bus_fleet import URLS, answer, fleet, follow_across, need, served
 from tests.support import buskit
+from tests.support.markers import backends
 from tests.support.storekit import POSTGRES_DSN, REDIS_URL
+
+pytestmark = pytest.mark.in_process  # unless marked otherwise
 
 KEY = bytes(range(32))
 
 
-@pytest.fixture(params=["redis", "postgres"])
+@pytest.fixture(params=backends("redis", "postgres"))
 def plain(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
     """Instances A and B built by the README's plain recipe: a shared store, no `subscriptions=`."""
     need(request.param)
@@ -55,7 +58,7 @@ def no_fleet_bus(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.anyio
-@pytest.mark.slow
+@pytest.mark.spawns
 async def test_the_plain_fleet_recipe_pushes_a_task_run_on_b_to_a_listener_on_a(plain: dict[str, str]) -> None:
     # On the SDK's in-process bus nothing B does reaches A: the question would never arrive.
     tasks = await follow_across(plain["A"], plain["B"], "p")
@@ -63,7 +66,8 @@ async def test_the_plain_fleet_recipe_pushes_a_task_run_on_b_to_a_listener_on_a(
 
 
 @pytest.mark.anyio
-@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.needs_redis
 async def test_fleet_bus_false_acknowledges_no_task_ids_and_clients_poll(no_fleet_bus: str) -> None:
     a = no_fleet_bus
     async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:

@@ -22,9 +22,10 @@ import pytest
 from mcp import Client
 
 from tests.fleet.test_task_fleet import _store_url
+from tests.support.markers import backends
 from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 HOSTS = {
     "mcpserver": (SUPPORT / "task_server.py", "task-server ready:", {"env": "prod"}),
@@ -36,7 +37,7 @@ async def _refuse(*args: Any) -> Any:
     raise AssertionError("rounds are driven by hand")
 
 
-@pytest.mark.parametrize("store_kind", ["redis", "postgres"])
+@pytest.mark.parametrize("store_kind", backends("redis", "postgres"))
 @pytest.mark.parametrize("host", sorted(HOSTS))
 async def test_a_resent_round_runs_its_step_once_with_no_option_set(host: str, store_kind: str, tmp_path: Path) -> None:
     script, ready, where = HOSTS[host]

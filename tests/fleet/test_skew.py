@@ -22,9 +22,10 @@ from mrtr._engine.journal import Journal
 from mrtr.stores import open_store
 from tests.fleet.test_task_fleet import _store_url
 from tests.support.flowkit import new_server
+from tests.support.markers import backends
 from tests.support.storekit import drop_namespace
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process]
 
 SKEW = 120.0
 
@@ -48,7 +49,7 @@ async def _drop(kind: str, url: str, namespace: str) -> None:
     await drop_namespace(kind, namespace, url=url)
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "redis", "postgres"])
+@pytest.mark.parametrize("kind", backends("sqlite", "redis", "postgres"))
 async def test_a_fast_clock_does_not_steal_a_live_lease(kind: str, tmp_path: Path) -> None:
     url, namespace = _store_url(kind, tmp_path)
     release = asyncio.Event()
