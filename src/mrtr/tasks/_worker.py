@@ -17,19 +17,17 @@ import socket
 from collections.abc import Awaitable, Collection
 from typing import TYPE_CHECKING, Any
 
-from mcp_types import INTERNAL_ERROR, ClientCapabilities
-
 from mrtr._engine import journal as journal_codec
 from mrtr._engine import metrics, tracing
-from mrtr._engine.engine import Outcome, RunOptions, as_protocol_error, check_deadline, execute
-from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVersion
+from mrtr._engine.engine import Outcome, RunOptions, execute
+from mrtr._engine.journal import Journal, JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
-from mrtr._errors import FlowDefinitionError, FlowError
+from mrtr._errors import FlowDefinitionError
 from mrtr.stores import TaskRecord
 from mrtr.stores._base import HISTORY_KEPT, WAIT_FOREVER
 from mrtr.tasks._checkpoints import Checkpoints
 from mrtr.tasks._inbox import settle_inbox
-from mrtr.tasks._outcome import settle
+from mrtr.tasks._outcome import Settled, prologue, settle
 from mrtr.tasks._seam import ConvertResult
 
 if TYPE_CHECKING:
@@ -192,32 +190,20 @@ class TaskWorker:
         held = _Held(record)
         entry = self.runtime.flows.get(record.flow)
         try:
-            journal = journal_codec.decode(record.journal)
-            capabilities = ClientCapabilities.model_validate(record.capabilities) if record.capabilities else None
+            start = None if entry is None else prologue(entry[0], record.task_id, record.journal, record.capabilities)
         except JournalFromNewerVersion:
-            entry = None
-        except (JournalFormatError, ValueError) as exc:
-            # A record this server cannot read (e.g. written by an incompatible version):
-            # fail it once, clearly, rather than have every instance retry it forever.
-            logger.error("task %s: unreadable record: %s", record.task_id, exc)
-            error = {"code": INTERNAL_ERROR, "message": "this server cannot read the task's journal"}
-            await self._finish(held, status="failed", error=error)
-            return
-        if entry is None:
+            start = None
+        if entry is None or start is None:
             await self._leave(held)
             return
+        if isinstance(start, Settled):  # it cannot run at all: failed, once
+            await self._finish(held, **start.changes())
+            return
         spec, convert = entry
-
+        journal, capabilities = start
         checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)))
         held.ran = checkpoints.ran  # every write of this run takes the steps it ran into the history
         waits = _RunWaits(self.runtime, held)
-
-        try:
-            check_deadline(spec, journal)  # as inline: counted from the first round, never renewed
-        except FlowError as exc:
-            error = as_protocol_error(spec, exc).error.model_dump(mode="json", exclude_none=True)
-            await self._finish(held, status="failed", error=error)
-            return
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
         try:
             outcome = await execute(
