@@ -41,9 +41,8 @@ from pydantic import BaseModel, ValidationError
 
 from mrtr._engine.engine import declares_tasks
 from mrtr._wire import TASKS_EXTENSION, TaskRequestParams, UpdateTaskParams
-from mrtr.stores import TaskRecord
 from mrtr.tasks._records import detailed_task, same_owner
-from mrtr.tasks._seam import TaskEngine, idempotency_key, unknown_task, valid_idempotency_key
+from mrtr.tasks._seam import TaskEngine, TaskView, idempotency_key, unknown_task, valid_idempotency_key
 
 
 class TaskCreated(MCPError):
@@ -107,7 +106,7 @@ class TasksExtension(Extension):
         return {"resultType": "complete"}
 
     async def apply_answers(
-        self, task_id: str, responses: dict[str, Any], *, strict: bool, record: TaskRecord | None = None
+        self, task_id: str, responses: dict[str, Any], *, strict: bool, record: TaskView | None = None
     ) -> None:
         """Record answers to outstanding input requests; the engine resumes the task once none is left.
 
@@ -136,12 +135,12 @@ class TasksExtension(Extension):
 
     # -- shared checks -------------------------------------------------------------------
 
-    async def _load(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> TaskRecord:
+    async def _load(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> TaskView:
         return await self.load_checked(ctx, params.task_id)
 
     async def load_checked(
         self, ctx: ServerRequestContext[Any, Any], task_id: str, *, check_name: bool = True
-    ) -> TaskRecord:
+    ) -> TaskView:
         """The task, after the opt-in and routing-header checks every tasks/* request passes."""
         self.require_opt_in(ctx)
         headers = getattr(ctx.request, "headers", None)
@@ -164,7 +163,7 @@ class TasksExtension(Extension):
                 data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
 
-    async def reload(self, task_id: str) -> TaskRecord:
+    async def reload(self, task_id: str) -> TaskView:
         record = await self.engine.get(task_id)
         if record is None:
             raise unknown_task(task_id)

@@ -32,7 +32,7 @@ from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import deliver, new_event
 from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
-from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges, busy
+from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges, TaskView, busy
 from mrtr.tasks._worker import TaskWorker
 
 logger = tracing.get_logger("mrtr.tasks.runtime")
@@ -110,9 +110,9 @@ class TaskRuntime(StateChanges):
         return await self.store.load(task_id, self.now())
 
     async def update(
-        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskRecord | None = None
+        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskView | None = None
     ) -> None:
-        record = known if known is not None else await self.get(task_id)
+        record = known if isinstance(known, TaskRecord) else await self.get(task_id)
         for _ in range(_CAS_RETRIES):
             if record is None:
                 return
@@ -137,8 +137,8 @@ class TaskRuntime(StateChanges):
             record = await self.get(task_id)
         raise busy("update")
 
-    async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
-        record = known if known is not None else await self.get(task_id)
+    async def cancel(self, task_id: str, known: TaskView | None = None) -> None:
+        record = known if isinstance(known, TaskRecord) else await self.get(task_id)
         for _ in range(_CAS_RETRIES):
             if record is None:
                 return

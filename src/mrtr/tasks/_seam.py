@@ -2,12 +2,13 @@
 
 The wire layer (`mrtr.tasks._extension`: the opt-in and routing-header checks, principal
 binding, answer validation, the `DetailedTask` shape) is the same for every engine; it
-reads tasks as `TaskRecord` snapshots and asks the engine to start, update and cancel
-them. Two engines implement `TaskEngine`: mrtr's own lease runtime over a `TaskStore`
+reads tasks as `TaskView`s (what the wire shows of a task, and whose it is: never the
+engine's storage) and asks the engine to start, update and cancel them. Two engines
+implement `TaskEngine`: mrtr's own lease runtime over a `TaskStore`
 (`mrtr.tasks._runtime.TaskRuntime`, the default) and Temporal (`mrtr.temporal.TemporalTasks`,
 the `mrtr[temporal]` extra). Flow code is the same on both.
 
-State changes are reported through one place: an engine calls `TaskEngine.changed(record)`
+State changes are reported through one place: an engine calls `TaskEngine.changed(view)`
 (a no-op unless someone sets `on_change`) with the task's new state each time it commits one,
 so notifications can hang off a single hook whatever the engine.
 """
@@ -24,8 +25,7 @@ from mcp_types import INVALID_PARAMS, CallToolResult, ClientCapabilities, InputR
 
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
-from mrtr._wire import IDEMPOTENCY_KEY
-from mrtr.stores._base import TaskRecord
+from mrtr._wire import IDEMPOTENCY_KEY, TaskView
 
 if TYPE_CHECKING:
     from mrtr.tasks._callbacks import CallbackUrls
@@ -36,7 +36,8 @@ ConvertResult = Callable[[Any], CallToolResult | InputRequiredResult]
 PrincipalBinder = Callable[[ServerRequestContext[Any, Any]], str | None]
 """Who sent a request (the SDK's `RequestStateSecurity.bind_principal`); tasks belong to it."""
 
-StateListener = Callable[[TaskRecord], Awaitable[None]]
+
+StateListener = Callable[[TaskView], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,19 +129,19 @@ class TaskEngine(Protocol):
         `mrtr/idempotencyKey`); returns `CreateTaskResult`."""
         ...
 
-    async def get(self, task_id: str) -> TaskRecord | None:
+    async def get(self, task_id: str) -> TaskView | None:
         """The task's current state, or None when it is unknown or past its TTL."""
         ...
 
     async def update(
-        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskRecord | None = None
+        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskView | None = None
     ) -> None:
         """Record `answers` (already validated against `asked`, the requests they answer) for
         the keys still outstanding with exactly that request; ignore the rest. Resume the task
         once nothing is outstanding. `known` is the snapshot the caller just read, if any."""
         ...
 
-    async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
+    async def cancel(self, task_id: str, known: TaskView | None = None) -> None:
         """Cancel the task (idempotent; a finished task stays as it is)."""
         ...
 
@@ -168,9 +169,9 @@ class StateChanges:
     reports_every_change: bool = True
     run_worker_here: bool = True
 
-    async def changed(self, record: TaskRecord) -> None:
+    async def changed(self, task: TaskView) -> None:
         if self.on_change is not None:
-            await self.on_change(record)
+            await self.on_change(task)
 
 
 def busy(what: str) -> MCPError:
@@ -191,6 +192,7 @@ __all__ = [
     "StateChanges",
     "StateListener",
     "TaskEngine",
+    "TaskView",
     "busy",
     "idempotency_key",
     "unknown_task",
