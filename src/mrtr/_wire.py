@@ -13,7 +13,7 @@ This module imports pydantic and `mcp_types` only: importing it pulls in no engi
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import mcp_types as t
 from pydantic import ConfigDict, Field
@@ -126,6 +126,62 @@ class TaskNotice(t.NotificationParams):
         return version if isinstance(version, int) else None
 
 
+class TaskView(Protocol):
+    """A task as the wire layer reads it: what `tasks/get` and `notifications/tasks` show, and
+    whose it is. What every engine's `get` returns: the lease runtime its stored `TaskRecord`s,
+    Temporal its workflow's state; neither journal nor lease nor storage crosses the seam."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def flow(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def status_message(self) -> str | None: ...
+    @property
+    def created_at(self) -> float: ...
+    @property
+    def updated_at(self) -> float: ...
+    @property
+    def ttl_ms(self) -> int | None: ...
+    @property
+    def poll_interval_ms(self) -> int: ...
+    @property
+    def input_requests(self) -> dict[str, Any]:
+        """Outstanding asks (wire `InputRequest`s by key) while `input_required`."""
+        ...
+
+    @property
+    def result(self) -> dict[str, Any] | None: ...
+    @property
+    def error(self) -> dict[str, Any] | None: ...
+    @property
+    def waiting(self) -> list[dict[str, Any]]:
+        """What a parked run waits for besides the client: timers and events."""
+        ...
+
+    @property
+    def owner(self) -> str | None:
+        """Digest of the creating principal (None if unauthenticated)."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Counts the task's state changes: orders them for listeners."""
+        ...
+
+
+def is_terminal(task: TaskView) -> bool:
+    """Whether the task has finished (completed, failed, cancelled): nothing changes it any more."""
+    return task.status in TERMINAL
+
+
+def expired(task: TaskView, now: float) -> bool:
+    """Whether the task is past its TTL (gone for `tasks/*`, as an unknown id)."""
+    return task.ttl_ms is not None and task.created_at + task.ttl_ms / 1000 <= now
+
+
 __all__ = [
     "WAITING",
     "IDEMPOTENCY_KEY",
@@ -143,6 +199,9 @@ __all__ = [
     "TaskNotice",
     "TaskRequestParams",
     "TaskStatus",
+    "TaskView",
     "UpdateTaskParams",
+    "expired",
+    "is_terminal",
     "iso",
 ]

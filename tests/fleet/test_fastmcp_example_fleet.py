@@ -27,7 +27,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 from tests.fleet.test_fastmcp_fleet import Alternating, balanced_http
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, new_key, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 
 @pytest.fixture(scope="module")

@@ -442,9 +442,8 @@ def test_tool_concurrency_and_tool_choice_are_checked_before_asking() -> None:
 # -- client-caused errors ---------------------------------------------------------------------------
 
 
-async def test_client_caused_errors_are_one_info_line_and_a_tool_error_not_a_traceback(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+async def test_client_caused_errors_are_one_info_line_not_a_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    """On the wire they are what `MCPServer` sends (-32602, a declined call's tool error); in the log, one line."""
     from mcp.client.streamable_http import streamable_http_client
 
     from mrtr._guard import ReplayGuard
@@ -465,6 +464,7 @@ async def test_client_caused_errors_are_one_info_line_and_a_tool_error_not_a_tra
     async def pay(ctx: mrtr.FlowContext) -> str:
         return str((await ctx.elicit("Pay?", Approval)).ok)  # a decline raises, and ends the call
 
+    errors: list[MCPError] = []
     with caplog.at_level(logging.DEBUG):
         async with served(mcp) as url, manual_client(streamable_http_client(url)) as client:
             malformed = Driver(client, "note")
@@ -473,33 +473,34 @@ async def test_client_caused_errors_are_one_info_line_and_a_tool_error_not_a_tra
             await malformed.send({go: {"action": "accept", "content": {"value": True}}})
             (sample,) = malformed.asked
             state = malformed.state
-            bad = await malformed.send({sample: {"action": "accept", "content": {}}})
+            with pytest.raises(MCPError) as bad:
+                await malformed.send({sample: {"action": "accept", "content": {}}})
+            errors.append(bad.value)
             # the same round sent again with another answer: a fork the replay guard refuses
             malformed.state = state
-            forked = await malformed.send(
-                {sample: {"role": "assistant", "model": "m", "content": {"type": "text", "text": "x"}}}
-            )
+            with pytest.raises(MCPError) as forked:
+                await malformed.send(
+                    {sample: {"role": "assistant", "model": "m", "content": {"type": "text", "text": "x"}}}
+                )
+            errors.append(forked.value)
             declined = Driver(client, "pay")
             await declined.send()
             refused = await declined.send({declined.key_for_message("Pay?"): {"action": "decline"}})
 
-    assert isinstance(bad, t.CallToolResult) and bad.is_error
-    assert bad.content[0].text.startswith(f"inputResponses[{sample!r}] is not a valid sampling/createMessage")  # type: ignore[union-attr]
-    assert isinstance(forked, t.CallToolResult) and forked.is_error
-    assert "already answered" in forked.content[0].text  # type: ignore[union-attr]
-    assert (
-        isinstance(refused, t.CallToolResult)
-        and refused.is_error
-        and refused.content[0].text == "The user declined the request: Pay?"
-    )  # type: ignore[union-attr]
+    assert [error.error.code for error in errors] == [-32602, -32602]
+    assert errors[0].error.message.startswith(f"inputResponses[{sample!r}] is not a valid sampling/createMessage")
+    assert errors[0].error.data is not None and errors[0].error.data["inputKey"] == sample
+    assert errors[1].error.data is not None and errors[1].error.data["reason"] == "request_state_forked"
+    assert isinstance(refused, t.CallToolResult) and refused.is_error
+    assert refused.content[0].text == "The user declined the request: Pay?"  # type: ignore[union-attr]
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert not loud, [(r.name, r.levelname, r.getMessage()) for r in loud]
     lines = [
         r.getMessage() for r in caplog.records if r.levelno == logging.INFO and r.name.startswith(("mrtr", "fastmcp"))
     ]
     assert lines == [
-        f"flow note: refused the client's request: {bad.content[0].text}",  # type: ignore[union-attr]
-        f"flow note: refused the client's request: {forked.content[0].text}",  # type: ignore[union-attr]
+        f"flow note: refused the client's request: {errors[0].error.message}",
+        f"flow note: refused the client's request: {errors[1].error.message}",
         "Error calling tool 'pay'",  # FastMCP's line for the user's refusal
     ]
 

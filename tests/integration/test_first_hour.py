@@ -210,7 +210,7 @@ def test_a_flow_without_flow_context_is_refused_at_registration() -> None:
 
     assert str(caught.value) == (
         "flow 'hello' has no FlowContext parameter; add `ctx: mrtr.FlowContext` to its signature (a function "
-        "that never asks or steps is a plain tool: register it with @server.tool())"
+        "that never asks or steps is a plain tool: register it with the server's own decorator)"
     )
 
 
@@ -415,7 +415,7 @@ async def test_a_reasked_question_tells_the_user_why() -> None:
         await call.send({key: accept(ok="not a yes or no")})
         ((again_key, again),) = call.asked.items()
     assert again_key == key
-    assert again.params.message == "Pay 5 EUR?\n\n(Asked again: The answer must be yes or no.)"
+    assert again.params.message == "Pay 5 EUR?\n\n(Asked again: Ok must be yes or no.)"
     # The message is the channel: 2026-07-28 gives an input request's params no `_meta`, and the SDK sieves it out.
     assert again.params.meta is None
 

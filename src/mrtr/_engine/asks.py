@@ -70,10 +70,10 @@ class MalformedAnswer(MCPError):
     """
 
     def __init__(self, key: str, method: str, version: str, field: str, expected: str, got: str) -> None:
-        where = f"inputResponses[{key!r}]" if key else f"the {method} answer"
+        where = f"inputResponses[{key!r}] is not" if key else "the answer is not"
         super().__init__(
             code=INVALID_PARAMS,
-            message=f"{where} is not a valid {method} result under {version}: {field} must be {expected}{got}",
+            message=f"{where} a valid {method} result under {version}: {field} must be {expected}{got}",
             data={"inputKey": key, "method": method, "field": field, "expected": expected},
         )
         self.key = key
@@ -228,17 +228,19 @@ def human_reason(exc: Exception, fields: dict[str, Any]) -> str:
 
     The re-asked question carries it (`(Asked again: ...)`), so it names fields by the titles
     the form showed and says what each needs ("Age must be a whole number"), not pydantic's
-    report (model names, error codes, URLs). A form of one field is "the answer".
+    report (model names, error codes, URLs). FastMCP's wrapped scalar (`value`) is "the answer".
     """
-    if not isinstance(exc, ValidationError):  # FastMCP's own checks (e.g. a missing value)
-        return "The answer is incomplete" if "missing" in str(exc) else "The answer does not fit the form"
+    if not isinstance(exc, ValidationError):  # a validator's own words (FastMCP's: a missing value)
+        return str(exc).rstrip(".") or "The answer does not fit the form"
     reasons: list[str] = []
     for error in exc.errors()[:3]:
         name = next((str(part) for part in error["loc"] if isinstance(part, str) and part in fields), None)
         if name is None and error["loc"]:
             name = str(error["loc"][0])
         field = fields.get(name or "") or {}
-        title = "" if len(fields) == 1 else str(field.get("title") or (name or "").replace("_", " ").capitalize())
+        # FastMCP wraps a scalar answer in one `value` field: that one is just "the answer".
+        wrapped = name == "value" and len(fields) == 1
+        title = "" if wrapped else str(field.get("title") or (name or "").replace("_", " ").capitalize())
         reason = _needs(error, field)
         reasons.append(f"{title or 'The answer'} {reason}")
     more = exc.error_count() - len(reasons)
