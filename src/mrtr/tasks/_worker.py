@@ -23,6 +23,7 @@ from mrtr._engine.engine import Outcome, RunOptions, execute
 from mrtr._engine.journal import Journal, JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowDefinitionError
+from mrtr._wire import HistoryEntry
 from mrtr.stores import TaskRecord
 from mrtr.stores._base import HISTORY_KEPT, WAIT_FOREVER
 from mrtr.tasks._checkpoints import Checkpoints
@@ -397,7 +398,7 @@ class _Held:
     def __init__(self, record: TaskRecord) -> None:
         self.record = record
         self.cancel_seen = False
-        self.ran: list[dict[str, Any]] = []
+        self.ran: list[HistoryEntry] = []
         """Steps this run ran that no write has stored in the task's history yet."""
 
 
