@@ -12,8 +12,9 @@ This module imports pydantic and `mcp_types` only: importing it pulls in no engi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, Required, TypedDict
 
 import mcp_types as t
 from pydantic import ConfigDict, Field
@@ -126,6 +127,45 @@ class TaskNotice(t.NotificationParams):
         return version if isinstance(version, int) else None
 
 
+class Wait(TypedDict):
+    """What a parked durable task waits for besides the client: a timer, or an event (with a
+    timeout or none). Held in `TaskRecord.waiting`, shown as `_meta["mrtr/waiting"]`."""
+
+    kind: Literal["timer", "event"]
+    name: str | None
+    """The event's name (None for a timer)."""
+    until: float | None
+    """When it falls due, epoch seconds (None: an event with no timeout)."""
+
+
+class InboxEvent(TypedDict):
+    """An event delivered to a task and not consumed by its flow yet (`send_event`, callback URLs)."""
+
+    id: str
+    name: str
+    data: Any
+    at: float
+
+
+class HistoryEntry(TypedDict, total=False):
+    """What ran, for people (the console): a step that really ran, or an operator's action.
+    Replay reads the journal, never this."""
+
+    at: Required[float]
+    kind: Required[Literal["step", "rerun", "cancel"]]
+    key: str
+    """The step's journal key."""
+    seconds: float
+    attempt: int
+    """Which run of the task from the top (`TaskAdmin.rerun` counts them)."""
+    error: str
+    """The step's error, if it raised."""
+
+
+InputRequests = dict[str, dict[str, Any]]
+"""Outstanding asks, wire `InputRequest` JSON by key."""
+
+
 class TaskView(Protocol):
     """A task as the wire layer reads it: what `tasks/get` and `notifications/tasks` show, and
     whose it is. What every engine's `get` returns: the lease runtime its stored `TaskRecord`s,
@@ -148,7 +188,7 @@ class TaskView(Protocol):
     @property
     def poll_interval_ms(self) -> int: ...
     @property
-    def input_requests(self) -> dict[str, Any]:
+    def input_requests(self) -> InputRequests:
         """Outstanding asks (wire `InputRequest`s by key) while `input_required`."""
         ...
 
@@ -157,7 +197,7 @@ class TaskView(Protocol):
     @property
     def error(self) -> dict[str, Any] | None: ...
     @property
-    def waiting(self) -> list[dict[str, Any]]:
+    def waiting(self) -> Sequence[Wait]:
         """What a parked run waits for besides the client: timers and events."""
         ...
 
@@ -195,12 +235,16 @@ __all__ = [
     "TERMINAL",
     "CreateTaskResult",
     "DetailedTask",
+    "HistoryEntry",
+    "InboxEvent",
+    "InputRequests",
     "Task",
     "TaskNotice",
     "TaskRequestParams",
     "TaskStatus",
     "TaskView",
     "UpdateTaskParams",
+    "Wait",
     "expired",
     "is_terminal",
     "iso",

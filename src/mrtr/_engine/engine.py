@@ -35,7 +35,7 @@ from mrtr._engine.round import Round, Services, chain
 from mrtr._engine.spec import FlowSpec, ShedCheck, TaskStarted
 from mrtr._engine.waits import WaitSource
 from mrtr._errors import FlowDefinitionError, FlowError, FlowExpired, NondeterminismError, TooManyRounds
-from mrtr._wire import TASKS_EXTENSION
+from mrtr._wire import TASKS_EXTENSION, Wait
 
 logger = logging.getLogger("mrtr.engine")
 replay_logger = logging.getLogger("mrtr.replay")
@@ -62,7 +62,7 @@ class Outcome:
     error: BaseException | None = None
     would_run: list[str] = field(default_factory=list)
     """Steps a dry run reached but did not run (replay testing)."""
-    waiting: list[dict[str, Any]] = field(default_factory=list)
+    waiting: list[Wait] = field(default_factory=list)
     """The durable waits (timers, events) the run settled on, beside any parked asks."""
 
 

@@ -10,6 +10,7 @@ that JSON-RPC error.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from mrtr._engine.engine import Outcome, as_protocol_error, check_deadline, clos
 from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowError, InputRefused
-from mrtr._wire import iso
+from mrtr._wire import InputRequests, Wait, iso
 from mrtr.tasks._seam import ConvertResult
 
 logger = tracing.get_logger("mrtr.tasks.outcome")
@@ -35,16 +36,16 @@ class Settled:
     on durable waits (`waiting`: timers and events; `wake_at`: the earliest due time, if any)."""
 
     status: str
-    input_requests: dict[str, Any] = field(default_factory=dict)
+    input_requests: InputRequests = field(default_factory=dict)
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
-    waiting: list[dict[str, Any]] = field(default_factory=list)
+    waiting: list[Wait] = field(default_factory=list)
     status_message: str | None = None
 
     @property
     def wake_at(self) -> float | None:
         """When a parked run must run again at the latest (None: only an event wakes it)."""
-        dues = [w["until"] for w in self.waiting if w.get("until") is not None]
+        dues = [until for w in self.waiting if (until := w["until"]) is not None]
         return min(dues) if dues else None
 
     def changes(self) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def settle(spec: FlowSpec, convert: ConvertResult, outcome: Outcome, task_id: st
     )
 
 
-def describe_waits(waiting: list[dict[str, Any]]) -> str:
+def describe_waits(waiting: Sequence[Wait]) -> str:
     """The `statusMessage` of a task parked on waits: what it waits for, and until when."""
     parts = []
     for wait in waiting:

@@ -13,7 +13,7 @@ import hashlib
 import hmac
 from typing import Any
 
-from mrtr._wire import TERMINAL, WAITING, CreateTaskResult, DetailedTask, Task, TaskView, iso
+from mrtr._wire import TERMINAL, WAITING, CreateTaskResult, DetailedTask, Task, TaskView, Wait, iso
 
 
 def task_view(record: TaskView) -> Task:
@@ -48,13 +48,13 @@ def detailed_view(record: TaskView) -> DetailedTask:
     return detailed
 
 
-def waiting_wire(wait: dict[str, Any]) -> dict[str, Any]:
+def waiting_wire(wait: Wait) -> dict[str, Any]:
     """One durable wait as clients see it: its kind, the event's name, and its due time (ISO 8601)."""
     shown: dict[str, Any] = {"kind": wait.get("kind")}
-    if wait.get("name") is not None:
-        shown["name"] = wait["name"]
-    if wait.get("until") is not None:
-        shown["until"] = iso(wait["until"])
+    if (name := wait.get("name")) is not None:
+        shown["name"] = name
+    if (until := wait.get("until")) is not None:
+        shown["until"] = iso(until)
     return shown
 
 
