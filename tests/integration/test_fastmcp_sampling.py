@@ -541,3 +541,35 @@ async def test_the_tool_loop_runs_in_a_durable_task_each_tool_once() -> None:
     assert not result.is_error, result
     assert result.content[0].text == "total 30"  # type: ignore[union-attr]
     assert runs == Counter(measure=2)
+
+
+async def test_the_tool_loop_on_a_legacy_session() -> None:
+    """2025-11-25: each model turn is a server-to-client `sampling/createMessage`; the tools run in the call."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    runs: Counter[str] = Counter()
+    mcp, flows = new_server()
+
+    def lookup(q: str) -> str:
+        runs[q] += 1
+        return q.upper()
+
+    @flows.tool()
+    async def ask(ctx: Context) -> str:
+        return str((await ctx.sample("Look it up", tools=[lookup], result_type=str)).text)  # type: ignore[attr-defined]
+
+    async def llm(context: Any, params: t.CreateMessageRequestParams) -> Any:
+        results = tool_results(params.messages)
+        if not results:
+            return uses(("a", "lookup", {"q": "x"}), ("b", "lookup", {"q": "y"}))
+        text = "".join(result_text(r) for r in results)
+        return t.CreateMessageResult(role="assistant", content=t.TextContent(type="text", text=text), model="m")
+
+    async with served(mcp) as url:
+        client = Client(streamable_http_client(url), mode="legacy", sampling_callback=llm, sampling_capabilities=TOOLS)
+        async with client:
+            assert client.protocol_version == "2025-11-25"
+            result = await client.call_tool("ask", {})
+    assert result.content[0].text == "XY"  # type: ignore[union-attr]
+    assert runs == Counter(x=1, y=1)
