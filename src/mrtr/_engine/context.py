@@ -54,15 +54,29 @@ def tracked(method: F) -> F:
     is collected, if ever. The flow's context keeps a reference to every such coroutine
     (`FlowContext.unawaited`): when the flow ends, or a step is handed one, a coroutine still
     unstarted is an error naming the call. Keeping the reference also stops Python's own
-    warning from firing in some other place and time.
+    warning from firing in some other place and time. Every replay makes these calls again,
+    so the bookkeeping is one append, and finished coroutines are let go in batches.
     """
+
+    @functools.wraps(method)
+    def call(self: FlowContext, /, *args: Any, **kwargs: Any) -> Any:
+        coro = method(self, *args, **kwargs)
+        made = self._made
+        made.append(coro)
+        if len(made) > self._prune_at:
+            self.prune()
+        return coro
+
+    return cast(F, call)
+
+
+def tracked_by_flow(method: F) -> F:
+    """`tracked` for an adapter's context (`mrtr.fastmcp.FlowsContext`): remembered by its `.flow`."""
 
     @functools.wraps(method)
     def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
         coro = method(self, *args, **kwargs)
-        flow = self if isinstance(self, FlowContext) else getattr(self, "flow", None)
-        if isinstance(flow, FlowContext):
-            flow.remember(coro)
+        self.flow.remember(coro)
         return coro
 
     return cast(F, call)
@@ -156,12 +170,16 @@ class FlowContext:
     # -- coroutines never awaited (see `tracked`) --------------------------------------------
 
     def remember(self, coro: Coroutine[Any, Any, Any]) -> None:
-        """Keep `coro`, made by a `ctx` call, until it has started (pruned as the list grows)."""
+        """Keep `coro`, made by a `ctx` call, until it has started (see `tracked`)."""
+        self._made.append(coro)
+        if len(self._made) > self._prune_at:
+            self.prune()
+
+    def prune(self) -> None:
+        """Let go of finished coroutines (no frame left); keep the rest for `unawaited`."""
         made = self._made
-        made.append(coro)
-        if len(made) > self._prune_at:
-            made[:] = [c for c in made if inspect.getcoroutinestate(c) == inspect.CORO_CREATED]
-            self._prune_at = max(64, 2 * len(made))
+        made[:] = [c for c in made if getattr(c, "cr_frame", None) is not None]
+        self._prune_at = max(64, 2 * len(made))
 
     def unawaited(self) -> list[str]:
         """The calls whose coroutines never started (each closed now, so Python does not warn again)."""

@@ -33,7 +33,7 @@ from fastmcp.server.elicitation import (
 )
 from mcp_types import ModelPreferences, Root, SamplingMessage
 
-from mrtr._engine.context import FlowContext, tracked
+from mrtr._engine.context import FlowContext, tracked_by_flow
 from mrtr.fastmcp import _sampling as sampling
 from mrtr.fastmcp._sampling import SampleStep, SamplingResult, SamplingTool, SamplingTools, ToolChoiceOption
 
@@ -54,7 +54,7 @@ class FlowsContext(Context):
         """mrtr's `FlowContext` of this flow (`step`, `gather`, `patched`, `continue_as_task`...)."""
         return self._mrtr_flow
 
-    @tracked
+    @tracked_by_flow
     async def elicit(
         self,
         message: str,
@@ -118,7 +118,7 @@ class FlowsContext(Context):
         tool_concurrency: int | None = None,
     ) -> SamplingResult[str]: ...
 
-    @tracked
+    @tracked_by_flow
     async def sample(
         self,
         messages: str | Sequence[str | SamplingMessage],
@@ -152,7 +152,7 @@ class FlowsContext(Context):
             tool_concurrency=tool_concurrency,
         )
 
-    @tracked
+    @tracked_by_flow
     async def sample_step(
         self,
         messages: str | Sequence[str | SamplingMessage],
@@ -183,7 +183,7 @@ class FlowsContext(Context):
             tool_concurrency=tool_concurrency,
         )
 
-    @tracked
+    @tracked_by_flow
     async def list_roots(self) -> list[Root]:
         """The client's roots, as FastMCP 3.x's `ctx.list_roots()` returned them."""
         return await self._mrtr_flow.list_roots()
