@@ -229,6 +229,39 @@ async def test_a_fastmcp_tool_and_a_named_sampling_tool_serve_the_loop() -> None
     assert result.content[0].text == "42+HI"  # type: ignore[union-attr]
 
 
+async def test_a_fastmcp_tool_the_caller_may_not_call_is_refused_to_the_model_too() -> None:
+    from fastmcp.tools import FunctionTool
+
+    runs: Counter[str] = Counter()
+    mcp, flows = new_server()
+
+    def secret() -> str:
+        runs["secret"] += 1
+        return "the vault code"
+
+    def nobody(ctx: Any) -> bool:
+        return False  # an auth check that admits no one
+
+    guarded = FunctionTool.from_function(secret, auth=nobody)
+
+    @flows.tool()
+    async def snoop(ctx: Context) -> str:
+        return str((await ctx.sample("go", tools=[guarded])).text)  # type: ignore[attr-defined]
+
+    def llm(messages: list[t.SamplingMessage], params: t.CreateMessageRequestParams, context: Any) -> Any:
+        results = tool_results(messages)
+        if not results:
+            return uses(("s", "secret", {}))
+        return f"{results[0].is_error}: {result_text(results[0])}"
+
+    async with client_for(mcp, llm) as client:
+        result = await client.call_tool("snoop", {})
+    assert result.content[0].text == (  # type: ignore[union-attr]
+        "True: Error executing tool 'secret': not authorized to call tool 'secret'"
+    )
+    assert runs == Counter()
+
+
 # -- result_type ----------------------------------------------------------------------------------
 
 

@@ -51,6 +51,18 @@ def has_extension(mcp: FastMCP[Any], identifier: str) -> bool:
     return identifier in extensions
 
 
+async def component_auth_allows(component: Any) -> bool:
+    """Whether a FastMCP component's own `auth` admits the current request, decided as FastMCP decides it
+    for a direct call (stdio trusted, else the request's access token through `run_auth_checks`)."""
+    from fastmcp.server import server as fastmcp_server
+
+    allows = getattr(fastmcp_server, "_component_auth_allows", None)
+    if allows is None:
+        raise FastMCPChanged("fastmcp.server.server._component_auth_allows (a component's auth check)")
+    allowed: bool = await allows(component)
+    return allowed
+
+
 def lowlevel_server(mcp: FastMCP[Any]) -> Any:
     """The SDK low-level `Server` FastMCP wraps (`FastMCP._mcp_server`), for its server middleware."""
     lowlevel = getattr(mcp, "_mcp_server", None)
@@ -73,6 +85,7 @@ __all__ = [
     "EXPECTED",
     "FastMCPChanged",
     "add_request_handler",
+    "component_auth_allows",
     "has_extension",
     "lowlevel_server",
     "request_wire",

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from fastmcp import settings as fastmcp_settings
-from fastmcp.exceptions import ToolError
+from fastmcp.exceptions import AuthorizationError, ToolError
 from fastmcp.tools import FunctionTool, Tool
 from fastmcp.utilities.json_schema import compress_schema
 from mcp.server.validation import validate_tool_use_result_messages
@@ -54,6 +54,7 @@ from mcp_types import Tool as WireTool
 from pydantic import TypeAdapter, ValidationError
 
 from mrtr._engine.context import FlowContext
+from mrtr.fastmcp import _internals as internals
 
 logger = logging.getLogger("mrtr.fastmcp.sampling")
 
@@ -146,9 +147,15 @@ class SamplingTool:
 
     @classmethod
     def from_tool(cls, tool: Tool, *, name: str | None = None, description: str | None = None) -> SamplingTool:
-        """A FastMCP tool, run through its own `run` (argument validation, serializers), its value unwrapped."""
+        """A FastMCP tool, run through its own `run` (argument validation, serializers), its value unwrapped.
+
+        Its `auth` is checked first, as for a direct call: the model cannot reach a tool the user
+        calling this flow could not (a refusal goes back to the model as the tool's error).
+        """
 
         async def run(**arguments: Any) -> Any:
+            if tool.auth is not None and not await internals.component_auth_allows(tool):
+                raise AuthorizationError(f"not authorized to call tool {tool.name!r}")
             return _unwrap(tool, await tool.run(arguments))
 
         return cls(name or tool.name, description or tool.description, tool.parameters, run)
