@@ -273,7 +273,7 @@ def _value_outcome(value: Any) -> dict[str, Any]:
 
 
 def _error_outcome(spec: FlowSpec, exc: BaseException) -> dict[str, Any]:
-    from mrtr._engine.engine import as_protocol_error
+    from mrtr._engine.run import as_protocol_error
 
     if isinstance(exc, FlowError):
         exc = as_protocol_error(spec, exc)

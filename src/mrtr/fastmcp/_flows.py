@@ -31,7 +31,7 @@ from starlette.applications import Starlette
 from typing_extensions import Unpack
 
 from mrtr._engine.context import FlowContext
-from mrtr._engine.engine import run_flow
+from mrtr._engine.inline import run_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
 from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._host.adapter import Host, Running
