@@ -30,7 +30,7 @@ from typing_extensions import Unpack
 from mrtr import _answer_edge as answer_edge
 from mrtr import _sdk as sdk
 from mrtr._dialects import Dialects
-from mrtr._engine.engine import run_flow
+from mrtr._engine.inline import run_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
 from mrtr._errors import InputRefused
 from mrtr._host.adapter import Host, Running

@@ -32,7 +32,7 @@ from typing_extensions import Unpack
 
 from mrtr import _answer_edge as answer_edge
 from mrtr._engine.context import FlowContext
-from mrtr._engine.engine import run_flow
+from mrtr._engine.inline import run_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
 from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._host.adapter import Host, Running
