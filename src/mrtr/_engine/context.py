@@ -127,9 +127,11 @@ class FlowContext:
             Declined: The user declined.
             Cancelled: The user dismissed the form.
         """
-        wire_key, answer = await self._driver.ask(elicit_ask(message, schema, key, allow_preanswer))
+        ask = elicit_ask(message, schema, key, allow_preanswer)
+        wire_key, answer = await self._driver.ask(ask)
         _raise_if_refused(answer, message, wire_key)
-        return schema.model_validate(answer["content"])
+        model: M = ask.parse(answer["content"])
+        return model
 
     async def ask_form(
         self,
