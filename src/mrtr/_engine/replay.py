@@ -448,6 +448,13 @@ class Replay:
     root_task: asyncio.Task[Any]
     """The task the flow function itself runs in (the request's: see `mrtr._engine.engine._run`)."""
 
+    def alone(self) -> bool:
+        """The flow started no task and no watcher: closing the run only marks it suspended.
+
+        Most rounds run one branch; they skip awaiting `close` (a coroutine per round).
+        """
+        return self._watcher is None and len(self.tasks) == 1
+
     async def close(self) -> None:
         """Cancel and await everything the flow started: nothing of it runs after the round."""
         if self._watcher is not None and not self._watcher.done():
