@@ -168,3 +168,12 @@ async def test_a_long_flow_of_asks_and_steps_replays_to_the_same_result() -> Non
     assert report.rounds == 32
     assert report.result.structured_content == {"result": ",".join(f"prod,{i}" for i in range(30)) + "|PROD"}
     assert ran == list(range(30))  # each step ran once, however often it was replayed
+
+
+@pytest.mark.parametrize("value", ["plain", "é 漢字", "\ud800 lone surrogate", [1, 2.5, None, True], {"n": 10**30}])
+def test_the_encoder_writes_the_tables_as_a_copy_of_them_would(value: object) -> None:
+    journal = journal_of(3)
+    journal.steps["s"] = ("d" * 12, value)
+    journal.steps["t#2"] = ("", {"v": value})
+    assert codec._dumps(journal.to_wire(copy=False)) == codec._dumps(journal.to_wire())
+    assert codec.decode(codec.encode(journal)).to_wire() == journal.to_wire()

@@ -89,7 +89,13 @@ class Journal:
     def start(cls) -> Journal:
         return cls(flow_id=_b64u(os.urandom(12)), started_at=time.time())
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, *, copy: bool = True) -> dict[str, Any]:
+        """The wire form, as JSON-ready data.
+
+        `copy=False` (for the encoder, every round) puts the answer and step tables in as
+        they are: their `(digest, value)` tuples serialize as the same JSON arrays as the
+        lists a copy holds, without rebuilding a long flow's tables each round.
+        """
         wire: dict[str, Any] = {
             "v": FORMAT_VERSION,
             "f": self.flow_id,
@@ -97,9 +103,9 @@ class Journal:
             "n": self.rounds,
         }
         if self.answers:
-            wire["a"] = {k: [q, v] for k, (q, v) in self.answers.items()}
+            wire["a"] = {k: [q, v] for k, (q, v) in self.answers.items()} if copy else self.answers
         if self.steps:
-            wire["s"] = {k: [d, v] for k, (d, v) in self.steps.items()}
+            wire["s"] = {k: [d, v] for k, (d, v) in self.steps.items()} if copy else self.steps
         if self.pending:
             wire["p"] = self.pending
         if self.markers:
@@ -112,7 +118,7 @@ class Journal:
 
     def size(self) -> int:
         """Bytes of the encoded journal, as it will sit in the sealed state (an upper bound)."""
-        return embedded_length(_dumps(self.to_wire()))
+        return embedded_length(_dumps(self.to_wire(copy=False)))
 
     @classmethod
     def from_wire(cls, wire: Any) -> Journal:
@@ -148,7 +154,7 @@ def encode(journal: Journal) -> str:
     The boundary embeds our string in its own JSON claims, so every quote in plain JSON
     costs an escape; we compare the escaped lengths and compress only when that wins.
     """
-    text = _dumps(journal.to_wire())
+    text = _dumps(journal.to_wire(copy=False))
     plain = _JSON_PREFIX + text
     if len(text) < _COMPRESS_MIN:
         return plain
