@@ -129,7 +129,8 @@ class FlowContext:
         """
         ask = elicit_ask(message, schema, key, allow_preanswer)
         wire_key, answer = await self._driver.ask(ask)
-        _raise_if_refused(answer, message, wire_key)
+        if answer.get("action") != "accept":  # the usual answer needs no call to find that out
+            _raise_if_refused(answer, message, wire_key)
         model: M = ask.parse(answer["content"])
         return model
 
