@@ -46,8 +46,7 @@ def _dumps(wire: Any) -> str:
 
 def _loads(text: str | bytes) -> Any:
     try:
-        # Interning only the keys: a journal's values rarely repeat, and caching them costs.
-        return pydantic_core.from_json(text, cache_strings="keys")
+        return pydantic_core.from_json(text)
     except ValueError:  # e.g. an escaped lone surrogate, which only the standard library reads
         return json.loads(text)
 
