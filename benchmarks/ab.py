@@ -19,7 +19,9 @@ Figures, for each engine, with the ratio this/base:
     answers or steps; least-squares slope of the client-observed medians);
   * a 100-round loop per request against the 2-round tool per request;
   * FastMCP 4: `mrtr.fastmcp` flow over FastMCP's own guard pattern (`fastmcp.py`'s tools),
-    in process, on one FastMCP server per engine.
+    in process, on one FastMCP server per engine;
+  * the engine alone (no SDK, no client): decoding, running and encoding a journal, per
+    answer it holds.
 
 Run: `PYTHONPATH=src .venv/bin/python benchmarks/ab.py [--base REF] [--n N] [--quick]`.
 """
@@ -31,6 +33,7 @@ import asyncio
 import contextlib
 import gc
 import importlib
+import json
 import os
 import platform
 import re
@@ -55,6 +58,9 @@ from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[1]
+CLOCK = time.perf_counter
+"""Wall time; `--clock cpu` times this thread's CPU instead (both engines, client and server
+run in it), which a busy machine's preemption does not inflate."""
 ENGINES = ("base", "this")
 SIZES = (1, 50, 100)
 LOOP_ROUNDS = 100
@@ -114,11 +120,11 @@ def round_timer(engine: str) -> Callable[..., Awaitable[HandlerResult]]:
         if ctx.method != "tools/call":
             return await call_next(ctx)
         retry = "retry" if params.get("requestState") is not None else "first"
-        start = time.perf_counter()
+        start = CLOCK()
         try:
             return await call_next(ctx)
         finally:
-            SAMPLES[f"{engine}:{params.get('name')}/{retry}"].append(time.perf_counter() - start)
+            SAMPLES[f"{engine}:{params.get('name')}/{retry}"].append(CLOCK() - start)
 
     return timer
 
@@ -207,10 +213,10 @@ async def interleave(calls: dict[str, Call], n: int, warmup: int) -> dict[str, l
             gc.collect()
         for j in range(len(names)):
             name = names[(cycle + j) % len(names)]
-            start = time.perf_counter()
+            start = CLOCK()
             await calls[name]()
             if cycle >= warmup:
-                times[name].append(time.perf_counter() - start)
+                times[name].append(CLOCK() - start)
     return times
 
 
@@ -337,6 +343,65 @@ async def measure_fastmcp(libs: dict[str, Any], n: int) -> dict[str, dict[str, f
     }
 
 
+async def measure_engine(libs: dict[str, Any], n: int) -> dict[str, dict[str, float]]:
+    """The engine alone, no SDK: decode, run and encode a journal of N answers, per entry.
+
+    `execute` is run directly on each engine's own journal of the `asks` flow's last round
+    (built by running the flow round by round), as the round body runs it; the slope between
+    N=1 and N=100 is the cost of one replayed answer in each part.
+    """
+    caps = t.ClientCapabilities(elicitation=t.ElicitationCapability())
+    answer = {"action": "accept", "content": {"value": "prod-eu-west-1"}}
+
+    async def asks(n: int, ctx: Any) -> int:
+        total = 0
+        for i in range(n):
+            total += len((await ctx.elicit(question(i), Answer)).value)
+        return total
+
+    cases: dict[tuple[str, int], tuple[Any, Any, Any, str, dict[str, Any]]] = {}
+    for engine, lib in libs.items():
+        codec = importlib.import_module(f"{lib.__name__}._engine.journal")
+        run = importlib.import_module(f"{lib.__name__}._engine.engine")
+        spec_module = importlib.import_module(f"{lib.__name__}._engine.spec")
+        spec = spec_module.FlowSpec(
+            name="asks", fn=asks, ctx_param="ctx", limits=spec_module.Limits(max_rounds=1000), audience="ab"
+        )
+        for size in (1, 100):
+            journal, answers = codec.Journal.start(), {}
+            while True:
+                state = codec.encode(journal)
+                outcome = await run.execute(spec, codec.decode(state), answers, caps, {"n": size})
+                if not outcome.parked:
+                    break
+                run.close_round(spec, outcome.replay)
+                journal = outcome.replay.journal
+                answers = {key: json.loads(json.dumps(answer)) for key in outcome.replay.parked}
+            cases[(engine, size)] = (codec, run, spec, state, answers)
+    parts: dict[tuple[str, int], dict[str, list[float]]] = {case: defaultdict(list) for case in cases}
+    order = list(cases)
+    for cycle in range(n):
+        for j in range(len(order)):
+            case = order[(cycle + j) % len(order)]
+            codec, run, spec, state, answers = cases[case]
+            began = CLOCK()
+            journal = codec.decode(state)
+            decoded = CLOCK()
+            outcome = await run.execute(spec, journal, answers, caps, {"n": case[1]})
+            ran = CLOCK()
+            codec.encode(journal)
+            parts[case]["decode"].append(decoded - began)
+            parts[case]["run"].append(ran - decoded)
+            parts[case]["encode"].append(CLOCK() - ran)
+            assert outcome.value is not None
+    figures: dict[str, dict[str, float]] = {engine: {} for engine in ENGINES}
+    for engine in ENGINES:
+        for part in ("decode", "run", "encode"):
+            wide, narrow = (statistics.median(parts[(engine, size)][part]) for size in (100, 1))
+            figures[engine][f"engine {part} us/answer"] = (wide - narrow) / 99 * 1e6
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="This tree's mrtr vs a git ref's, interleaved in one process.")
     parser.add_argument("--base", default="main", help="git ref of the earlier engine (default: main)")
@@ -345,7 +410,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smoke run: n=30, 3 loops")
     parser.add_argument("--no-fastmcp", action="store_true", help="skip the FastMCP comparison")
     parser.add_argument("--no-loop", action="store_true", help="skip the 100-round loop")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="what a call's time is (see CLOCK)")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.thread_time if args.clock == "cpu" else time.perf_counter
     if args.quick:
         args.n, args.loops = 30, 3
     import mrtr
@@ -356,9 +424,12 @@ def main() -> int:
         libs = {"base": base, "this": mrtr}
         print(
             f"A/B in one process: base = {args.base} ({Path(base.__file__).parent}), this = "
-            f"{Path(mrtr.__file__).parent}; Python {platform.python_version()}, {os.cpu_count()} CPUs, n={args.n}"
+            f"{Path(mrtr.__file__).parent}; Python {platform.python_version()}, {os.cpu_count()} CPUs, n={args.n}, "
+            f"{args.clock} clock"
         )
         figures = asyncio.run(measure_mcp(libs, args.n, 0 if args.no_loop else args.loops))
+        for engine, row in asyncio.run(measure_engine(libs, max(100, args.n // 3))).items():
+            figures[engine] |= row
         if not args.no_fastmcp:
             for engine, row in asyncio.run(measure_fastmcp(libs, args.n)).items():
                 figures[engine] |= row
