@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.flowkit import ROOT_DIR
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.spawns
 
 
 def _run(*args: str) -> str:
