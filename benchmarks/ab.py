@@ -362,7 +362,10 @@ async def measure_engine(libs: dict[str, Any], n: int) -> dict[str, dict[str, fl
     cases: dict[tuple[str, int], tuple[Any, Any, Any, str, dict[str, Any]]] = {}
     for engine, lib in libs.items():
         codec = importlib.import_module(f"{lib.__name__}._engine.journal")
-        run = importlib.import_module(f"{lib.__name__}._engine.engine")
+        try:  # execute and close_round: _engine/run.py since the engine's split, _engine/engine.py before
+            run = importlib.import_module(f"{lib.__name__}._engine.run")
+        except ModuleNotFoundError:
+            run = importlib.import_module(f"{lib.__name__}._engine.engine")
         spec_module = importlib.import_module(f"{lib.__name__}._engine.spec")
         spec = spec_module.FlowSpec(
             name="asks", fn=asks, ctx_param="ctx", limits=spec_module.Limits(max_rounds=1000), audience="ab"
