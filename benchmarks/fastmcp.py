@@ -43,6 +43,7 @@ import asyncio
 import contextlib
 import cProfile
 import gc
+import json
 import os
 import platform
 import pstats
@@ -268,6 +269,7 @@ async def main(args: argparse.Namespace) -> list[tuple[str, float, tuple[float, 
         f"\nrequestState as sealed on the wire: (1) guard {sizes['guard']} bytes, (2) mrtr {sizes['mrtr']} bytes "
         f"(plaintext: guard {len(GUARD_STATE)} bytes; mrtr's journal)"
     )
+    medians = {f"{v} in-process ms": statistics.median(times[v]) * 1e3 for v in VARIANTS}
     title = "In-process, official mcp.Client(mcp._mcp_server), 2026-07-28 direct dispatch"
     found.append(("in-process", *report(title, times, rng)))
 
@@ -287,6 +289,8 @@ async def main(args: argparse.Namespace) -> list[tuple[str, float, tuple[float, 
         print(verdict(name, ratio, ci))
     met = all(ratio <= TARGET for _name, ratio, _ci in found)
     print(f"\n{'TARGET MET' if met else 'TARGET NOT MET'} (measured in {time.perf_counter() - started:.0f}s)")
+    if args.summary:  # one machine-readable line, for benchmarks/against.py
+        print("SUMMARY " + json.dumps({f"(2)/(1) {name}": ratio for name, ratio, _ci in found} | medians))
     return found
 
 
@@ -427,6 +431,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smoke run: n=40, 10 warm-up cycles")
     parser.add_argument("--profile", action="store_true", help="then cProfile the in-process loop of each variant")
     parser.add_argument("--profile-n", type=int, default=2000, help="calls per profile pass (default 2000)")
+    parser.add_argument("--summary", action="store_true", help="end with one SUMMARY line of JSON (for against.py)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:

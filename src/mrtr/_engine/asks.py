@@ -115,7 +115,9 @@ class Ask:
         "allow_preanswer",
         "digest",
         "explicit_key",
+        "key_base",
         "kind",
+        "plain_schema",
         "schema",
         "validator",
     )
@@ -145,6 +147,10 @@ class Ask:
         """Validates a form's content when the form is a rendered JSON schema, not a model."""
         self._fields = fields if fields is not None else _field_names(schema) if schema is not None else frozenset()
         self._capability = capability
+        self.key_base = f"{kind}_{digest[:10]}"
+        """The derived wire key's stem: computed once, as every replay of the ask needs it."""
+        self.plain_schema = schema is not None and _plain_model_validate(schema)
+        """`schema` keeps pydantic's own `model_validate` (see `Ask.parse`)."""
 
     @property
     def request(self) -> InputRequest:
@@ -159,8 +165,21 @@ class Ask:
 
     def derived_key(self, occurrence: int) -> str:
         """Stable wire key: kind + question digest, + a counter when asked again in one run."""
-        base = f"{self.kind}_{self.digest[:10]}"
-        return base if occurrence == 1 else f"{base}_{occurrence}"
+        return self.key_base if occurrence == 1 else f"{self.key_base}_{occurrence}"
+
+    def parse(self, content: Any) -> Any:
+        """`schema.model_validate(content)`: the model a form's journaled content stands for.
+
+        Every replay of an answered form validates its content again, so this calls the
+        model's validator directly, which is all `BaseModel.model_validate` does with its
+        defaults (its keyword checks cost as much as the validation of a small form); a
+        model that overrides `model_validate` gets its override.
+        """
+        schema = self.schema
+        assert schema is not None
+        if self.plain_schema:
+            return schema.__pydantic_validator__.validate_python(content)
+        return schema.model_validate(content)
 
     def wire_request(self) -> dict[str, Any]:
         return self.request.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -211,8 +230,7 @@ class Ask:
         try:
             if self.validator is not None:
                 return self.validator(content)
-            assert self.schema is not None
-            return self.schema.model_validate(content)
+            return self.parse(content)
         except (ValidationError, ValueError, TypeError) as exc:
             raise BadAnswer(human_reason(exc, self._form_fields())) from None
 
@@ -293,18 +311,28 @@ _schemas: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], bytes
 
 
 def elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_preanswer: bool) -> Ask:
-    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
-        raise FlowDefinitionError(not_a_model(schema))
+    # Short questions (most are) are cached: at most _CACHED asks of at most _SHORT characters.
+    # Only a model class is ever cached, so a hit (every replay of a short question) needs no
+    # check of `schema`.
+    ident = (message, schema, key, allow_preanswer)
+    try:
+        ask = _recent.get(ident)
+    except TypeError:  # an unhashable "schema" (a dict, say): refused below
+        ask = None
+    if ask is not None:
+        return ask
+    _check_model(schema)
     if len(message) > _SHORT:
         return _elicit_ask(message, schema, key, allow_preanswer)
-    # Short questions (most are) are cached: at most _CACHED asks of at most _SHORT characters.
-    ident = (message, schema, key, allow_preanswer)
-    ask = _recent.get(ident)
-    if ask is None:
-        ask = _recent[ident] = _elicit_ask(message, schema, key, allow_preanswer)
-        if len(_recent) > _CACHED:
-            del _recent[next(iter(_recent))]
+    ask = _recent[ident] = _elicit_ask(message, schema, key, allow_preanswer)
+    if len(_recent) > _CACHED:
+        del _recent[next(iter(_recent))]
     return ask
+
+
+def _check_model(schema: object) -> None:
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        raise FlowDefinitionError(not_a_model(schema))
 
 
 _SHORT = 256
@@ -423,6 +451,11 @@ _ROOTS_DIGEST = _digest(b"roots")
 
 
 _fields: weakref.WeakKeyDictionary[type[BaseModel], frozenset[str]] = weakref.WeakKeyDictionary()
+_MODEL_VALIDATE = BaseModel.model_validate.__func__  # type: ignore[attr-defined]
+
+
+def _plain_model_validate(schema: type[BaseModel]) -> bool:
+    return getattr(schema.model_validate, "__func__", None) is _MODEL_VALIDATE
 
 
 def _field_names(schema: type[BaseModel]) -> frozenset[str]:

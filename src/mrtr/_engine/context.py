@@ -243,9 +243,12 @@ class FlowContext:
             Declined: The user declined.
             Cancelled: The user dismissed the form.
         """
-        wire_key, answer = await self._driver.ask(elicit_ask(message, schema, key, allow_preanswer))
-        _raise_if_refused(answer, message, wire_key)
-        return schema.model_validate(answer["content"])
+        ask = elicit_ask(message, schema, key, allow_preanswer)
+        wire_key, answer = await self._driver.ask(ask)
+        if answer.get("action") != "accept":  # the usual answer needs no call to find that out
+            _raise_if_refused(answer, message, wire_key)
+        model: M = ask.parse(answer["content"])
+        return model
 
     @tracked
     async def ask_form(

@@ -27,7 +27,11 @@ _JSON_PREFIX = "j"
 _ZLIB_PREFIX = "z"
 _INFLATE_MAX = 8 << 20
 # zlib level 6: within a few bytes of 9 on journals, at a fraction of the time (every round re-encodes).
+# Past a few KiB its lazy matching costs a long flow's round more than the rest of encoding
+# (JSON, base64) for ~1% of size, so large journals take level 1; both inflate the same way.
 _LEVEL = 6
+_LARGE = 2048
+_LARGE_LEVEL = 1
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=True)
 
 
@@ -84,7 +88,13 @@ class Journal:
     def start(cls) -> Journal:
         return cls(flow_id=_b64u(os.urandom(12)), started_at=time.time())
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, *, copy: bool = True) -> dict[str, Any]:
+        """The wire form, as JSON-ready data.
+
+        `copy=False` (for the encoder, every round) puts the answer and step tables in as
+        they are: their `(digest, value)` tuples serialize as the same JSON arrays as the
+        lists a copy holds, without rebuilding a long flow's tables each round.
+        """
         wire: dict[str, Any] = {
             "v": FORMAT_VERSION,
             "f": self.flow_id,
@@ -92,9 +102,9 @@ class Journal:
             "n": self.rounds,
         }
         if self.answers:
-            wire["a"] = {k: [q, v] for k, (q, v) in self.answers.items()}
+            wire["a"] = {k: [q, v] for k, (q, v) in self.answers.items()} if copy else self.answers
         if self.steps:
-            wire["s"] = {k: [d, v] for k, (d, v) in self.steps.items()}
+            wire["s"] = {k: [d, v] for k, (d, v) in self.steps.items()} if copy else self.steps
         if self.pending:
             wire["p"] = self.pending
         if self.markers:
@@ -107,7 +117,7 @@ class Journal:
 
     def size(self) -> int:
         """Bytes of the encoded journal, as it will sit in the sealed state (an upper bound)."""
-        return embedded_length(_dumps(self.to_wire()))
+        return embedded_length(_dumps(self.to_wire(copy=False)))
 
     @classmethod
     def from_wire(cls, wire: Any) -> Journal:
@@ -121,8 +131,9 @@ class Journal:
                 flow_id=str(wire["f"]),
                 started_at=float(wire["t"]),
                 rounds=int(wire["n"]),
-                answers={str(k): (str(q), v) for k, (q, v) in answers.items()} if answers else {},
-                steps={str(k): (str(d), v) for k, (d, v) in steps.items()} if steps else {},
+                # JSON object keys are strings already; every entry of a long flow passes here each round.
+                answers={k: (str(q), v) for k, (q, v) in answers.items()} if answers else {},
+                steps={k: (str(d), v) for k, (d, v) in steps.items()} if steps else {},
                 pending={str(k): str(q) for k, q in pending.items()} if pending else {},
                 markers={str(m) for m in markers} if markers else set(),
                 origins={str(k): str(v) for k, v in origins.items()} if origins else {},
@@ -142,12 +153,14 @@ def encode(journal: Journal) -> str:
     The boundary embeds our string in its own JSON claims, so every quote in plain JSON
     costs an escape; we compare the escaped lengths and compress only when that wins.
     """
-    text = _dumps(journal.to_wire())
+    text = _dumps(journal.to_wire(copy=False))
     plain = _JSON_PREFIX + text
     if len(text) < _COMPRESS_MIN:
         return plain
-    packed = _ZLIB_PREFIX + _b64u(zlib.compress(text.encode(), _LEVEL))
-    return packed if len(packed) < embedded_length(plain) else plain
+    raw = text.encode()
+    packed = _ZLIB_PREFIX + _b64u(zlib.compress(raw, _LARGE_LEVEL if len(raw) > _LARGE else _LEVEL))
+    # Escaping only lengthens: a packed form shorter than the bare text needs no measuring of it.
+    return packed if len(packed) < len(plain) + 2 or len(packed) < embedded_length(plain) else plain
 
 
 def decode(state: str) -> Journal:
@@ -181,9 +194,10 @@ def entry_size(key: str, digest: str, value: Any) -> int:
 
 
 def embedded_length(text: str) -> int:
-    """Length of `text` once JSON-escaped inside another JSON document."""
-    if text.isascii() and text.isprintable():  # only quotes and backslashes get escaped
-        return len(text) + text.count('"') + text.count("\\") + 2
+    """Length of `text` once JSON-escaped inside another JSON document.
+
+    The C encoder escapes faster than Python can tell whether anything needs escaping.
+    """
     return len(json.dumps(text, ensure_ascii=True))
 
 

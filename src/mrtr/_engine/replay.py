@@ -65,11 +65,20 @@ _BRANCH_SUFFIX = re.compile(r"@([\d.]+)$")
 
 
 def check_step_name(flow: str, name: str) -> None:
+    if name in _good_names:  # every replay of a step checks its name again: remember the good ones
+        return
     if not name or _RESERVED.search(name):
         raise FlowDefinitionError(
             f"flow {flow!r}: step name {name!r} is not allowed: names must be non-empty and free of '#', '/' and '@', "
             "which mrtr uses to number repeated and concurrent steps"
         )
+    if len(name) <= 256:  # names made from data (f"fetch-{id}") must not grow it without bound
+        if len(_good_names) >= 4096:
+            _good_names.clear()
+        _good_names.add(name)
+
+
+_good_names: set[str] = set()
 
 
 class Replay:
@@ -101,7 +110,11 @@ class Replay:
         self.state_cap = state_cap
         self._incoming = answers
         self._explicit_keys: set[str] = set()
-        self._consumed: set[str] = set()
+        # What this run reached, by table: journaled answers and steps it used, and pending
+        # asks of the last round it asked again.
+        self._used_answers: set[str] = set()
+        self._used_steps: set[str] = set()
+        self._used_pending: set[str] = set()
         self._size: int | None = base_size
         self.parked: dict[str, Ask] = {}
         self.waits: dict[str, Wait] = {}
@@ -165,23 +178,24 @@ class Replay:
             if branch.path and explicit not in self.journal.origins:
                 self.journal.origins[explicit] = branch.path
             return explicit
-        n = branch.ask_counts.get(ask.digest, 0) + 1
-        branch.ask_counts[ask.digest] = n
-        key = ask.derived_key(n)
+        counts = branch.ask_counts
+        n = counts[ask.digest] = counts.get(ask.digest, 0) + 1
+        key = ask.key_base if n == 1 else ask.derived_key(n)
         return f"{key}@{branch.path}" if branch.path else key
 
     def answer_for(self, key: str, ask: Ask) -> Any | None:
         """The journaled or newly arrived answer to `ask`, or None when it must be asked."""
         self._activity += 1
-        if key in self.journal.pending:
-            self._consumed.add("p:" + key)
-        recorded = self.journal.answers.get(key)
+        journal = self.journal
+        if key in journal.pending:
+            self._used_pending.add(key)
+        recorded = journal.answers.get(key)
         if recorded is not None:
             if recorded[0] == ask.digest:
-                self._consumed.add("a:" + key)
+                self._used_answers.add(key)
                 return recorded[1]
             # Same key, different question (new code, new wording): ask again.
-            del self.journal.answers[key]
+            del journal.answers[key]
             self._size = None
         if key not in self._incoming:
             return None
@@ -202,7 +216,7 @@ class Replay:
             logger.info("flow %s: re-asking %r: %s", self.flow, key, reason)
             self.reasked[key] = reason
             return None
-        self._consumed.add("a:" + key)
+        self._used_answers.add(key)
         logger.debug("flow %s: the answer to %r was accepted and journaled", self.flow, key)
         return accepted
 
@@ -213,7 +227,7 @@ class Replay:
         return [
             key
             for key in journal.pending
-            if key in self._incoming and ("p:" + key not in self._consumed or key in self._reworded)
+            if key in self._incoming and (key not in self._used_pending or key in self._reworded)
         ]
 
     def pending(self) -> dict[str, str]:
@@ -302,7 +316,7 @@ class Replay:
                 f"flow {self.flow!r}: step {key!r} was called with different arguments than when it ran; code "
                 "before it is not deterministic (move clocks, randomness and I/O into ctx.step)"
             )
-        self._consumed.add("s:" + key)
+        self._used_steps.add(key)
         return True, recorded[1]
 
     @property
@@ -323,7 +337,7 @@ class Replay:
                 f"{self.state_cap or self.budget:,}-byte cap on the sealed requestState; journal an id or a "
                 "summary, not the payload (or raise max_state_bytes)"
             )
-        self._consumed.add("s:" + key)
+        self._used_steps.add(key)
 
     def step_ended(self) -> None:
         """The step (and its checkpoint write) is over, however it ended."""
@@ -353,15 +367,13 @@ class Replay:
         it, and so do its siblings: what they recorded says nothing about this point.
         """
         journal = self.journal
-        entries = [("s:" + k, _step_path(k)) for k in journal.steps]
-        entries += [("a:" + k, journal.origins.get(k) or _ask_path(k)) for k in journal.answers]
-        entries += [("p:" + k, journal.origins.get(k) or _ask_path(k)) for k in journal.pending]
+        entries = [_step_path(k) for k in journal.steps if k not in self._used_steps]
+        entries += [journal.origins.get(k) or _ask_path(k) for k in journal.answers if k not in self._used_answers]
+        entries += [journal.origins.get(k) or _ask_path(k) for k in journal.pending if k not in self._used_pending]
         here = branch.path
         below = here + "." if here else ""
         started = branch.children
-        for entry, path in entries:
-            if entry in self._consumed:
-                continue
+        for path in entries:
             if path == here or (here and (not path or here.startswith(path + "."))):
                 return False  # the branch's own, or an ancestor's
             if path.startswith(below) and int(path[len(below) :].partition(".")[0]) >= started:
@@ -370,8 +382,8 @@ class Replay:
 
     def unconsumed(self) -> list[str]:
         """Journal entries this run never reached (a replay test reports them as divergence)."""
-        answers = [f"answer {k!r}" for k in self.journal.answers if "a:" + k not in self._consumed]
-        steps = [f"step {k!r}" for k in self.journal.steps if "s:" + k not in self._consumed]
+        answers = [f"answer {k!r}" for k in self.journal.answers if k not in self._used_answers]
+        steps = [f"step {k!r}" for k in self.journal.steps if k not in self._used_steps]
         return steps + answers
 
     # -- size ---------------------------------------------------------------------------
@@ -436,6 +448,13 @@ class Replay:
 
     root_task: asyncio.Task[Any]
     """The task the flow function itself runs in (the request's: see `mrtr._engine.run._run`)."""
+
+    def alone(self) -> bool:
+        """The flow started no task and no watcher: closing the run only marks it suspended.
+
+        Most rounds run one branch; they skip awaiting `close` (a coroutine per round).
+        """
+        return self._watcher is None and len(self.tasks) == 1
 
     async def close(self) -> None:
         """Cancel and await everything the flow started: nothing of it runs after the round."""

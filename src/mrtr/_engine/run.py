@@ -254,7 +254,10 @@ async def _run(
     # which `execute` re-raises unless the round settled anyway.
     for _ in range(task.cancelling() - cancels_before):
         task.uncancel()
-    await replay.close()
+    if replay.alone():
+        replay.suspended = True  # all `close` would do
+    else:
+        await replay.close()
 
 
 def check_deadline(spec: FlowSpec, journal: Journal) -> None:
