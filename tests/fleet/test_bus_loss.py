@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from mcp.server.subscriptions import InMemorySubscriptionBus
-from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
+from mcp.shared.subscriptions import ResourceUpdated
 from mcp_types import SubscriptionFilter, SubscriptionsListenRequestParams
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
