@@ -9,8 +9,12 @@ changes, all committed on B or C, all pushed to A through the bus.
 The driver answers each question when A's listener hears it, so a question that never
 reaches A stalls its task: every state is either pushed or the run does not finish. A stream
 that ends is opened again with the same keys and `mrtr/taskSnapshots` (the client's refetch).
-Latency is A's arrival time minus the task's `lastUpdatedAt` (the store's commit time, in
-milliseconds: one clock, one machine).
+
+With `twins`, each stream on A has a twin on the instance that creates its tasks, which hears
+each state straight from the commit (local delivery): the cross-instance latency of a state is
+its arrival on A minus its arrival on the twin, both read by this process's clock. (The tasks'
+`lastUpdatedAt` will not do: each instance stamps it by its estimate of the store's clock,
+a few milliseconds off under load.)
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +78,10 @@ class Seen:
     version: int = -1
     status: str = ""
     answered: bool = False
-    arrivals: dict[str, float] = field(default_factory=dict)
-    """status -> latency (s): A's first arrival minus the commit time."""
+    remote: dict[str, float] = field(default_factory=dict)
+    """status -> when it first arrived on A."""
+    local: dict[str, float] = field(default_factory=dict)
+    """status -> when it first arrived on the twin stream (the creating instance)."""
 
 
 @dataclass
@@ -93,21 +98,29 @@ class Outcome:
         return self.finished - self.started
 
     def latencies(self) -> list[float]:
-        return [lat for seen in self.tasks.values() for lat in seen.arrivals.values()]
-
-
-def _commit_time(task: Mapping[str, Any]) -> float | None:
-    stamp = task.get("lastUpdatedAt")
-    if not isinstance(stamp, str):
-        return None
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        """Arrival on A minus arrival on the twin, for every state both heard (`twins` only)."""
+        return [
+            at - seen.local[status]
+            for seen in self.tasks.values()
+            for status, at in seen.remote.items()
+            if status in seen.local
+        ]
 
 
 class Driver:
     """Creates `count` pipeline tasks on B and C (alternately) and follows them from A."""
 
-    def __init__(self, a: str, creators: list[str], count: int, *, rate: float | None, concurrency: int = 24) -> None:
-        self.a, self.creators, self.count = a, creators, count
+    def __init__(
+        self,
+        a: str,
+        creators: list[str],
+        count: int,
+        *,
+        rate: float | None,
+        concurrency: int = 24,
+        twins: bool = False,
+    ) -> None:
+        self.a, self.creators, self.count, self.twins = a, creators, count, twins
         self.rate = rate  # tasks per second; None: as fast as `concurrency` allows
         self.concurrency = concurrency
         self.keys = [f"push-{i}-{secrets.token_hex(6)}" for i in range(count)]
@@ -116,17 +129,27 @@ class Driver:
         self.errors: list[str] = []
         self.opened = self.ended = 0
         self.progress = asyncio.Event()
+        self.answering: set[asyncio.Task[None]] = set()
         self.http = httpx2.AsyncClient(
             trust_env=False, timeout=httpx2.Timeout(30.0), limits=httpx2.Limits(max_connections=64)
         )
 
     async def run(self, deadline: float) -> Outcome:
-        chunks = [self.keys[i : i + PER_STREAM] for i in range(0, self.count, PER_STREAM)]
-        acked = [asyncio.Event() for _ in chunks]
+        # Task i is in stream i % streams, created on creators[stream % 2]: an even number of
+        # streams alternates the creators task by task, and each stream's tasks share one creator.
+        streams = -(-self.count // PER_STREAM)
+        streams += (len(self.creators) - streams % len(self.creators)) % len(self.creators)
+        self.streams = streams
+        chunks = [self.keys[j::streams] for j in range(streams)]
+        places = [(self.a, False)] + ([(url, True) for url in self.creators] if self.twins else [])
+        acked = []
         async with asyncio.TaskGroup() as group:
-            listeners = [
-                group.create_task(self._listen(chunk, ready)) for chunk, ready in zip(chunks, acked, strict=True)
-            ]
+            listeners = []
+            for j, chunk in enumerate(chunks):
+                for url, local in places:
+                    if chunk and (not local or url == self.creators[j % len(self.creators)]):
+                        acked.append(asyncio.Event())
+                        listeners.append(group.create_task(self._listen(url, chunk, acked[-1], local=local)))
             for ready in acked:
                 await asyncio.wait_for(ready.wait(), 30)
             started = time.time()
@@ -139,7 +162,7 @@ class Driver:
             except TimeoutError:
                 self.errors.append(f"not every task completed in time: {self._summary()}")
             finished = time.time()
-            for listener in listeners:
+            for listener in [*listeners, *self.answering]:
                 listener.cancel()
         await self.http.aclose()
         return Outcome(self.seen, started, finished, self.opened, self.ended, self.errors)
@@ -160,11 +183,11 @@ class Driver:
         async def create(index: int) -> None:
             try:
                 key = self.keys[index]
-                creator = self.creators[index % len(self.creators)]
+                creator = self.creators[(index % self.streams) % len(self.creators)]
                 self.seen.setdefault(self.ids[key], Seen(creator))
                 params = {"name": "pipeline", "arguments": {"job": f"p{index}", "slow": 0}, "_meta": {}}
-                params["_meta"]["mrtr/idempotencyKey"] = key
-                reply = await buskit.call(self.http, creator, "tools/call", params)
+                params["_meta"]["mrtr/idempotencyKey"] = key  # so a retried call is the same task
+                reply = await self._call(creator, "tools/call", params)
                 if reply.get("result", {}).get("taskId") != self.ids[key]:
                     self.errors.append(f"tools/call for {key} answered {reply}")
             finally:
@@ -179,8 +202,8 @@ class Driver:
                 await gate.acquire()
                 group.create_task(create(index))
 
-    async def _listen(self, keys: list[str], acked: asyncio.Event) -> None:
-        """One stream on A for `keys`, opened again (with snapshots: a refetch) whenever it ends."""
+    async def _listen(self, url: str, keys: list[str], acked: asyncio.Event, *, local: bool) -> None:
+        """One stream on `url` for `keys`, opened again (with snapshots: a refetch) whenever it ends."""
         notifications = {"mrtr/taskKeys": [{"tool": "pipeline", "key": k} for k in keys], "mrtr/taskSnapshots": True}
         body = {
             "jsonrpc": "2.0",
@@ -193,7 +216,7 @@ class Driver:
             self.opened += 1
             try:
                 async with self.http.stream(
-                    "POST", self.a, json=body, headers=headers, timeout=httpx2.Timeout(30.0, read=None)
+                    "POST", url, json=body, headers=headers, timeout=httpx2.Timeout(30.0, read=None)
                 ) as response:
                     async for event in httpx2.EventSource(response):
                         if not event.data:
@@ -204,7 +227,7 @@ class Driver:
                                 self.ids[pair["key"]] = pair["taskId"]
                             acked.set()
                         elif frame.get("method") == "notifications/tasks":
-                            self._heard(frame["params"])
+                            self._heard(frame["params"], local=local)
                         elif "error" in frame:
                             break  # the server ended the stream: listen again (and refetch)
             except httpx2.HTTPError as exc:
@@ -213,32 +236,52 @@ class Driver:
             self.ended += 1
             await asyncio.sleep(0.05)
 
-    def _heard(self, task: dict[str, Any]) -> None:
-        now = time.time()
+    def _heard(self, task: dict[str, Any], *, local: bool) -> None:
+        now = time.perf_counter()
         seen = self.seen.get(task["taskId"])
         if seen is None:
             return
-        committed = _commit_time(task)
-        if committed is not None:
-            seen.arrivals.setdefault(task["status"], now - committed)
+        (seen.local if local else seen.remote).setdefault(task["status"], now)
+        if local:
+            return  # the twin only times; A's listeners drive the tasks
         version = int(task["_meta"]["mrtr/taskVersion"])
         if version > seen.version:
             seen.version, seen.status = version, task["status"]
         if task["status"] == "input_required" and not seen.answered:
             seen.answered = True
-            asyncio.get_running_loop().create_task(self._answer(seen.creator, task))
+            answering = asyncio.get_running_loop().create_task(self._answer(seen.creator, task))
+            self.answering.add(answering)
+            answering.add_done_callback(self.answering.discard)
         self.progress.set()
 
     async def _answer(self, creator: str, task: dict[str, Any]) -> None:
+        try:
+            await self._answer_once(creator, task)
+        except Exception as exc:  # a background task: its failure is the run's
+            self.errors.append(f"answering {task['taskId']} failed: {exc!r}")
+            self.progress.set()
+
+    async def _answer_once(self, creator: str, task: dict[str, Any]) -> None:
         (key,) = task["inputRequests"]
         answers = {key: {"action": "accept", "content": {"publish": True}}}
         params = {"taskId": task["taskId"], "inputResponses": answers}
         for _ in range(20):
-            reply = await buskit.call(self.http, creator, "tasks/update", params)
+            reply = await self._call(creator, "tasks/update", params)
             if "error" not in reply:
                 return
             await asyncio.sleep(0.05)  # "task is busy": retry
         self.errors.append(f"tasks/update {task['taskId']} failed: {reply}")
+
+    async def _call(self, url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """`buskit.call`, again after a connection the server closed under us (both calls here are idempotent)."""
+        for attempt in range(5):
+            try:
+                return await buskit.call(self.http, url, method, params)
+            except httpx2.TransportError:
+                if attempt == 4:
+                    raise
+                await asyncio.sleep(0.05)
+        raise AssertionError("unreachable")
 
 
 async def bus_stats(http: httpx2.AsyncClient, url: str) -> dict[str, Any]:
