@@ -8,8 +8,8 @@ docs/guides/operating.md ("Metrics"): rounds by outcome (`mrtr.rounds`), round d
 sealed state size (`mrtr.state.size`), steps run and replayed (`mrtr.steps`), shed rounds
 (`mrtr.shed`), replay guard refusals (`mrtr.replay_refused`), task status transitions
 (`mrtr.task.transitions`), tasks by status (`mrtr.tasks`), open listen streams
-(`mrtr.listen.streams`), and a fleet bus's dropped events and gaps (`mrtr.bus.dropped`,
-`mrtr.bus.gaps`, by `mrtr.reason`).
+(`mrtr.listen.streams`), and a fleet bus's dropped events, gaps and lag (`mrtr.bus.dropped`,
+`mrtr.bus.gaps`, by `mrtr.reason`; `mrtr.bus.lag`).
 """
 
 from mrtr._engine.metrics import METER_NAME, TASK_COUNT_INTERVAL, use_meter_provider

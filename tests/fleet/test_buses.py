@@ -119,10 +119,6 @@ async def test_buffers_are_bounded_while_the_broker_is_unreachable() -> None:
     assert not await bus.ready(0.2)  # by now the sender failed, and put back what it was sending
     assert len(bus._outbox) == 5 and bus.dropped == 45, "the outbox keeps the newest events only"
     assert [q.n for q in bus._outbox] == list(range(46, 51)), "the newest, in order"
-    assert bus.dropped_by == {
-        "broker_unreachable": bus.dropped - bus.dropped_by["publisher_behind"],
-        "publisher_behind": bus.dropped_by["publisher_behind"],
-    }
     assert bus.dropped_by["broker_unreachable"] >= 40, f"the cause is named: {bus.dropped_by}"
     await bus.close()
 

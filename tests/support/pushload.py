@@ -10,11 +10,9 @@ The driver answers each question when A's listener hears it, so a question that 
 reaches A stalls its task: every state is either pushed or the run does not finish. A stream
 that ends is opened again with the same keys and `mrtr/taskSnapshots` (the client's refetch).
 
-With `twins`, each stream on A has a twin on the instance that creates its tasks, which hears
-each state straight from the commit (local delivery): the cross-instance latency of a state is
-its arrival on A minus its arrival on the twin, both read by this process's clock. (The tasks'
-`lastUpdatedAt` will not do: each instance stamps it by its estimate of the store's clock,
-a few milliseconds off under load.)
+Latency is read from A's bus (`bus_lags`: from `publish` on B or C to delivery to A's
+listeners, one host's clock). The tasks' `lastUpdatedAt` will not do: each instance stamps it
+by its estimate of the store's clock, a few milliseconds off under load.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import secrets
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +76,6 @@ class Seen:
     version: int = -1
     status: str = ""
     answered: bool = False
-    remote: dict[str, float] = field(default_factory=dict)
-    """status -> when it first arrived on A."""
-    local: dict[str, float] = field(default_factory=dict)
-    """status -> when it first arrived on the twin stream (the creating instance)."""
 
 
 @dataclass
@@ -97,15 +91,6 @@ class Outcome:
     def seconds(self) -> float:
         return self.finished - self.started
 
-    def latencies(self) -> list[float]:
-        """Arrival on A minus arrival on the twin, for every state both heard (`twins` only)."""
-        return [
-            at - seen.local[status]
-            for seen in self.tasks.values()
-            for status, at in seen.remote.items()
-            if status in seen.local
-        ]
-
 
 class Driver:
     """Creates `count` pipeline tasks on B and C (alternately) and follows them from A."""
@@ -118,9 +103,8 @@ class Driver:
         *,
         rate: float | None,
         concurrency: int = 24,
-        twins: bool = False,
     ) -> None:
-        self.a, self.creators, self.count, self.twins = a, creators, count, twins
+        self.a, self.creators, self.count = a, creators, count
         self.rate = rate  # tasks per second; None: as fast as `concurrency` allows
         self.concurrency = concurrency
         self.keys = [f"push-{i}-{secrets.token_hex(6)}" for i in range(count)]
@@ -135,21 +119,12 @@ class Driver:
         )
 
     async def run(self, deadline: float) -> Outcome:
-        # Task i is in stream i % streams, created on creators[stream % 2]: an even number of
-        # streams alternates the creators task by task, and each stream's tasks share one creator.
-        streams = -(-self.count // PER_STREAM)
-        streams += (len(self.creators) - streams % len(self.creators)) % len(self.creators)
-        self.streams = streams
-        chunks = [self.keys[j::streams] for j in range(streams)]
-        places = [(self.a, False)] + ([(url, True) for url in self.creators] if self.twins else [])
-        acked = []
+        chunks = [self.keys[i : i + PER_STREAM] for i in range(0, self.count, PER_STREAM)]
+        acked = [asyncio.Event() for _ in chunks]
         async with asyncio.TaskGroup() as group:
-            listeners = []
-            for j, chunk in enumerate(chunks):
-                for url, local in places:
-                    if chunk and (not local or url == self.creators[j % len(self.creators)]):
-                        acked.append(asyncio.Event())
-                        listeners.append(group.create_task(self._listen(url, chunk, acked[-1], local=local)))
+            listeners = [
+                group.create_task(self._listen(chunk, ready)) for chunk, ready in zip(chunks, acked, strict=True)
+            ]
             for ready in acked:
                 await asyncio.wait_for(ready.wait(), 30)
             started = time.time()
@@ -183,7 +158,7 @@ class Driver:
         async def create(index: int) -> None:
             try:
                 key = self.keys[index]
-                creator = self.creators[(index % self.streams) % len(self.creators)]
+                creator = self.creators[index % len(self.creators)]
                 self.seen.setdefault(self.ids[key], Seen(creator))
                 params = {"name": "pipeline", "arguments": {"job": f"p{index}", "slow": 0}, "_meta": {}}
                 params["_meta"]["mrtr/idempotencyKey"] = key  # so a retried call is the same task
@@ -202,8 +177,8 @@ class Driver:
                 await gate.acquire()
                 group.create_task(create(index))
 
-    async def _listen(self, url: str, keys: list[str], acked: asyncio.Event, *, local: bool) -> None:
-        """One stream on `url` for `keys`, opened again (with snapshots: a refetch) whenever it ends."""
+    async def _listen(self, keys: list[str], acked: asyncio.Event) -> None:
+        """One stream on A for `keys`, opened again (with snapshots: a refetch) whenever it ends."""
         notifications = {"mrtr/taskKeys": [{"tool": "pipeline", "key": k} for k in keys], "mrtr/taskSnapshots": True}
         body = {
             "jsonrpc": "2.0",
@@ -216,7 +191,7 @@ class Driver:
             self.opened += 1
             try:
                 async with self.http.stream(
-                    "POST", url, json=body, headers=headers, timeout=httpx2.Timeout(30.0, read=None)
+                    "POST", self.a, json=body, headers=headers, timeout=httpx2.Timeout(30.0, read=None)
                 ) as response:
                     async for event in httpx2.EventSource(response):
                         if not event.data:
@@ -227,7 +202,7 @@ class Driver:
                                 self.ids[pair["key"]] = pair["taskId"]
                             acked.set()
                         elif frame.get("method") == "notifications/tasks":
-                            self._heard(frame["params"], local=local)
+                            self._heard(frame["params"])
                         elif "error" in frame:
                             break  # the server ended the stream: listen again (and refetch)
             except httpx2.HTTPError as exc:
@@ -236,14 +211,10 @@ class Driver:
             self.ended += 1
             await asyncio.sleep(0.05)
 
-    def _heard(self, task: dict[str, Any], *, local: bool) -> None:
-        now = time.perf_counter()
+    def _heard(self, task: dict[str, Any]) -> None:
         seen = self.seen.get(task["taskId"])
         if seen is None:
             return
-        (seen.local if local else seen.remote).setdefault(task["status"], now)
-        if local:
-            return  # the twin only times; A's listeners drive the tasks
         version = int(task["_meta"]["mrtr/taskVersion"])
         if version > seen.version:
             seen.version, seen.status = version, task["status"]
@@ -289,6 +260,13 @@ async def bus_stats(http: httpx2.AsyncClient, url: str) -> dict[str, Any]:
     return reply["result"]["structuredContent"]  # type: ignore[no-any-return]
 
 
+async def bus_lags(http: httpx2.AsyncClient, url: str) -> list[float]:
+    """The lags `url`'s bus measured since the last call (seconds)."""
+    reply = await buskit.call(http, url, "tools/call", {"name": "bus_lags", "arguments": {}}, name="bus_lags")
+    content = reply["result"]["structuredContent"]
+    return list(content["result"] if isinstance(content, dict) else content)
+
+
 async def final_states(http: httpx2.AsyncClient, url: str, task_ids: list[str]) -> dict[str, str]:
     """The status of each task as `tasks/get` on `url` shows it now."""
     gate = asyncio.Semaphore(16)
@@ -301,4 +279,4 @@ async def final_states(http: httpx2.AsyncClient, url: str, task_ids: list[str]) 
     return dict(await asyncio.gather(*(get(task_id) for task_id in task_ids)))
 
 
-__all__ = ["CHANGES_PER_TASK", "Driver", "Outcome", "Seen", "bus_stats", "final_states", "push_fleet"]
+__all__ = ["CHANGES_PER_TASK", "Driver", "Outcome", "Seen", "bus_lags", "bus_stats", "final_states", "push_fleet"]

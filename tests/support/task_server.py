@@ -141,6 +141,11 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
         return bus.stats() if bus is not None else {}
 
     @server.tool()
+    async def bus_lags() -> list[float]:
+        """Lags of the events this instance's bus received since the last call (`BrokerBus.drain_lags`)."""
+        return bus.drain_lags() if bus is not None else []
+
+    @server.tool()
     async def touch(uri: str, ctx: Context) -> str:
         """Raise `notifications/resources/updated` for `uri` (on this instance's bus)."""
         await ctx.notify_resource_updated(uri)

@@ -30,6 +30,9 @@ Instrument (kind, unit): attributes. What it counts.
   Events a fleet bus dropped from its outbox before the broker had them (`mrtr.reason`:
   `broker_unreachable`, the last send failed; `publisher_behind`, the broker answers but the
   outbox outgrew its bound in count or age). Listeners elsewhere are told to refetch.
+- `mrtr.bus.lag` (histogram, `s`): no attributes.
+  From `publish` on another instance to delivery to this instance's listeners, by the two
+  hosts' wall clocks (on one host exact; across hosts their skew is in it).
 - `mrtr.bus.gaps` (counter, `{gap}`): `mrtr.reason`.
   Times a fleet bus told this instance's listeners that events may be missing (`mrtr.reason`:
   `resubscribed`, it reconnected to the broker; `dropped`, a sender's loss notice arrived;
@@ -128,6 +131,12 @@ class Instruments:
         )
         self.bus_dropped = meter.create_counter(
             "mrtr.bus.dropped", "{event}", "Events a fleet bus dropped before the broker had them"
+        )
+        self.bus_lag = meter.create_histogram(
+            "mrtr.bus.lag",
+            "s",
+            "From publish on another instance to delivery here",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
         self.bus_gaps = meter.create_counter(
             "mrtr.bus.gaps", "{gap}", "Times a fleet bus told its listeners that events may be missing"
@@ -278,6 +287,11 @@ def bus_dropped(reason: str, count: int = 1) -> None:
         found.bus_dropped.add(count, {"mrtr.reason": reason})
 
 
+def bus_lag(seconds: float) -> None:
+    if (found := instruments()) is not None:
+        found.bus_lag.record(seconds)
+
+
 def bus_gap(reason: str) -> None:
     if (found := instruments()) is not None:
         found.bus_gaps.add(1, {"mrtr.reason": reason})
@@ -341,6 +355,7 @@ __all__ = [
     "Instruments",
     "bus_dropped",
     "bus_gap",
+    "bus_lag",
     "enabled",
     "instruments",
     "refresh_task_counts",

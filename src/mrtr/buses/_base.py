@@ -132,11 +132,13 @@ class BrokerBus:
         self._lost_all = False
         self._lost_upto = 0  # the newest sequence number dropped and not yet announced
         self._failures = 0  # consecutive failed round trips to the broker
+        self._answered = False  # the last round trip succeeded: back-pressure can help
         self._last_error = ""
         self._last_trip = (0.0, 0)  # seconds and events of the last successful round trip
         self._logged: dict[str, float] = {}
         self._unlogged: dict[str, int] = {}
         self._last_seq: dict[str, int] = {}  # sender origin -> the newest sequence number received
+        self._lags: deque[float] = deque(maxlen=10_000)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
@@ -293,15 +295,16 @@ class BrokerBus:
     def _enqueue(self, body: dict[str, Any]) -> None:
         n = next(self._seq)
         now = time.monotonic()
-        self._outbox.append(_Queued(n, dumps({"o": self.origin, "n": n, **body}), lost_key(body), now))
+        stamped = {"o": self.origin, "n": n, "t": round(time.time(), 6), **body}  # "t": receivers measure the lag
+        self._outbox.append(_Queued(n, dumps(stamped), lost_key(body), now))
         self.published += 1
         self._trim(now)
         self._wake.set()
 
     def _behind(self) -> bool:
         """Past half of either bound while the broker answers: time for back-pressure."""
-        if self._failures or not self._outbox:
-            return False  # an unreachable broker is not waited for: the request path must not stall
+        if not self._answered or not self._outbox:
+            return False  # a broker not known to answer is not waited for: the request path must not stall
         age = time.monotonic() - self._outbox[0].at
         return len(self._outbox) * 2 >= self.max_outbox or age * 2 >= self.max_outbox_age
 
@@ -397,6 +400,7 @@ class BrokerBus:
                 raise
             except Exception as exc:
                 self._failures += 1
+                self._answered = False
                 self._last_error = f"{type(exc).__name__}: {exc}"
                 self._outbox.extendleft(reversed(batch))  # in order, at the front: sent again, or dropped
                 self._trim(time.monotonic())
@@ -406,7 +410,7 @@ class BrokerBus:
                 await self._reset_publisher()
                 await asyncio.sleep(self._backoff(self._failures))
                 continue
-            self._failures = 0
+            self._failures, self._answered = 0, True
             self._last_trip = (time.monotonic() - started, len(wires))
             self.sent += len(batch)
             self.batches += 1
@@ -491,7 +495,20 @@ class BrokerBus:
         if event is None:
             logger.debug("bus: ignored an event of a kind this version does not know: %r", raw[:80])
             return
+        sent_at = message.get("t")
+        if isinstance(sent_at, float | int):
+            lag = max(time.time() - sent_at, 0.0)
+            self._lags.append(lag)
+            metrics.bus_lag(lag)
         self._deliver(event)
+
+    def drain_lags(self) -> list[float]:
+        """Seconds from `publish` on another instance to delivery here, of the events received since
+        the last call (at most the last 10,000). Wall clocks: exact on one host; across hosts
+        the clocks' skew is in it."""
+        lags = list(self._lags)
+        self._lags.clear()
+        return lags
 
     def _check_sequence(self, origin: str, n: int, *, notice: bool) -> None:
         """Remember `origin`'s newest number; numbers skipped that no loss notice explains were lost."""
