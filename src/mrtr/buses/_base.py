@@ -132,7 +132,6 @@ class BrokerBus:
         self._lost_all = False
         self._lost_upto = 0  # the newest sequence number dropped and not yet announced
         self._failures = 0  # consecutive failed round trips to the broker
-        self._answered = False  # the last round trip succeeded: back-pressure can help
         self._last_error = ""
         self._last_trip = (0.0, 0)  # seconds and events of the last successful round trip
         self._logged: dict[str, float] = {}
@@ -303,8 +302,8 @@ class BrokerBus:
 
     def _behind(self) -> bool:
         """Past half of either bound while the broker answers: time for back-pressure."""
-        if not self._answered or not self._outbox:
-            return False  # a broker not known to answer is not waited for: the request path must not stall
+        if self._failures or not self._outbox:
+            return False  # a broker that failed the last round trip is not waited for: requests must not stall
         age = time.monotonic() - self._outbox[0].at
         return len(self._outbox) * 2 >= self.max_outbox or age * 2 >= self.max_outbox_age
 
@@ -400,7 +399,6 @@ class BrokerBus:
                 raise
             except Exception as exc:
                 self._failures += 1
-                self._answered = False
                 self._last_error = f"{type(exc).__name__}: {exc}"
                 self._outbox.extendleft(reversed(batch))  # in order, at the front: sent again, or dropped
                 self._trim(time.monotonic())
@@ -410,7 +408,7 @@ class BrokerBus:
                 await self._reset_publisher()
                 await asyncio.sleep(self._backoff(self._failures))
                 continue
-            self._failures, self._answered = 0, True
+            self._failures = 0
             self._last_trip = (time.monotonic() - started, len(wires))
             self.sent += len(batch)
             self.batches += 1
