@@ -43,3 +43,10 @@ def test_waits_quick_wakes_every_task_on_sqlite() -> None:
 def test_console_quick_serves_every_page_from_sqlite() -> None:
     out = _run("benchmarks/console.py", "--quick", "--stores", "sqlite")
     assert "(2) status + tool filter" in out and "(5) one task's page" in out and "p50" in out, out
+
+
+def test_fleet_push_quick_drops_nothing_on_redis() -> None:
+    out = _run("benchmarks/fleet_push.py", "--quick", "--brokers", "redis")
+    assert "FAILED" not in out and "(2) cross-instance latency" in out, out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(("10 ", "100 "))]
+    assert len(rows) == 2 and all(row[-2] == "0" for row in rows), f"events dropped at a steady rate: {out}"

@@ -200,3 +200,14 @@ async def test_a_listen_stream_refetches_for_a_gap_that_concerns_it_and_ends_for
     await bus.publish(BusGap())
     with pytest.raises(Exception, match="re-listen"):
         await asyncio.wait_for(serving, 5)
+
+
+async def test_more_losses_than_a_notice_can_name_tell_every_listener() -> None:
+    async with buses("redis", 2, max_outbox=3, max_publish_wait=0) as (a, b):
+        heard: list[Any] = []
+        b.subscribe(heard.append)
+        await asyncio.gather(*(a.publish(task(n)) for n in range(400)))  # 397 dropped, more than 256 named
+        await until(lambda: len(heard) >= 4, 10, "the notice and the three events kept")
+        gap, *kept = heard
+        assert gap == BusGap(reason="dropped") and not gap.known, "too many to name: anything may be missing"
+        assert [e.task_id for e in kept] == ["t397", "t398", "t399"]
