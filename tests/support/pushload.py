@@ -55,10 +55,17 @@ def push_fleet(
         "MRTR_BUS": broker,
         "MRTR_LEASE": "5.0",  # no task is taken over by a busy neighbour in the middle of a run
     }
+    # A only listens: its scanner (every 120 s) never takes up a task B or C left runnable for a moment.
+    scans = {"A": "120", "B": "0.2", "C": "0.2"}
     specs = [
         ServerSpec(
             label,
-            env | {"MRTR_INSTANCE": label, "MRTR_BUS_OPTIONS": json.dumps(dict((options or {}).get(label, {})))},
+            env
+            | {
+                "MRTR_INSTANCE": label,
+                "MRTR_BUS_OPTIONS": json.dumps(dict((options or {}).get(label, {}))),
+                "MRTR_SCAN_INTERVAL": scans[label],
+            },
             SERVER,
             READY,
         )

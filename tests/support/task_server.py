@@ -12,7 +12,9 @@ store), MRTR_PLAIN=1 (no `mrtr.Flows` at all: the SDK's own listen handler on th
 Optional (issue 22): MRTR_FLEET_BUS=0 (`Flows(fleet_bus=False)`: no bus derived from a shared store).
 Optional (issue 25): MRTR_PUBLIC_URL (`Flows(public_url=...)`: the fleet's base URL for callback URLs).
 Optional (issue 40): MRTR_BUS_OPTIONS (JSON: keyword options for `mrtr.open_bus`, e.g. a tight
-`max_outbox_age`); the `bus_stats` tool reports the bus's counters (`BrokerBus.stats()`).
+`max_outbox_age`); the `bus_stats` tool reports the bus's counters (`BrokerBus.stats()`), `bus_lags`
+the lags its bus measured; MRTR_SCAN_INTERVAL (seconds between task scans: a long one keeps an
+instance from taking up other instances' runnable tasks).
 Prints `task-server ready: URL` once it listens.
 """
 
@@ -164,7 +166,7 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
         server,
         store=open_store(os.environ["MRTR_STORE"], namespace=namespace),
         task_lease=float(os.environ.get("MRTR_LEASE", "1.0")),
-        task_scan_interval=0.2,
+        task_scan_interval=float(os.environ.get("MRTR_SCAN_INTERVAL", "0.2")),
         task_poll_interval=0.1,
         replay_guard=guard,
         max_inflight_rounds=int(max_inflight) if max_inflight else None,
