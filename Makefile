@@ -22,9 +22,11 @@ test: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
-# The quick loop: tests/unit and tests/integration only (no processes, brokers or foreign clients).
+# The quick loop: every test that needs nothing beyond this process, over the whole tree (no
+# processes, brokers or foreign clients): the markers are in pyproject.toml and tests/support/markers.py.
+FAST := not spawns and not needs_redis and not needs_postgres and not needs_temporal and not needs_node and not needs_haproxy and not needs_chromium
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n 2 tests/unit tests/integration
+	$(PY) -m pytest -q -n 2 -m "$(FAST)"
 
 # The static checks of `make test` alone: lint, format, types, import contracts (pyproject.toml).
 lint: $(STAMP)

@@ -235,6 +235,7 @@ def build_server(
         # Look for orphans several times per lease, so a takeover follows a death closely.
         task_scan_interval=min(1.0, task_lease / 4),
         task_poll_interval=min(0.5, task_lease / 4),
+        instance_name=instance_label(),  # `X-Mrtr-Instance` on every response of its app: who answered
     )
 
     @flows.tool()
@@ -424,7 +425,6 @@ async def serve_http(flows: mrtr.Flows, port: int) -> None:
     """
     import uvicorn
 
-    flows.instance_name = instance_label()  # `X-Mrtr-Instance` on every response: who answered
     app = flows.streamable_http_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

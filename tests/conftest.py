@@ -24,3 +24,15 @@ def temporal_address() -> Iterator[str]:
 
     with dev_server() as address:  # fails loudly (with the server's log) if it cannot start
         yield address
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a collection in which a test under tests/fleet or tests/external declares no need,
+    or a test's fixtures or store parameters show a need it does not declare (tests/support/markers.py):
+    such a test would slip into `make test-fast`."""
+    from tests.support.markers import check, collected
+
+    problems = check(collected(item, config.rootpath) for item in items)
+    if problems:
+        raise pytest.UsageError("tests with undeclared needs:\n  " + "\n  ".join(problems))

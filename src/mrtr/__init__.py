@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     )
     from mrtr._flows import Flows
     from mrtr._guard import ReplayGuard, open_guard
+    from mrtr._host.options import FlowOptions, FlowsOptions
     from mrtr._shedding import LoadShedder
     from mrtr.buses import BrokerBus, open_bus
     from mrtr.stores import PostgresStore, RedisStore, SQLiteStore, TaskRecord, TaskStore, open_store
@@ -61,7 +62,9 @@ _EXPORTS = {
     "FlowError": "mrtr._errors",
     "FlowExpired": "mrtr._errors",
     "FlowSuspended": "mrtr._errors",
+    "FlowOptions": "mrtr._host.options",
     "Flows": "mrtr._flows",
+    "FlowsOptions": "mrtr._host.options",
     "InputRefused": "mrtr._errors",
     "LoadShedder": "mrtr._shedding",
     "NondeterminismError": "mrtr._errors",
@@ -94,8 +97,10 @@ __all__ = [
     "FlowDefinitionError",
     "FlowError",
     "FlowExpired",
+    "FlowOptions",
     "FlowSuspended",
     "Flows",
+    "FlowsOptions",
     "InputRefused",
     "LoadShedder",
     "NondeterminismError",

@@ -42,6 +42,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, InputRequiredResult
 
 from mrtr import _sdk as sdk
 from mrtr._engine import tracing
+from mrtr._engine.spec import TaskStarted
 from mrtr._errors import Cancelled, Declined, FlowError, InputRefused
 
 if TYPE_CHECKING:
@@ -259,6 +260,8 @@ def _refused(spec: FlowSpec, reason: str, message: str) -> MCPError:
 
 
 def _value_outcome(value: Any) -> dict[str, Any]:
+    if isinstance(value, TaskStarted):
+        return {"k": "task", "r": value.result}
     if isinstance(value, InputRequiredResult):
         return {"k": "ir", "r": value.model_dump(mode="json", by_alias=True, exclude_none=True)}
     try:
@@ -270,10 +273,8 @@ def _value_outcome(value: Any) -> dict[str, Any]:
 
 
 def _error_outcome(spec: FlowSpec, exc: BaseException) -> dict[str, Any]:
-    from mrtr._engine.engine import TaskCreated, as_protocol_error
+    from mrtr._engine.engine import as_protocol_error
 
-    if isinstance(exc, TaskCreated):
-        return {"k": "task", "r": exc.result}
     if isinstance(exc, FlowError):
         exc = as_protocol_error(spec, exc)
     if isinstance(exc, MCPError):
@@ -285,7 +286,6 @@ def _error_outcome(spec: FlowSpec, exc: BaseException) -> dict[str, Any]:
 
 def _replayed(spec: FlowSpec, outcome: dict[str, Any]) -> Any:
     """The first run's outcome, given again to an identical resend of its round."""
-    from mrtr._engine.engine import TaskCreated
     from mrtr._engine.steps import return_adapter
 
     kind = outcome.get("k")
@@ -295,7 +295,7 @@ def _replayed(spec: FlowSpec, outcome: dict[str, Any]) -> Any:
         adapter = return_adapter(spec.fn)
         return outcome["v"] if adapter is None else adapter.validate_python(outcome["v"])
     if kind == "task":
-        raise TaskCreated(outcome["r"])
+        return TaskStarted(outcome["r"])
     if kind == "e":
         error = outcome["e"]
         raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))

@@ -66,6 +66,12 @@ def install_extension(server: MCPServer[Any], extension: Extension) -> None:
     install()
 
 
+def has_extension(server: MCPServer[Any], extension: Extension) -> bool:
+    """Whether `extension` is already installed (given at construction, `MCPServer(extensions=[...])`)."""
+    installed = _required(server, "_extensions", "MCPServer._extensions (the server's extensions)")
+    return any(e is extension for e in installed)
+
+
 def subscription_bus(server: MCPServer[Any]) -> SubscriptionBus:
     """The `SubscriptionBus` the server's `ctx.notify_*` publish on (the SDK's default or `subscriptions=`)."""
     return _required(server, "_subscriptions", "MCPServer._subscriptions (the server's SubscriptionBus)")  # type: ignore[no-any-return]
@@ -357,6 +363,7 @@ __all__ = [
     "FORM_FIELD",
     "SDKChanged",
     "codec_cost",
+    "has_extension",
     "http_client",
     "http_lifespan_state",
     "install_extension",

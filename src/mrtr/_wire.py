@@ -12,8 +12,9 @@ This module imports pydantic and `mcp_types` only: importing it pulls in no engi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, Required, TypedDict
 
 import mcp_types as t
 from pydantic import ConfigDict, Field
@@ -126,6 +127,101 @@ class TaskNotice(t.NotificationParams):
         return version if isinstance(version, int) else None
 
 
+class Wait(TypedDict):
+    """What a parked durable task waits for besides the client: a timer, or an event (with a
+    timeout or none). Held in `TaskRecord.waiting`, shown as `_meta["mrtr/waiting"]`."""
+
+    kind: Literal["timer", "event"]
+    name: str | None
+    """The event's name (None for a timer)."""
+    until: float | None
+    """When it falls due, epoch seconds (None: an event with no timeout)."""
+
+
+class InboxEvent(TypedDict):
+    """An event delivered to a task and not consumed by its flow yet (`send_event`, callback URLs)."""
+
+    id: str
+    name: str
+    data: Any
+    at: float
+
+
+class HistoryEntry(TypedDict, total=False):
+    """What ran, for people (the console): a step that really ran, or an operator's action.
+    Replay reads the journal, never this."""
+
+    at: Required[float]
+    kind: Required[Literal["step", "rerun", "cancel"]]
+    key: str
+    """The step's journal key."""
+    seconds: float
+    attempt: int
+    """Which run of the task from the top (`TaskAdmin.rerun` counts them)."""
+    error: str
+    """The step's error, if it raised."""
+
+
+InputRequests = dict[str, dict[str, Any]]
+"""Outstanding asks, wire `InputRequest` JSON by key."""
+
+
+class TaskView(Protocol):
+    """A task as the wire layer reads it: what `tasks/get` and `notifications/tasks` show, and
+    whose it is. What every engine's `get` returns: the lease runtime its stored `TaskRecord`s,
+    Temporal its workflow's state; neither journal nor lease nor storage crosses the seam."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def flow(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def status_message(self) -> str | None: ...
+    @property
+    def created_at(self) -> float: ...
+    @property
+    def updated_at(self) -> float: ...
+    @property
+    def ttl_ms(self) -> int | None: ...
+    @property
+    def poll_interval_ms(self) -> int: ...
+    @property
+    def input_requests(self) -> InputRequests:
+        """Outstanding asks (wire `InputRequest`s by key) while `input_required`."""
+        ...
+
+    @property
+    def result(self) -> dict[str, Any] | None: ...
+    @property
+    def error(self) -> dict[str, Any] | None: ...
+    @property
+    def waiting(self) -> Sequence[Wait]:
+        """What a parked run waits for besides the client: timers and events."""
+        ...
+
+    @property
+    def owner(self) -> str | None:
+        """Digest of the creating principal (None if unauthenticated)."""
+        ...
+
+    @property
+    def version(self) -> int:
+        """Counts the task's state changes: orders them for listeners."""
+        ...
+
+
+def is_terminal(task: TaskView) -> bool:
+    """Whether the task has finished (completed, failed, cancelled): nothing changes it any more."""
+    return task.status in TERMINAL
+
+
+def expired(task: TaskView, now: float) -> bool:
+    """Whether the task is past its TTL (gone for `tasks/*`, as an unknown id)."""
+    return task.ttl_ms is not None and task.created_at + task.ttl_ms / 1000 <= now
+
+
 __all__ = [
     "WAITING",
     "IDEMPOTENCY_KEY",
@@ -139,10 +235,17 @@ __all__ = [
     "TERMINAL",
     "CreateTaskResult",
     "DetailedTask",
+    "HistoryEntry",
+    "InboxEvent",
+    "InputRequests",
     "Task",
     "TaskNotice",
     "TaskRequestParams",
     "TaskStatus",
+    "TaskView",
     "UpdateTaskParams",
+    "Wait",
+    "expired",
+    "is_terminal",
     "iso",
 ]

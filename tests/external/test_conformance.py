@@ -53,7 +53,7 @@ from tests.external.conformance.harness import (
 )
 from tests.external.conformance.summarize import RunInfo, render, render_tasks
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.in_process  # unless marked otherwise
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +68,8 @@ def npx() -> str:
     return found
 
 
+@pytest.mark.spawns
+@pytest.mark.needs_node
 def test_server_suite_all_2026_07_28(npx: str, tmp_path: Path) -> None:
     with fixture_server(tmp_path) as url:
         run = run_server_suite(npx, url, tmp_path / "out", baseline=BASELINE)
@@ -81,6 +83,8 @@ def test_server_suite_all_2026_07_28(npx: str, tmp_path: Path) -> None:
     assert not failing, f"MRTR checks that are not SUCCESS: {failing}"
 
 
+@pytest.mark.spawns
+@pytest.mark.needs_node
 def test_mrtr_scenarios_on_fastmcp(npx: str, tmp_path: Path) -> None:
     """The 14 MRTR scenarios against the same flows on FastMCP (`mrtr.fastmcp.Flows`): all SUCCESS."""
     with fastmcp_fixture_server(tmp_path) as url:
@@ -100,6 +104,8 @@ def test_mrtr_scenarios_on_fastmcp(npx: str, tmp_path: Path) -> None:
     assert not failing, f"MRTR checks that are not SUCCESS on FastMCP: {failing}\nserver log:\n{server_log}"
 
 
+@pytest.mark.spawns
+@pytest.mark.needs_node
 def test_server_tasks_scenarios(npx: str, tmp_path: Path) -> None:
     """All nine graded tasks scenarios pass against the mrtr task flows, with no baseline."""
     with fixture_server(tmp_path) as url:
@@ -117,6 +123,8 @@ def test_server_tasks_scenarios(npx: str, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.spawns
+@pytest.mark.needs_node
 def test_server_tasks_scenarios_strict_on_the_fixed_suite(npx: str, tmp_path: Path) -> None:
     """The same nine tasks scenarios under the suite release that fixed its CreateTaskResult
     schema check: every check SUCCESS, nothing excused (an empty baseline)."""
@@ -129,6 +137,8 @@ def test_server_tasks_scenarios_strict_on_the_fixed_suite(npx: str, tmp_path: Pa
     assert not failing, f"tasks checks that are not SUCCESS under {TASKS_FIXED_PACKAGE}: {failing}\n{run.tail()}"
 
 
+@pytest.mark.spawns
+@pytest.mark.needs_node
 def test_client_scenario_request_state(npx: str, tmp_path: Path) -> None:
     run = run_client_scenario(npx, tmp_path / "out")
     checks = load_checks(run.out_dir).get(CLIENT_SCENARIO, [])

@@ -26,7 +26,7 @@ from tests.external.dialects.clients import ACCEPT, INSTANCE_HEADER
 from tests.external.dialects.seedjson import load
 from tests.support.servers import ServerSpec, new_key, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 SERVER = Path(__file__).parent / "dialects" / "server.py"
 READY = "dialect-server ready:"

@@ -41,7 +41,7 @@ from tests.external.dialects.clients import (
 from tests.external.dialects.seedjson import load
 from tests.support.servers import ServerSpec, audit_entries, new_key, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 SERVER = Path(__file__).parent / "dialects" / "server.py"
 READY = "dialect-server ready:"

@@ -32,6 +32,8 @@ from tests.external.dialects.clients import (
 )
 from tests.external.dialects.seedjson import load, names
 
+pytestmark = pytest.mark.in_process
+
 
 class Fixed:
     """Answers each key with the result the seed itself shows for it."""

@@ -39,7 +39,7 @@ from tests.external.interop import peers, scenario
 from tests.external.interop.peers import NodeRuntime, Report
 from tests.support.servers import ServerProcess
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 T = TypeVar("T")
 Era = Literal["2026-07-28", "legacy"]
@@ -201,6 +201,7 @@ async def test_official_python_client(
 
 
 @pytest.mark.parametrize(("cell", "which"), matrix(*TYPESCRIPT_CELLS))
+@pytest.mark.needs_node
 async def test_typescript_sdk_client(
     cell: Cell, which: scenario.Scenario, http_server: ServerProcess, ts_client: NodeRuntime
 ) -> None:
@@ -257,6 +258,7 @@ async def run_aisdk(aisdk_client: tuple[Path, str], http_server: ServerProcess) 
     return await run_foreign([str(node), str(peers.AISDK_CLIENT), http_server.url])
 
 
+@pytest.mark.needs_node
 async def test_ai_sdk_client_answers_a_form_on_the_legacy_era(
     aisdk_client: tuple[Path, str], http_server: ServerProcess
 ) -> None:
@@ -272,6 +274,7 @@ async def test_ai_sdk_client_answers_a_form_on_the_legacy_era(
     reason="@ai-sdk/mcp 1.0.102 speaks only 2025-11-25 (LATEST_PROTOCOL_VERSION, the initialize handshake): "
     "it never sends a 2026-07-28 request, so it never meets an input_required result",
 )
+@pytest.mark.needs_node
 async def test_ai_sdk_client_on_2026_07_28(aisdk_client: tuple[Path, str], http_server: ServerProcess) -> None:
     report = await run_aisdk(aisdk_client, http_server)
     assert report.protocol_version == VERSION_OF["2026-07-28"]

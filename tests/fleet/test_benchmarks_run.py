@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.flowkit import ROOT_DIR
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.spawns
 
 
 def _run(*args: str) -> str:
@@ -45,6 +45,7 @@ def test_console_quick_serves_every_page_from_sqlite() -> None:
     assert "(2) status + tool filter" in out and "(5) one task's page" in out and "p50" in out, out
 
 
+@pytest.mark.needs_redis
 def test_fleet_push_quick_drops_nothing_on_redis() -> None:
     out = _run("benchmarks/fleet_push.py", "--quick", "--brokers", "redis")
     assert "FAILED" not in out and "(2) cross-instance latency" in out, out

@@ -27,11 +27,12 @@ from mcp import Client
 
 from mrtr.client import FlowClient, TasksClient, follow_task
 from tests.support import buskit
+from tests.support.markers import backends
 from tests.support.redis_proc import RedisProcess
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, spawn_servers
 from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 SERVER = SUPPORT / "task_server.py"
 READY = "task-server ready:"
@@ -80,7 +81,7 @@ def fleet(
             asyncio.run(drop_namespace("redis" if store.startswith("redis") else "postgres", namespace))
 
 
-@pytest.fixture(scope="module", params=["redis", "postgres"])
+@pytest.fixture(scope="module", params=backends("redis", "postgres"))
 def shared(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """One fleet per broker for the tests that need no special setup: A and B with flows, P without."""
     kind = request.param
@@ -154,6 +155,7 @@ async def test_resources_updated_on_one_instance_reaches_listeners_on_the_others
             assert [u["params"]["uri"] for u in updates] == ["res://watched"] * 2, "once each, only what was asked"
 
 
+@pytest.mark.needs_redis
 async def test_only_the_tasks_own_principal_may_listen_to_it(tmp_path: Path) -> None:
     settle("redis", await service_problem("redis"))
     tokens = ",".join(f"{name}={token}" for name, token in TOKENS.items())
@@ -176,6 +178,7 @@ async def test_only_the_tasks_own_principal_may_listen_to_it(tmp_path: Path) -> 
             assert reply["error"]["code"] == t.MISSING_REQUIRED_CLIENT_CAPABILITY
 
 
+@pytest.mark.needs_redis
 async def test_a_stream_opened_ahead_watches_the_tasks_its_keys_will_create(tmp_path: Path) -> None:
     settle("redis", await service_problem("redis"))
     tokens = ",".join(f"{name}={token}" for name, token in TOKENS.items())
@@ -271,6 +274,7 @@ async def test_mrtr_clients_listen_instead_of_polling(shared: dict[str, str]) ->
     assert count["subscriptions/listen"] == 2 and count["tasks/update"] == 2
 
 
+@pytest.mark.needs_redis
 async def test_a_redis_restart_mid_stream_loses_no_terminal_state(tmp_path: Path) -> None:
     if RedisProcess.binary() is None:
         if os.environ.get("CI"):
@@ -301,6 +305,7 @@ async def test_a_redis_restart_mid_stream_loses_no_terminal_state(tmp_path: Path
         assert count["subscriptions/listen"] >= 2, f"the client listened again after the gap: {count}"
 
 
+@pytest.mark.needs_redis
 async def test_a_redis_restart_ends_a_batch_stream_and_its_followers_carry_on(tmp_path: Path) -> None:
     if RedisProcess.binary() is None:
         if os.environ.get("CI"):
@@ -336,6 +341,7 @@ async def test_a_redis_restart_ends_a_batch_stream_and_its_followers_carry_on(tm
         assert count["tasks/get"] >= 2, f"each follower refetched after its stream ended: {count}"
 
 
+@pytest.mark.needs_redis
 async def test_a_server_without_listening_ahead_is_followed_a_stream_per_task(tmp_path: Path) -> None:
     settle("redis", await service_problem("redis"))
     with fleet(tmp_path, REDIS_URL, labels=("A",), MRTR_NO_TASK_KEYS="1") as servers:

@@ -22,9 +22,10 @@ import httpx2
 import pytest
 
 from tests.support import pushload
+from tests.support.markers import backends
 from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 URLS = {"redis": REDIS_URL, "postgres": POSTGRES_DSN}
 TASKS = 1300  # x 4 changes each = 5,200
@@ -33,7 +34,7 @@ STARVED = {"max_outbox_age": 0.002, "max_publish_wait": 0}
 SATURATED = 1.5  # runnable processes per core (1-minute load average) past which timing means nothing
 
 
-@pytest.mark.parametrize("kind", ["redis", "postgres"])
+@pytest.mark.parametrize("kind", backends("redis", "postgres"))
 async def test_every_terminal_state_reaches_a_or_a_refetches_it(kind: str, tmp_path: Path) -> None:
     problem = await service_problem(kind)
     if problem is not None:

@@ -33,11 +33,12 @@ from mrtr.buses import BrokerBus, BusGap, TaskChanged
 from mrtr.metrics import use_meter_provider
 from mrtr.tasks._listen import ListenHandler
 from tests.fleet.test_buses import buses, until
+from tests.support.markers import backends
 from tests.support.storekit import POSTGRES_DSN, REDIS_URL
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
-KINDS = ["redis", "postgres"]
+KINDS = backends("redis", "postgres")
 
 
 @pytest.fixture
@@ -202,6 +203,7 @@ async def test_a_listen_stream_refetches_for_a_gap_that_concerns_it_and_ends_for
         await asyncio.wait_for(serving, 5)
 
 
+@pytest.mark.needs_redis
 async def test_more_losses_than_a_notice_can_name_tell_every_listener() -> None:
     async with buses("redis", 2, max_outbox=3, max_publish_wait=0) as (a, b):
         heard: list[Any] = []

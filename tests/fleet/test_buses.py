@@ -23,10 +23,11 @@ from mcp.shared.subscriptions import ResourceUpdated, ToolsListChanged
 
 import mrtr
 from mrtr.buses import BrokerBus, BusGap, TaskChanged
+from tests.support.markers import backends
 from tests.support.redis_proc import RedisProcess
 from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
 URLS = {"redis": REDIS_URL, "postgres": POSTGRES_DSN}
 
@@ -66,7 +67,7 @@ async def until(predicate: Callable[[], bool], timeout: float, what: str) -> Non
         await asyncio.sleep(0.01)
 
 
-@pytest.mark.parametrize("kind", ["redis", "postgres"])
+@pytest.mark.parametrize("kind", backends("redis", "postgres"))
 async def test_every_listener_on_every_instance_gets_each_event_exactly_once(kind: str) -> None:
     async with buses(kind, 3) as fleet:
         heard: list[list[Any]] = [[] for _ in range(6)]
@@ -87,7 +88,7 @@ async def test_every_listener_on_every_instance_gets_each_event_exactly_once(kin
             assert from_zero == [e for e in sent[:-1] if int(e.uri[6:]) % 2 == 0], "one publisher's order is kept"
 
 
-@pytest.mark.parametrize("kind", ["redis", "postgres"])
+@pytest.mark.parametrize("kind", backends("redis", "postgres"))
 async def test_an_event_too_large_for_the_broker_goes_by_reference(kind: str) -> None:
     options = {"max_inline": 2000} if kind == "redis" else {}  # PostgreSQL's own NOTIFY cap applies
     async with buses(kind, 2, **options) as (a, b):
@@ -156,6 +157,8 @@ async def test_a_listen_stream_whose_client_stopped_reading_is_ended_at_its_cap(
     assert bus._listeners == {}, "the ended stream unsubscribed from the bus"
 
 
+@pytest.mark.spawns
+@pytest.mark.needs_redis
 async def test_a_redis_restart_tells_listeners_to_refetch_and_delivery_resumes(tmp_path: Path) -> None:
     if RedisProcess.binary() is None:
         if os.environ.get("CI"):

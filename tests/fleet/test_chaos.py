@@ -24,6 +24,8 @@ from benchmarks.chaos import ModeReport, Options, analyse_duplicates, render, ru
 from benchmarks.chaos_fleet import HaproxyUnavailable, Kill, find_haproxy
 from benchmarks.chaos_load import Job, interleave
 
+pytestmark = pytest.mark.in_process  # unless marked otherwise
+
 SHORT = Options(
     flows=100,
     tasks=10,
@@ -64,7 +66,9 @@ def runs() -> list[ModeReport]:
     return reports
 
 
-@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.needs_haproxy
+@pytest.mark.needs_redis
 def test_the_run_had_its_kills_and_its_load(runs: list[ModeReport]) -> None:
     for chaos in runs:
         assert chaos.kills >= SHORT.min_kills, f"only {chaos.kills} kills: the run proved nothing"
@@ -74,7 +78,9 @@ def test_the_run_had_its_kills_and_its_load(runs: list[ModeReport]) -> None:
         assert not chaos.restart_failures
 
 
-@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.needs_haproxy
+@pytest.mark.needs_redis
 def test_no_flow_lost_and_no_wrong_value(runs: list[ModeReport]) -> None:
     for chaos in runs:
         assert chaos.load.lost == 0, (chaos.sharing, chaos.problems())
@@ -82,7 +88,9 @@ def test_no_flow_lost_and_no_wrong_value(runs: list[ModeReport]) -> None:
         assert chaos.load.client_breaks == 0, (chaos.sharing, chaos.load.break_reasons)
 
 
-@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.needs_haproxy
+@pytest.mark.needs_redis
 def test_every_task_created_once_and_finished(runs: list[ModeReport]) -> None:
     for chaos in runs:
         assert chaos.tasks_in_store == SHORT.tasks, f"{chaos.sharing}: a resent task creation made a second task"
@@ -90,7 +98,9 @@ def test_every_task_created_once_and_finished(runs: list[ModeReport]) -> None:
         assert len(chaos.load.task_durations) == SHORT.tasks, "every task flow's time was measured"
 
 
-@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.needs_haproxy
+@pytest.mark.needs_redis
 def test_side_effects_repeat_only_where_a_kill_hit(runs: list[ModeReport]) -> None:
     for chaos in runs:
         assert not chaos.duplicates.unexplained, (chaos.sharing, chaos.problems())

@@ -25,7 +25,7 @@ import pytest
 from mrtr._engine import journal as journal_codec
 from tests.support.servers import ROOT, SERVER_SCRIPT, ServerSpec, http_servers, new_key, spawn_servers
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.spawns
 
 CLI_SERVER = ROOT / "tests" / "support" / "cli_server.py"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\r")

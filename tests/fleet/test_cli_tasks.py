@@ -27,8 +27,11 @@ from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal
 from mrtr.cli._app import app
 from mrtr.stores import TaskRecord, TaskStore, open_store
+from tests.support.markers import backends
 from tests.support.servers import ROOT
 from tests.support.storekit import drop_namespace, service_problem
+
+pytestmark = pytest.mark.spawns  # the real mrtr process
 
 REDIS_URL = os.environ.get("MRTR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("MRTR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
@@ -54,7 +57,7 @@ def _cleanup(target: Target, backend: str) -> None:
     asyncio.run(drop_namespace(backend, target.namespace))
 
 
-@pytest.fixture(params=["sqlite", "redis", "postgres"])
+@pytest.fixture(params=backends("sqlite", "redis", "postgres"))
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     backend = request.param
     if backend == "sqlite":

@@ -38,7 +38,7 @@ from mrtr.client import (
 from tests.support.faultproxy import FaultProxy, running_proxy
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, new_key, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 SERVER = SUPPORT / "fault_server.py"
 READY = "fault-server ready:"

@@ -34,7 +34,7 @@ from mrtr.console import app as console_app
 from mrtr.stores._sqlite import SQLiteStore
 from tests.support.flowkit import ROOT_DIR, new_server, task_state
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -181,6 +181,8 @@ async def start(client: Client, tool: str) -> str:
     return str(created.task_id)
 
 
+@pytest.mark.spawns
+@pytest.mark.needs_chromium
 async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> None:
     from playwright.async_api import async_playwright
 
@@ -300,6 +302,7 @@ async def test_cross_site_posts_change_nothing(tmp_path: Path) -> None:
             assert (await task_state(client.session, task_id))["status"] == "cancelled"
 
 
+@pytest.mark.spawns
 def test_a_non_loopback_bind_needs_the_token(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'tasks.db'}"
     mrtr_cli = [sys.executable, "-m", "mrtr.cli", "console", "--store", store, "--host", "127.0.0.2"]
@@ -333,6 +336,7 @@ def test_a_non_loopback_bind_needs_the_token(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
+@pytest.mark.needs_redis
 async def test_live_updates_ride_the_fleet_bus(tmp_path: Path) -> None:
     """With a bus the console streams each task change heard on it (server-sent events) to its pages."""
     from tests.support.storekit import service_problem

@@ -14,7 +14,7 @@ import pytest
 from benchmarks.fastmcp import engine_timers, main, parse_args, profile_inprocess
 
 
-@pytest.mark.slow
+@pytest.mark.spawns
 def test_the_fastmcp_benchmark_runs_on_every_transport(capsys: pytest.CaptureFixture[str]) -> None:
     found = asyncio.run(main(parse_args(["--n", "5", "--warmup", "2"])))
     assert [name for name, _ratio, _ci in found] == ["in-process", "in-memory fastmcp.Client", "HTTP"]

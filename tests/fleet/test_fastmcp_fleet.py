@@ -36,7 +36,7 @@ from pydantic import FileUrl
 from mrtr.client import FlowClient
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, new_key, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"

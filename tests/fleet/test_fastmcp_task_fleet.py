@@ -17,15 +17,16 @@ import pytest
 from mrtr.client import CreatedTask, update_task
 from tests.fleet.test_task_fleet import _store_url, audit, client, wait_until
 from tests.support.flowkit import task_state
+from tests.support.markers import backends
 from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 SERVER = SUPPORT / "fastmcp_task_server.py"
 READY = "fastmcp-task-server ready:"
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("kind", backends("sqlite", "redis"))
 async def test_a_killed_fastmcp_worker_loses_nothing(kind: str, tmp_path: Path) -> None:
     store, namespace = _store_url(kind, tmp_path)
     journal = tmp_path / "audit.jsonl"

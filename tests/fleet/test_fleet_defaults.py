@@ -27,17 +27,21 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus
 
 import mrtr
-from mrtr import _fleet as fleet_policy
 from mrtr import _sdk as sdk
+from mrtr._flows import _SDKHost
+from mrtr._host import fleet as fleet_policy
 from mrtr.client import FlowClient
 from tests.fleet.test_bus_fleet import URLS, answer, fleet, follow_across, need, served
 from tests.support import buskit
+from tests.support.markers import backends
 from tests.support.storekit import POSTGRES_DSN, REDIS_URL
+
+pytestmark = pytest.mark.in_process  # unless marked otherwise
 
 KEY = bytes(range(32))
 
 
-@pytest.fixture(params=["redis", "postgres"])
+@pytest.fixture(params=backends("redis", "postgres"))
 def plain(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
     """Instances A and B built by the README's plain recipe: a shared store, no `subscriptions=`."""
     need(request.param)
@@ -54,7 +58,7 @@ def no_fleet_bus(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.anyio
-@pytest.mark.slow
+@pytest.mark.spawns
 async def test_the_plain_fleet_recipe_pushes_a_task_run_on_b_to_a_listener_on_a(plain: dict[str, str]) -> None:
     # On the SDK's in-process bus nothing B does reaches A: the question would never arrive.
     tasks = await follow_across(plain["A"], plain["B"], "p")
@@ -62,7 +66,8 @@ async def test_the_plain_fleet_recipe_pushes_a_task_run_on_b_to_a_listener_on_a(
 
 
 @pytest.mark.anyio
-@pytest.mark.slow
+@pytest.mark.spawns
+@pytest.mark.needs_redis
 async def test_fleet_bus_false_acknowledges_no_task_ids_and_clients_poll(no_fleet_bus: str) -> None:
     a = no_fleet_bus
     async with httpx2.AsyncClient(trust_env=False, timeout=10) as http:
@@ -92,7 +97,7 @@ def test_a_redis_store_brings_a_bus_on_its_own_broker_and_says_so(caplog: pytest
     bus = sdk.subscription_bus(server)
     assert isinstance(bus, mrtr.buses.RedisBus) and flows.bus is bus
     assert bus.url == REDIS_URL and bus.channel == f"{namespace}:bus", "the broker and namespace of the store"
-    (line,) = [r for r in caplog.records if r.name == "mrtr.fleet"]
+    (line,) = [r for r in caplog.records if r.name == "mrtr.fleet" and "bus" in r.getMessage()]
     assert line.levelno == logging.INFO and "fleet bus" in line.getMessage() and bus.channel in line.getMessage()
 
 
@@ -124,7 +129,7 @@ def test_a_store_a_bus_cannot_copy_gets_no_bus_and_no_task_listens(caplog: pytes
         return "done"
 
     assert type(sdk.subscription_bus(server)) is InMemorySubscriptionBus
-    assert flows._listen is not None and flows._listen.tasks is None, "task ids are not acknowledged"
+    assert flows._core.listen is not None and flows._core.listen.tasks is None, "task ids are not acknowledged"
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING and r.name == "mrtr.fleet"]
     assert "subscriptions=mrtr.open_bus(url)" in warning.getMessage()
 
@@ -138,21 +143,25 @@ def test_a_single_host_store_keeps_the_in_process_bus_and_serves_task_listens() 
         return "done"
 
     assert type(sdk.subscription_bus(server)) is InMemorySubscriptionBus
-    assert flows._listen is not None and flows._listen.tasks is not None
+    assert flows._core.listen is not None and flows._core.listen.tasks is not None
 
 
 def test_an_engine_whose_workers_run_elsewhere_needs_a_fleet_bus(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="mrtr.fleet"):
-        hears = fleet_policy.choose_bus(_server(), None, fleet_bus=True, engine_spans_fleet=True, worker_here=False)
+        _, hears = fleet_policy.choose_bus(
+            _SDKHost(_server()), None, given=None, fleet_bus=True, engine_spans_fleet=True, worker_here=False
+        )
     assert hears is False, "no worker here, no fleet bus: nothing would ever be heard"
     assert "subscriptions=mrtr.open_bus(url)" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="mrtr.fleet"):
-        hears = fleet_policy.choose_bus(_server(), None, fleet_bus=True, engine_spans_fleet=True, worker_here=True)
+        _, hears = fleet_policy.choose_bus(
+            _SDKHost(_server()), None, given=None, fleet_bus=True, engine_spans_fleet=True, worker_here=True
+        )
     assert hears is True, "this process's worker reports here"
     assert "other instances and workers" in caplog.text, "and the start-up warning says what it misses"
 
 
 def test_logged_urls_hide_their_password() -> None:
-    assert fleet_policy._redacted("redis://app:s3cret@cache:6379/0") == "redis://app:***@cache:6379/0"
-    assert fleet_policy._redacted("postgresql://db/app") == "postgresql://db/app"
+    assert fleet_policy.redacted("redis://app:s3cret@cache:6379/0") == "redis://app:***@cache:6379/0"
+    assert fleet_policy.redacted("postgresql://db/app") == "postgresql://db/app"

@@ -21,9 +21,10 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.fleet.test_task_fleet import _store_url
+from tests.support.markers import backends
 from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 SERVER = SUPPORT / "task_server.py"
 
@@ -63,7 +64,7 @@ async def _send(peer: Client, state: str | None, answers: dict[str, Any] | None,
     )
 
 
-@pytest.mark.parametrize("guard_kind", ["redis", "postgres", "sqlite"])
+@pytest.mark.parametrize("guard_kind", backends("redis", "postgres", "sqlite"))
 async def test_replays_and_forks_across_instances(guard_kind: str, tmp_path: Path) -> None:
     audit = tmp_path / "audit.jsonl"
     with fleet(tmp_path, guard_kind) as servers:
@@ -89,6 +90,7 @@ async def test_replays_and_forks_across_instances(guard_kind: str, tmp_path: Pat
             assert isinstance(final, t.CallToolResult) and "apply@prod done at prod" in final.content[0].text
 
 
+@pytest.mark.needs_redis
 async def test_a_resent_round_is_taken_over_after_its_instance_dies(tmp_path: Path) -> None:
     audit = tmp_path / "audit.jsonl"
     with fleet(tmp_path, "redis", MRTR_GUARD_LEASE="1.0") as servers:

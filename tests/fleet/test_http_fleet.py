@@ -26,7 +26,7 @@ from mcp.shared.exceptions import MCPError
 
 from tests.support.servers import ServerProcess, audit_entries, http_servers, new_key, stdio_params
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.flowkit import ROOT_DIR
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.spawns
 
 
 def test_the_readme_install_line_installs_a_working_mrtr_script(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "mrtr"
 
@@ -22,6 +24,8 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+
+pytestmark = pytest.mark.in_process  # unless marked otherwise
 
 
 def _imports(name: str, path: Path) -> set[str]:
@@ -100,6 +104,7 @@ raise SystemExit(1 if failed else 0)
 """
 
 
+@pytest.mark.spawns  # a fresh interpreter
 def test_every_module_imports_alone() -> None:
     modules = sorted(name for name in MODULES if not name.endswith("__main__"))  # __main__ runs the CLI
     run = subprocess.run(

@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.spawns  # a fresh interpreter
+
 _GLOBAL_PROVIDER = """
 import asyncio
 from opentelemetry import metrics

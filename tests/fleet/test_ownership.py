@@ -26,7 +26,7 @@ from tests.integration.test_tasks import task_server, tasks_client
 from tests.support.flowkit import task_state
 from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
 SERVER = SUPPORT / "task_server.py"
 TOKENS = {"alice": "tok-alice-" + secrets.token_hex(8), "bob": "tok-bob-" + secrets.token_hex(8)}
@@ -85,7 +85,7 @@ def _same_as_unknown(error: t.ErrorData, unknown: t.ErrorData, task_id: str, oth
     return blank(error, task_id) == blank(unknown, other_id)
 
 
-@pytest.mark.slow
+@pytest.mark.spawns
 async def test_another_principal_cannot_see_answer_or_cancel_a_task(fleet: tuple[str, str]) -> None:
     url_a, url_b = fleet
     async with as_user(url_a, "alice") as alice_a, as_user(url_b, "alice") as alice_b, as_user(url_b, "bob") as bob:
@@ -120,7 +120,7 @@ async def test_another_principal_cannot_see_answer_or_cancel_a_task(fleet: tuple
         assert _same_as_unknown(await _refusal(get_task(bob.session, task_id)), unknown, task_id, missing)
 
 
-@pytest.mark.slow
+@pytest.mark.spawns
 async def test_idempotency_key_is_per_principal_and_fleet_wide(fleet: tuple[str, str]) -> None:
     url_a, url_b = fleet
     key = str(uuid.uuid4())

@@ -27,7 +27,7 @@ from mrtr.client import _flowclient as client_module
 from tests.support.flowkit import manual_client, new_server, text_of
 from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
 SERVER = SUPPORT / "task_server.py"
 
@@ -173,7 +173,7 @@ async def test_loop_lag_signal_sees_a_blocked_loop() -> None:
         assert shedder.lag >= 0.2 and shedder.overloaded()
 
 
-@pytest.mark.slow
+@pytest.mark.spawns
 async def test_shed_under_real_load_across_instances(tmp_path: Path) -> None:
     """A busy instance sheds `work` after step a; the client resumes it on the idle instance."""
     audit = tmp_path / "audit.jsonl"

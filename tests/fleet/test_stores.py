@@ -24,14 +24,15 @@ import pytest
 
 from mrtr.stores import TaskExists, TaskQuery, TaskRecord, TaskStore
 from mrtr.stores._sqlite import SQLiteStore
+from tests.support.markers import backends
 from tests.support.storekit import drop_namespace, service_problem
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
 REDIS_URL = os.environ.get("MRTR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("MRTR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-BACKENDS = ["sqlite-memory", "sqlite-file", "redis", "postgres"]
-SHARED_BACKENDS = ["sqlite-file", "redis", "postgres"]  # those several store objects can share
+BACKENDS = backends("sqlite-memory", "sqlite-file", "redis", "postgres")
+SHARED_BACKENDS = backends("sqlite-file", "redis", "postgres")  # those several store objects can share
 
 Factory = Callable[[], Awaitable[TaskStore]]
 _reachable: dict[str, str | None] = {}  # backend -> None if reachable, else why not (probed once)
@@ -467,7 +468,8 @@ os._exit(9)  # die inside the transaction
 
 # Only where another process can hold a write transaction open; Redis runs each Lua script
 # whole (and every script here checks before it writes), so it has no mid-write state to kill.
-@pytest.mark.parametrize("make_store", ["sqlite-file", "postgres"], indirect=True)
+@pytest.mark.spawns  # another process holds the write transaction
+@pytest.mark.parametrize("make_store", backends("sqlite-file", "postgres"), indirect=True)
 async def test_crash_mid_transaction_leaves_the_old_record(make_store: Factory, tmp_path: Path) -> None:
     backend = make_store.backend  # type: ignore[attr-defined]
     store = await make_store()
@@ -491,7 +493,7 @@ async def test_crash_mid_transaction_leaves_the_old_record(make_store: Factory, 
     assert await store.save(original) and original.version == 1
 
 
-@pytest.mark.parametrize("make_store", ["redis"], indirect=True)
+@pytest.mark.parametrize("make_store", backends("redis"), indirect=True)
 async def test_redis_expires_keys_and_drops_them_from_the_claimable_index(make_store: Factory) -> None:
     store = await make_store()
     redis = store._redis  # type: ignore[attr-defined]

@@ -24,9 +24,10 @@ from mcp import Client
 
 from mrtr.client import CreatedTask, TasksClient, update_task
 from tests.support.flowkit import task_state
+from tests.support.markers import backends
 from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 SERVER = SUPPORT / "task_server.py"
 READY = "task-server ready:"
@@ -90,7 +91,7 @@ async def wait_until(predicate, timeout: float, what: str) -> Any:
 
 @pytest.mark.parametrize(
     ("kind", "app"),
-    [("sqlite", "flows"), ("redis", "flows"), ("postgres", "flows"), ("sqlite", "server")],
+    backends(("sqlite", "flows"), ("redis", "flows"), ("postgres", "flows"), ("sqlite", "server")),
 )
 async def test_a_killed_worker_loses_nothing(kind: str, app: str, tmp_path: Path) -> None:
     """`app="server"`: the SDK's own `server.streamable_http_app()` adopts orphaned tasks at boot too."""

@@ -53,12 +53,13 @@ from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, spawn_serv
 from tests.support.storekit import REDIS_URL, service_problem
 from tests.support.temporalkit import in_ci, unique_queue
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns, pytest.mark.needs_temporal]
 
 SERVER = SUPPORT / "temporal_server.py"
 READY = "temporal-server ready:"
 
 
+@pytest.mark.needs_node
 def test_tasks_conformance_on_temporal(temporal_address: str, tmp_path: Path) -> None:
     """The nine graded tasks scenarios (and the tenth, which the suite skips) on Temporal, strictly."""
     npx = find_npx()
@@ -410,6 +411,7 @@ async def test_a_listener_hears_every_state_the_workers_reach_without_polling(
     assert count["tasks/update"] == 2 and count["subscriptions/listen"] >= 1, count
 
 
+@pytest.mark.needs_redis
 async def test_the_fleet_bus_carries_the_reports_of_a_worker_only_process(
     temporal_address: str, tmp_path: Path
 ) -> None:

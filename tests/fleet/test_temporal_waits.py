@@ -27,7 +27,7 @@ from mrtr.temporal import TemporalTasks
 from tests.support.flowkit import task_state
 from tests.support.temporalkit import unique_queue
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.needs_temporal]
 
 
 async def _never(*args: Any) -> Any:
@@ -157,6 +157,7 @@ async def test_a_callback_url_delivers_once_on_temporal(temporal: TemporalClient
     await flows.runtime.close()
 
 
+@pytest.mark.spawns
 async def test_a_sleeping_task_outlives_every_process_of_the_fleet(temporal_address: str, tmp_path: Path) -> None:
     """The workers that started a 3 s sleep are SIGKILLed; a fresh fleet finishes it."""
     from tests.fleet.test_temporal import Fleet, client, kill

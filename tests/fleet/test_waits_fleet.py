@@ -45,17 +45,18 @@ from mrtr.client import CreatedTask, TasksClient
 from mrtr.stores import open_store
 from mrtr.tasks import TaskRuntime
 from tests.support.flowkit import task_state
+from tests.support.markers import backends
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, spawn_servers
 from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
 SERVER = SUPPORT / "task_server.py"
 READY = "task-server ready:"
 PUBLIC_URL = "http://waits-fleet.invalid"
 """The fleet's public base URL as the flows mint it; the tests POST to a real instance instead
 (what a load balancer in front of the fleet does)."""
-STORES = ["sqlite", "redis", "postgres"]
+STORES = backends("sqlite", "redis", "postgres")
 
 
 # -- the fleet ------------------------------------------------------------------------------

@@ -130,6 +130,7 @@ def test_the_pages_have_code_to_check() -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+@pytest.mark.spawns
 def test_a_docs_example_runs(example: Path) -> None:
     """Each file under docs/examples/ runs to its end: its `main()` asserts what the page says."""
     proc = subprocess.run(
@@ -138,6 +139,7 @@ def test_a_docs_example_runs(example: Path) -> None:
     assert proc.returncode == 0, f"{example.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
 
 
+@pytest.mark.spawns
 def test_every_python_block_runs_or_says_why() -> None:
     sources = example_sources()
     problems = []
@@ -185,6 +187,7 @@ def _commands(code: str) -> list[str]:
     return out
 
 
+@pytest.mark.spawns
 def test_every_shell_block_names_real_commands() -> None:
     targets = _make_targets()
     problems = []
@@ -257,6 +260,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.spawns
 def test_the_site_builds_strict_with_every_page(site: Path) -> None:
     for page in sorted(DOCS.rglob("*.md")):
         rel = page.relative_to(DOCS).with_suffix("")
@@ -278,6 +282,7 @@ def _inventory(site: Path) -> set[str]:
     return {line.split(" ", 1)[0] for line in zlib.decompress(body).decode().splitlines()}
 
 
+@pytest.mark.spawns
 def test_every_public_name_has_a_reference_entry_with_a_docstring(site: Path) -> None:
     import griffe
 

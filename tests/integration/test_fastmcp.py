@@ -199,12 +199,13 @@ async def test_a_server_without_a_shared_key_warns_at_start_up(caplog: pytest.Lo
         mrtr.fastmcp.Flows(FastMCP("no-key"))
         mrtr.fastmcp.Flows(FastMCP("keyed", request_state_security=RequestStateSecurity(keys=[SHARED_KEY])))
     warnings = [r.getMessage() for r in caplog.records if r.name == "mrtr.fleet"]
-    assert len(warnings) == 1 and "FastMCP server 'no-key' has no request_state_security" in warnings[0]
+    assert len(warnings) == 1 and "server 'no-key' has no request_state_security" in warnings[0]
+    assert "FastMCP(..., request_state_security=" in warnings[0], "the fix names the host's own constructor"
 
 
 async def test_fastmcp_tasks_option_is_refused_clearly() -> None:
     flows = mrtr.fastmcp.Flows(FastMCP("tasks", request_state_security=RequestStateSecurity(keys=[SHARED_KEY])))
-    with pytest.raises(TypeError, match="fastmcp-tasks"):
+    with pytest.raises(ValueError, match="fastmcp-tasks"):
         flows.tool(task=True)  # type: ignore[arg-type]  # FastMCP's task=, not mrtr's
 
 
@@ -301,7 +302,7 @@ async def test_a_server_with_another_tasks_extension_refuses_mrtr_task_flows() -
     mcp: FastMCP[Any] = FastMCP("fm-other", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
     mcp.add_extension(OtherTasks())
     flows = mrtr.fastmcp.Flows(mcp)
-    with pytest.raises(RuntimeError, match=r"already has a io\.modelcontextprotocol/tasks extension"):
+    with pytest.raises(mrtr.FlowDefinitionError, match=r"already has a io\.modelcontextprotocol/tasks extension"):
 
         @flows.tool(task="optional")
         async def job(ctx: mrtr.FlowContext) -> str:

@@ -210,7 +210,7 @@ def test_a_flow_without_flow_context_is_refused_at_registration() -> None:
 
     assert str(caught.value) == (
         "flow 'hello' has no FlowContext parameter; add `ctx: mrtr.FlowContext` to its signature (a function "
-        "that never asks or steps is a plain tool: register it with @server.tool())"
+        "that never asks or steps is a plain tool: register it with the server's own decorator)"
     )
 
 

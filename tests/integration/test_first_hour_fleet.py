@@ -59,7 +59,8 @@ def test_the_default_task_store_warns_that_other_hosts_cannot_see_it(
 
     assert [r.getMessage() for r in caplog.records if r.name == "mrtr.fleet"] == [
         "mrtr: durable tasks use the default store, a SQLite file (mrtr-tasks.db) on this host: instances on other "
-        "hosts cannot see its tasks. Give the fleet one shared store: Flows(server, store=mrtr.open_store(url))"
+        "hosts cannot see its tasks. Give the fleet one shared store: Flows(server, store=mrtr.open_store(url)), and "
+        "Flows(require_shared_store=True) to refuse to start without one"
     ]
 
 

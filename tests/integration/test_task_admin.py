@@ -69,6 +69,7 @@ async def wait_status(session: Any, task_id: str, status: str, timeout: float = 
             await asyncio.sleep(0.05)
 
 
+@pytest.mark.spawns  # the real mrtr process
 async def test_rerun_a_failed_task_keeps_its_finished_steps(tmp_path: Path) -> None:
     path, marker, runs = tmp_path / "tasks.db", tmp_path / "down", Counter[str]()
     marker.touch()

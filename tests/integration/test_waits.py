@@ -318,6 +318,7 @@ async def test_the_ci_deploy_example_runs_as_documented() -> None:
     assert result.content[0].text == "shop@abc123 is live" and deployed == ["shop@abc123"]
 
 
+@pytest.mark.spawns
 async def test_the_cli_delivers_events_from_another_process(tmp_path: Any) -> None:
     """`mrtr tasks event` in its own process, on the store file a running instance shares."""
     import subprocess

@@ -113,7 +113,8 @@ def build_server(
     if bus == "explicit":
         options["subscriptions"] = mrtr.open_bus(redis_url, namespace=NAMESPACE)
     server = MCPServer(SERVER_NAME, request_state_security=RequestStateSecurity(keys=[key]), **options)
-    replay_guard = open_guard(redis_url, namespace=f"{NAMESPACE}:guard", lease=lease) if guard else None
+    # CHAOS_GUARD=0 turns the guard off explicitly: a shared store would otherwise bring it by default.
+    replay_guard = open_guard(redis_url, namespace=f"{NAMESPACE}:guard", lease=lease) if guard else False
     flows = mrtr.Flows(
         server,
         store=mrtr.open_store(redis_url, namespace=NAMESPACE),

@@ -3,7 +3,9 @@
 FastMCP 3.x-era code (`ctx: fastmcp.Context`, `ctx.elicit(..., response_type=bool)`) registered
 with `mrtr.fastmcp.Flows(mcp, store=...)` as `task="optional"`. Reads MRTR_STATE_KEY (hex),
 MRTR_INSTANCE (label), MRTR_STORE (+ MRTR_STORE_NAMESPACE) and MRTR_AUDIT (a file every step
-appends a JSON line to). Serves `mcp.http_app()`; prints `fastmcp-task-server ready: URL`.
+appends a JSON line to). Built as the README's fleet recipe (a shared key and store, no other
+option), so rounds are single-use by default. Serves `flows.http_app()`; prints
+`fastmcp-task-server ready: URL`.
 """
 
 from __future__ import annotations
@@ -71,7 +73,26 @@ def build() -> Any:
             return "not published"
         return await mrtr.step("publish", publish, item)
 
-    return mcp.http_app()
+    @flows.tool()
+    async def deploy(slow: float, ctx: Context) -> str:
+        """Ephemeral, as tests/support/task_server.py's: ask where, apply (counted), ask to keep."""
+        where = await ctx.elicit("Deploy where?", response_type=str)
+        env = where.data if isinstance(where, AcceptedElicitation) else "nowhere"
+        applied = await mrtr.step("apply", transform_as(f"apply@{env}"), slow)
+        keep = await ctx.elicit(f"Keep {applied}?", response_type=bool)
+        return f"{applied} at {env}, keep={isinstance(keep, AcceptedElicitation) and keep.data}"
+
+    return flows.http_app()
+
+
+def transform_as(name: str) -> Any:
+    async def run(seconds: float) -> str:
+        audit(name, "start")
+        await asyncio.sleep(seconds)
+        audit(name, "end")
+        return f"{name} done"
+
+    return run
 
 
 if __name__ == "__main__":

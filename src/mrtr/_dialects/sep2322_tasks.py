@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.extension import MethodBinding
@@ -21,10 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, RequestParams
 from pydantic import ConfigDict
 
-from mrtr._wire import RELATED_TASK, TaskRequestParams
-
-if TYPE_CHECKING:
-    from mrtr.stores._base import TaskRecord
+from mrtr._wire import RELATED_TASK, TaskRequestParams, TaskView
 
 
 class TaskAccess(Protocol):
@@ -32,9 +29,9 @@ class TaskAccess(Protocol):
 
     async def load_checked(
         self, ctx: ServerRequestContext[Any, Any], task_id: str, *, check_name: bool = True
-    ) -> TaskRecord: ...
+    ) -> TaskView: ...
 
-    async def reload(self, task_id: str) -> TaskRecord: ...
+    async def reload(self, task_id: str) -> TaskView: ...
 
     async def apply_answers(self, task_id: str, responses: dict[str, Any], *, strict: bool) -> Any: ...
 

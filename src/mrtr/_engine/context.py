@@ -12,7 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from mcp_types import (
     CreateMessageRequestParams,
@@ -69,7 +69,7 @@ class Driver(Protocol):
         """Hand over to a durable task here, if this call is becoming one."""
         ...
 
-    async def wait(self, kind: str, name: str | None, limit: float | None) -> dict[str, Any]:
+    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> dict[str, Any]:
         """A durable timer or event wait's journaled outcome (see `mrtr._engine.waits`)."""
         ...
 

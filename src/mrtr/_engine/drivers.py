@@ -12,7 +12,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
@@ -164,7 +164,7 @@ class JournalDriver:
         replay = self._replay
         return replay.patched(replay.branch(), patch_id)
 
-    async def wait(self, kind: str, name: str | None, limit: float | None) -> dict[str, Any]:
+    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> dict[str, Any]:
         """A durable timer (`kind="timer"`, `limit` its delay) or event wait (`limit` its timeout).
 
         Returns the wait's journaled outcome: `{"due", "done": 1}` plus `"id"`/`"data"` for a
@@ -281,7 +281,7 @@ class LiveDriver:
         """A live run is always new code running for the first time."""
         return True
 
-    async def wait(self, kind: str, name: str | None, limit: float | None) -> dict[str, Any]:
+    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> dict[str, Any]:
         raise needs_task(self._flow, "sleep" if kind == "timer" else "wait_for_event")
 
     async def callback_url(self, name: str, ttl: float) -> str:

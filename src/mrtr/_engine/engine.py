@@ -31,10 +31,10 @@ from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver, LiveDr
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._engine.replay import Replay
 from mrtr._engine.round import Round, Services, chain
-from mrtr._engine.spec import FlowSpec, ShedCheck
+from mrtr._engine.spec import FlowSpec, ShedCheck, TaskStarted
 from mrtr._engine.waits import WaitSource
 from mrtr._errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
-from mrtr._wire import TASKS_EXTENSION
+from mrtr._wire import TASKS_EXTENSION, Wait
 
 logger = logging.getLogger("mrtr.engine")
 replay_logger = logging.getLogger("mrtr.replay")
@@ -44,7 +44,6 @@ _STATELESS_VERSION = "2026-07-28"
 __all__ = [
     "Outcome",
     "RunOptions",
-    "TaskCreated",
     "execute",
     "run_flow",
 ]
@@ -62,7 +61,7 @@ class Outcome:
     error: BaseException | None = None
     would_run: list[str] = field(default_factory=list)
     """Steps a dry run reached but did not run (replay testing)."""
-    waiting: list[dict[str, Any]] = field(default_factory=list)
+    waiting: list[Wait] = field(default_factory=list)
     """The durable waits (timers, events) the run settled on, beside any parked asks."""
 
 
@@ -93,18 +92,6 @@ class RunOptions:
 _PLAIN_RUN = RunOptions()
 
 
-class TaskCreated(MCPError):
-    """Carries a `CreateTaskResult` out of the SDK's tool call to the tasks extension.
-
-    The SDK passes `MCPError`s through its tool wrapper untouched; the extension's
-    `tools/call` interceptor catches this one and answers with `result` instead.
-    """
-
-    def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__(code=INTERNAL_ERROR, message="task created outside the tasks extension")
-        self.result = result
-
-
 async def run_flow(
     spec: FlowSpec,
     request: Any,
@@ -114,7 +101,7 @@ async def run_flow(
     wire: Any = None,
     state_security: Callable[[], RequestStateSecurity | None] | None = None,
 ) -> Any:
-    """Run one request of `spec`; returns the flow's value or an `InputRequiredResult`.
+    """Run one request of `spec`; returns the flow's value, an `InputRequiredResult`, or `TaskStarted`.
 
     `services` are what the instance lends the flow (task creation, replay guard, load
     shedding); the engine only knows their shapes (`mrtr._engine.spec`).
@@ -136,7 +123,7 @@ async def run_flow(
                 data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
         if declared and not spec.mrtr_first:
-            raise TaskCreated(await _tasks(spec, services).start(spec, arguments, capabilities, Journal.start()))
+            return await start_task(spec, services, round, Journal.start())
         probe = declared
     if not modern:
         return await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
@@ -156,10 +143,12 @@ async def run_flow(
 _NO_SERVICES = Services()
 
 
-def _tasks(spec: FlowSpec, services: Services) -> Any:
+async def start_task(spec: FlowSpec, services: Services, round: Round, journal: Journal) -> TaskStarted:
+    """The call becomes a durable task, created for the request's own principal and idempotency key."""
     if services.tasks is None:
         raise RuntimeError(f"flow {spec.name!r} can become a task, but no task engine was given")
-    return services.tasks
+    created = await services.tasks.start(spec, round.arguments, round.capabilities, journal, round.wire)
+    return TaskStarted(created)
 
 
 def as_protocol_error(spec: FlowSpec, exc: FlowError) -> MCPError:
@@ -340,7 +329,7 @@ async def _round_body(services: Services, round: Round) -> Any:
     if outcome.parked:
         return _input_required(round, outcome.replay)
     if outcome.became_task:
-        raise TaskCreated(await _tasks(spec, services).start(spec, round.arguments, round.capabilities, journal))
+        return await start_task(spec, services, round, journal)
     if outcome.error is not None:
         raise outcome.error
     return outcome.value

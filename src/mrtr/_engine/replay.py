@@ -30,6 +30,7 @@ from mrtr._engine.asks import Ask, BadAnswer
 from mrtr._engine.branches import Branch, current_branch, outside_branch
 from mrtr._engine.journal import Journal, embedded_length, entry_size
 from mrtr._errors import FlowDefinitionError, FlowSuspended, NondeterminismError, StateTooLarge
+from mrtr._wire import Wait
 
 logger = tracing.get_logger("mrtr.replay")
 
@@ -103,7 +104,7 @@ class Replay:
         self._consumed: set[str] = set()
         self._size: int | None = base_size
         self.parked: dict[str, Ask] = {}
-        self.waits: dict[str, dict[str, Any]] = {}
+        self.waits: dict[str, Wait] = {}
         """wait key -> what a parked `ctx.sleep` / `ctx.wait_for_event` waits for (`{"kind", "name", "until"}`)."""
         self._wakers: dict[str, tuple[asyncio.Future[Any], Callable[[], Any]]] = {}
         self.reasked: dict[str, str] = {}
@@ -246,7 +247,7 @@ class Replay:
         finally:
             self._parked_tasks.discard(task)
 
-    async def park_wait(self, key: str, info: dict[str, Any], resolve: Callable[[], Any]) -> Any:
+    async def park_wait(self, key: str, info: Wait, resolve: Callable[[], Any]) -> Any:
         """Hold this branch on a durable wait until `resolve()` (tried only while the flow is
         quiescent, see `mrtr._engine.waits`) gives its outcome, or the round settles.
 

@@ -72,9 +72,27 @@ class TaskStarter(Protocol):
         arguments: Mapping[str, Any],
         capabilities: ClientCapabilities | None,
         journal: Journal,
+        request: Any = None,
     ) -> dict[str, Any]:
-        """Create the task durably and start it; returns the wire `CreateTaskResult`."""
+        """Create the task durably and start it; returns the wire `CreateTaskResult`.
+
+        `request` is the call's SDK `ServerRequestContext`, handed over explicitly: the task
+        belongs to its principal, and its `mrtr/idempotencyKey` names the task (None: no request,
+        an unowned task without a key).
+        """
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStarted:
+    """A call that became a durable task: what `run_flow` returns in place of the flow's value.
+
+    `result` is the wire `CreateTaskResult`. Each host hands it to its tasks extension in the
+    framework's own way (the SDK lets an `MCPError` through its tool wrapper; FastMCP passes a
+    `ToolResult` through untouched).
+    """
+
+    result: dict[str, Any]
 
 
 class ShedCheck(Protocol):
@@ -87,6 +105,7 @@ __all__ = [
     "FlowSpec",
     "Limits",
     "ShedCheck",
+    "TaskStarted",
     "TaskStarter",
     "TaskSupport",
 ]

@@ -236,7 +236,7 @@ async def show_task(url: str, namespace: str | None, task_id: str, as_json: bool
         _table(out, "waiting for input", ["key", "method", "question"], rows)
     if record.waiting:
         rows = [
-            [str(w.get("kind")), str(w.get("name") or ""), iso(w["until"]) if w.get("until") is not None else "-"]
+            [str(w.get("kind")), str(w.get("name") or ""), iso(until) if (until := w.get("until")) is not None else "-"]
             for w in record.waiting
         ]
         _table(out, "waiting for", ["kind", "event", "until"], rows)

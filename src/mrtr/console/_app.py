@@ -28,6 +28,7 @@ from starlette.routing import Route
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFormatError
 from mrtr._errors import EventNotDelivered
+from mrtr._wire import HistoryEntry, Wait
 from mrtr.buses import BrokerBus, open_bus
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.console._templates import TEMPLATES
@@ -387,7 +388,7 @@ def _row(record: TaskRecord, now: float) -> dict[str, str]:
     }
 
 
-def _history_row(entry: dict[str, Any]) -> dict[str, str]:
+def _history_row(entry: HistoryEntry) -> dict[str, str]:
     kind = str(entry.get("kind", ""))
     if kind == "step":
         seconds = entry.get("seconds")
@@ -406,7 +407,7 @@ def _history_row(entry: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _wait_text(wait: dict[str, Any]) -> str:
+def _wait_text(wait: Wait) -> str:
     until = wait.get("until")
     when = f" until {_iso(until)}" if until is not None else ""
     if wait.get("kind") == "timer":

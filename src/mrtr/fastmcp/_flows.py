@@ -6,181 +6,88 @@ engine answers with the flow's value or an `InputRequiredResult`, which FastMCP'
 guard-pattern path carries to the wire; FastMCP's `RequestStateBoundary` seals the journal
 with the server's `request_state_security`, so any instance sharing that key serves any
 round. FastMCP's middleware, auth, tags, `mcp.http_app()` and `mcp.run()` see ordinary
-components.
+components. Everything else (options, the key, store, guard and bus choices, task engines,
+warnings) is the host core's (`mrtr._host`), shared with `mrtr.Flows`; this module is
+FastMCP's adapter to it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import inspect
-import logging
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_context
-from fastmcp.tools import FunctionTool
-from mcp.server.request_state import RequestStateSecurity, authenticated_principal
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools import FunctionTool, ToolResult
+from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
-from mcp_types import CallToolResult, InputRequiredResult
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolRequestParams, CallToolResult
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from typing_extensions import Unpack
 
-from mrtr import _fleet as fleet
-from mrtr._checks import check_elicit_schemas
-from mrtr._engine.asks import Capability
 from mrtr._engine.context import FlowContext
-from mrtr._engine.engine import TaskCreated, run_flow
-from mrtr._engine.round import RoundPolicy, Services
-from mrtr._engine.spec import FlowSpec, Limits, TaskSupport
+from mrtr._engine.engine import run_flow
+from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
 from mrtr._errors import FlowDefinitionError, InputRefused
-from mrtr._guard import ReplayGuard, open_guard
-from mrtr._registration import (
-    checked_capabilities,
-    entry_point,
-    flow_limits,
-    refused_as_client_error,
-    reject_bare_use,
-)
-from mrtr._shedding import LoadShedder, ShedClients
+from mrtr._host.base import BaseFlows
+from mrtr._host.checks import context_param
+from mrtr._host.core import HostCore, check_task
+from mrtr._host.instance import InstanceHeader
+from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions
+from mrtr._host.registration import entry_point, refused_as_client_error, reject_bare_use
 from mrtr._wire import TASKS_EXTENSION
-from mrtr.buses._base import BrokerBus
 from mrtr.fastmcp import _internals as internals
 from mrtr.fastmcp._context import FlowsContext
-from mrtr.fastmcp._tasks import FastMCPTasks, created_box, serve_listen
-from mrtr.stores import TaskStore
-from mrtr.tasks._callbacks import PATH as CALLBACK_PATH
-from mrtr.tasks._callbacks import CallbackUrls
-from mrtr.tasks._callbacks import endpoint as callback_endpoint
-from mrtr.tasks._events import TaskEvents
+from mrtr.fastmcp._tasks import FastMCPTasks, TaskStartedResult, serve_listen
 from mrtr.tasks._extension import TasksExtension
 from mrtr.tasks._listen import ListenHandler
-from mrtr.tasks._runtime import TaskRuntime
-from mrtr.tasks._seam import EngineOptions, TaskEngine
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-logger = logging.getLogger("mrtr.fleet")
+_FLOW_OPTIONS = frozenset(FlowOptions.__annotations__)
 
 
-class Flows:
+class Flows(BaseFlows):
     """Adds flows to a `fastmcp.FastMCP` server (see the module docstring).
 
     Args:
         mcp: The FastMCP server. Its `request_state_security` seals every journal: give every
             instance the same key ring (and the same server name).
-        max_rounds: Per-flow default round cap, as for `mrtr.Flows`.
-        deadline: Per-flow default deadline, as for `mrtr.Flows`.
-        max_state_bytes: Per-flow default cap on the sealed state, as for `mrtr.Flows`.
-        replay_guard: Make every round's `requestState` single-use fleet-wide (a store URL
-            or a `mrtr.ReplayGuard`), as for `mrtr.Flows`.
-        max_inflight_rounds: Load shedding past this many rounds in flight, as for `mrtr.Flows`.
-        max_loop_lag: Load shedding past this event-loop lag, as for `mrtr.Flows`.
-        shed_when: Load shedding on your own signal, as for `mrtr.Flows`.
-        shed_clients: Which clients may be shed to, as for `mrtr.Flows`.
-        store: Where durable tasks (`@flows.tool(task="optional"|"required")`) live, for mrtr's
-            lease runtime (SQLite, Redis, PostgreSQL), as for `mrtr.Flows`. The tasks extension
-            is registered on the FastMCP server (`mcp.add_extension`) when the first task flow
-            is, and its lease scanner runs with the server's lifespan.
-        task_lease: The lease runtime's lease, as for `mrtr.Flows`.
-        task_ttl: How long a task lives, as for `mrtr.Flows`.
-        task_poll_interval: The poll interval clients are told, as for `mrtr.Flows`.
-        task_scan_interval: How often the lease scanner looks for work, as for `mrtr.Flows`.
-        tasks: Another task engine instead of the lease runtime, such as
-            `mrtr.temporal.TemporalTasks`.
-        fleet_bus: False keeps task notifications in-process even with a shared store.
-        bus: Task notifications. FastMCP 4.2 serves no `subscriptions/listen`, so
-            mrtr serves it (core filter plus the tasks extension's `taskIds`) on `bus`; by
-            default the store's fleet bus when the store is shared (Redis, PostgreSQL; not with
-            `fleet_bus=False`), else an in-process bus. A bus that cannot hear every task
-            change acknowledges listens without task ids, and clients poll.
-        require_shared_key: Refuse to start without `request_state_security` instead of warning.
-        strict: Log every replay of a flow's body at WARNING, as for `mrtr.Flows`.
-        public_url: The fleet's base URL for `ctx.flow.callback_url(name)`, as for `mrtr.Flows`
-            (the route is a FastMCP custom route, `POST /mrtr/events/...`).
+        **options: Any of `mrtr.FlowsOptions`: the same keywords, defaults and meanings as
+            `mrtr.Flows`. `dialects` is refused: the seed dialects are endpoints and middleware
+            of the SDK's own HTTP app, which a FastMCP server does not serve.
     """
 
-    def __init__(
-        self,
-        mcp: FastMCP[Any],
-        *,
-        max_rounds: int = 10,
-        deadline: float = 3600.0,
-        max_state_bytes: int = 64 * 1024,
-        replay_guard: str | ReplayGuard | None = None,
-        max_inflight_rounds: int | None = None,
-        max_loop_lag: float | None = None,
-        shed_when: Callable[[], bool] | None = None,
-        shed_clients: ShedClients | None = None,
-        store: TaskStore | None = None,
-        task_lease: float = 10.0,
-        task_ttl: float | None = 3600.0,
-        task_poll_interval: float = 0.5,
-        task_scan_interval: float = 1.0,
-        tasks: TaskEngine | None = None,
-        fleet_bus: bool = True,
-        bus: SubscriptionBus | None = None,
-        require_shared_key: bool = False,
-        strict: bool = False,
-        public_url: str | None = None,
-    ) -> None:
+    def __init__(self, mcp: FastMCP[Any], /, **options: Unpack[FlowsOptions]) -> None:
         self.mcp = mcp
-        self.strict = strict
-        self._callbacks = None if public_url is None else CallbackUrls(public_url, self.state_security)
-        if self._callbacks is not None:
-            route = mcp.custom_route(f"{CALLBACK_PATH}/{{task_id}}/{{name}}/{{token}}", methods=["POST"])
-            route(callback_endpoint(lambda: self._callbacks, self._deliver_callback))
-        self._store = store
-        self._engine = tasks
-        self._task_options: dict[str, Any] = {
-            "lease": task_lease,
-            "ttl": task_ttl,
-            "poll_interval": task_poll_interval,
-            "scan_interval": task_scan_interval,
-        }
-        self._extension: TasksExtension | None = None
-        self._fleet_bus = fleet_bus
-        self.bus: SubscriptionBus | None = bus
-        """The bus task notifications ride (set when the first task flow is registered, unless given)."""
-        self.limits = Limits(max_rounds=max_rounds, deadline=deadline, max_state_bytes=max_state_bytes)
-        security = self.state_security()
-        if security is None and require_shared_key:
+        resolved = HostOptions.of(options)
+        if resolved.dialects:
             raise FlowDefinitionError(
-                f"FastMCP server {mcp.name!r} has no request_state_security (Flows(require_shared_key=True)): every "
-                "instance must seal with the same key ring: FastMCP(..., request_state_security="
-                "RequestStateSecurity(keys=[...]))"
+                f"mrtr.fastmcp.Flows(dialects={list(resolved.dialects)!r}): the seed dialects are endpoints and "
+                "middleware of the SDK's own HTTP app, served by mrtr.Flows on an MCPServer; a FastMCP server "
+                "serves the 2026-07-28 wire only"
             )
-        if security is None:
-            logger.warning(
-                "mrtr: FastMCP server %r has no request_state_security, so its requestState is sealed with a key "
-                "only this process holds: a second instance (or this one after a restart) rejects every flow in "
-                "flight with 'Invalid or expired requestState', after the user answered. Give every instance the "
-                "same key ring: FastMCP(..., request_state_security=RequestStateSecurity(keys=[...]))",
-                mcp.name,
-            )
-        self.replay_guard = None
-        if replay_guard is not None:
-            self.replay_guard = open_guard(replay_guard) if isinstance(replay_guard, str) else replay_guard
-            if self.replay_guard.state_ttl is None:
-                self.replay_guard.state_ttl = float(security.ttl) if security is not None else 600.0
-        self.shedder = LoadShedder.from_options(max_inflight_rounds, max_loop_lag, shed_when, shed_clients)
-        policies: tuple[RoundPolicy, ...] = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
-        self.services = Services(policies=policies)
-        self.specs: dict[str, FlowSpec] = {}
-        """Every flow registered here, by name."""
+        self._host = _FastMCPHost(mcp)
+        self._core = HostCore(self._host, resolved)
+        mcp.add_middleware(_ProtocolErrors(self._core.specs))
 
-    def state_security(self) -> RequestStateSecurity | None:
-        """The policy FastMCP seals `requestState` with (None: a key of this process only)."""
-        return internals.state_security(self.mcp)
+    def http_app(self, **options: Any) -> Starlette:
+        """`mcp.http_app(**options)`, with the `X-Mrtr-Instance` header (`instance_name=`).
 
-    @property
-    def audience(self) -> str:
-        """The audience sealed into every `requestState`: the policy's own, else the server's name."""
-        security = self.state_security()
-        return (security.audience if security is not None else None) or self.mcp.name
-
-    # -- registration ---------------------------------------------------------------------
+        The task worker and fleet bus run with the server's lifespan however it is served.
+        """
+        app = self.mcp.http_app(**options)
+        if self.instance_name is not None:
+            app.add_middleware(InstanceHeader, name=self.instance_name)
+        return app
 
     def tool(
         self,
@@ -188,183 +95,88 @@ class Flows:
         *,
         task: TaskSupport = "never",
         mrtr_first: bool = False,
-        requires: Sequence[Capability] = (),
-        max_rounds: int | None = None,
-        deadline: float | None = None,
-        max_state_bytes: int | None = None,
-        **fastmcp_options: Any,
+        **options: Any,
     ) -> Callable[[F], F]:
-        """Register an async flow as a FastMCP tool; `fastmcp_options` are `FastMCP.tool`'s
-        (title, description, tags, annotations, meta, icons, output_schema, timeout, auth, ...).
+        """Register an async flow as a FastMCP tool. `options` are `FastMCP.tool`'s (title,
+        description, tags, annotations, meta, icons, output_schema, timeout, auth, ...) and
+        `mrtr.FlowOptions` (`requires=`, `max_rounds=`, `deadline=`, `max_state_bytes=`).
 
         `task="optional"|"required"` and `mrtr_first` mean what they mean for `mrtr.Flows.tool`:
         the call runs as a durable mrtr task when the client declares the tasks extension.
         """
         reject_bare_use(name, "tool")
-        if task not in ("never", "optional", "required"):
-            raise TypeError(
-                f"mrtr.fastmcp: task={task!r} is not mrtr's; use task='optional' or 'required' (mrtr's durable "
-                "tasks). FastMCP's own task=True belongs to the fastmcp-tasks extension, which cannot serve mrtr flows"
-            )
-
-        options = dict(fastmcp_options)
-        app = options.pop("app", None)
+        check_task(task)
+        flow, fastmcp_options = _split(options)
+        app = fastmcp_options.pop("app", None)
         if app:  # as FastMCP.tool does: an app config is the tool's meta["ui"]
-            options["meta"] = dict(options.get("meta") or {}) | {"ui": True if app is True else app}
+            fastmcp_options["meta"] = dict(fastmcp_options.get("meta") or {}) | {"ui": True if app is True else app}
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, requires)
-            spec = self.specs[spec.name] = dataclasses.replace(spec, task=task, mrtr_first=mrtr_first)
-            engine = self._tasks() if task != "never" else None
-            tool = FunctionTool.from_function(self._entry(fn, spec, _refused_as_tool_error), name=spec.name, **options)
+            spec = self._spec(fn, name, flow, task=task, mrtr_first=mrtr_first)
+            entry = self._entry(fn, spec, _refused_as_tool_error)
+            tool = FunctionTool.from_function(entry, name=spec.name, **fastmcp_options)
             self.mcp.add_tool(tool)
-            if engine is not None:  # a task's result is converted by FastMCP, exactly as the call's would be
-                engine.register(spec, functools.partial(_tool_result, tool))
+            if task != "never":  # a task's result is converted by FastMCP, exactly as the call's would be
+                self._core.register_task(spec, functools.partial(_tool_result, tool))
             return fn
 
         return decorator
 
-    def prompt(
-        self,
-        name: str | None = None,
-        *,
-        requires: Sequence[Capability] = (),
-        max_rounds: int | None = None,
-        deadline: float | None = None,
-        max_state_bytes: int | None = None,
-        **fastmcp_options: Any,
-    ) -> Callable[[F], F]:
-        """Register an async flow as a FastMCP prompt (`prompts/get` may take several rounds)."""
+    def prompt(self, name: str | None = None, **options: Any) -> Callable[[F], F]:
+        """Register an async flow as a FastMCP prompt (`prompts/get` may take several rounds);
+        `options` are `FastMCP.prompt`'s and `mrtr.FlowOptions`."""
         reject_bare_use(name, "prompt")
+        flow, fastmcp_options = _split(options)
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, requires)
+            spec = self._spec(fn, name, flow)
             self.mcp.prompt(self._entry(fn, spec, refused_as_client_error(spec)), name=spec.name, **fastmcp_options)
             return fn
 
         return decorator
 
-    def resource(
-        self,
-        uri: str,
-        *,
-        name: str | None = None,
-        requires: Sequence[Capability] = (),
-        max_rounds: int | None = None,
-        deadline: float | None = None,
-        max_state_bytes: int | None = None,
-        **fastmcp_options: Any,
-    ) -> Callable[[F], F]:
-        """Register an async flow as a FastMCP resource or resource template."""
+    def resource(self, uri: str, *, name: str | None = None, **options: Any) -> Callable[[F], F]:
+        """Register an async flow as a FastMCP resource or resource template; `options` are
+        `FastMCP.resource`'s and `mrtr.FlowOptions`."""
         reject_bare_use(uri, "resource")
+        flow, fastmcp_options = _split(options)
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name or fn.__name__, max_rounds, deadline, max_state_bytes, requires)
-            entry = self._entry(fn, spec, refused_as_client_error(spec))
-            self.mcp.resource(uri, name=spec.name, **fastmcp_options)(entry)
+            spec = self._spec(fn, name, flow)
+            self.mcp.resource(uri, name=spec.name, **fastmcp_options)(
+                self._entry(fn, spec, refused_as_client_error(spec))
+            )
             return fn
 
         return decorator
 
-    @property
-    def runtime(self) -> TaskEngine:
-        """The task engine (created, with the tasks extension, on first need)."""
-        return self._tasks()
-
-    async def send_event(self, task_id: str, name: str, payload: Any = None, *, event_id: str | None = None) -> bool:
-        """Deliver event `name` to a durable task, from any instance (see `mrtr.Flows.send_event`)."""
-        delivered: bool = await self._tasks().send_event(task_id, name, payload, event_id=event_id)
-        return delivered
-
-    async def _deliver_callback(self, task_id: str, name: str, payload: Any, event_id: str) -> bool:
-        return await self.send_event(task_id, name, payload, event_id=event_id)
-
     # -- internals --------------------------------------------------------------------------
 
-    def _tasks(self) -> TaskEngine:
-        if self._extension is not None:
-            return self._extension.engine
-        engine = self._engine
-        if engine is None:
-            if self._store is None:
-                from mrtr.stores._sqlite import SQLiteStore
-
-                self._store = SQLiteStore("mrtr-tasks.db")  # the embedded default
-                fleet.warn_about_default_store("mrtr-tasks.db")
-            options = self._task_options | {"bind_principal": authenticated_principal}
-            engine = self._engine = TaskRuntime(self._store, **options)
-            engine.callbacks = self._callbacks
-        else:
-            options = self._task_options
-            if self._callbacks is not None and hasattr(engine, "callbacks"):
-                engine.callbacks = self._callbacks
-            engine.configure(EngineOptions(options["ttl"], options["poll_interval"], authenticated_principal))
-        self._extension = TasksExtension(engine)
-        if internals.has_extension(self.mcp, TASKS_EXTENSION):
-            raise RuntimeError(
-                f"mrtr.fastmcp: this FastMCP server already has a {TASKS_EXTENSION} extension (fastmcp-tasks?); "
-                "mrtr's durable tasks need that identifier: register mrtr task flows on a server without it"
-            )
-        bus, hears_every_task = self._task_bus(engine)
-        if engine.on_change is None:
-            engine.on_change = TaskEvents(bus).publish
-        listen = ListenHandler(bus, self._extension if hears_every_task and engine.reports_every_change else None)
-        serve_listen(self.mcp, listen)
-        self.mcp.add_extension(FastMCPTasks(self._extension, bus if isinstance(bus, BrokerBus) else None))
-        self.services.tasks = engine
-        return engine
-
-    def _task_bus(self, engine: TaskEngine) -> tuple[SubscriptionBus, bool]:
-        """The bus for task notifications, and whether it hears every task change (see `Flows`)."""
-        if self.bus is not None:
-            return self.bus, True
-        derive = getattr(engine.shared_store, "fleet_bus", None)
-        bus = derive() if derive is not None and self._fleet_bus else None
-        if bus is not None:
-            self.bus = bus
-            logger.info("mrtr: FastMCP server %r: task notifications ride the store's fleet bus", self.mcp.name)
-            return bus, True
-        self.bus = InMemorySubscriptionBus()
-        if derive is not None:
-            logger.warning(
-                "mrtr: FastMCP server %r keeps an in-process bus beside a shared store: listens are acknowledged "
-                "without task ids and task clients poll",
-                self.mcp.name,
-            )
-            return self.bus, False
-        return self.bus, engine.run_worker_here
-
-    def _spec(
-        self,
-        fn: Callable[..., Any],
-        name: str,
-        max_rounds: int | None,
-        deadline: float | None,
-        max_state_bytes: int | None,
-        requires: Sequence[Capability],
-    ) -> FlowSpec:
-        limits = flow_limits(fn, name, self.limits, max_rounds, deadline, max_state_bytes)
-        ctx_param, style = _context_param(fn, name)
-        if style == "mrtr" and ctx_param is not None:
-            check_elicit_schemas(fn, name, ctx_param)
-        spec = FlowSpec(
-            name=name,
-            fn=fn,
+    def _spec(self, fn: Callable[..., Any], name: str | None, flow: FlowOptions, **task: Any) -> FlowSpec:
+        flow_name = name or fn.__name__
+        is_task = task.get("task", "never") != "never"
+        ctx_param = context_param(fn, flow_name, host_context=Context, task=is_task)
+        annotation = typing.get_type_hints(fn).get(ctx_param) if ctx_param is not None else None
+        fastmcp_style = isinstance(annotation, type) and not issubclass(annotation, FlowContext)
+        return self._core.spec(
+            fn,
+            flow_name,
+            flow,
             ctx_param=ctx_param,
-            limits=limits,
-            audience=self.audience,
-            requires=checked_capabilities(name, requires),
-            wrap_context=functools.partial(_fastmcp_context, self.mcp) if style == "fastmcp" else None,
-            strict=self.strict,
+            check_schemas=not fastmcp_style,
+            wrap_context=functools.partial(_fastmcp_context, self.mcp) if fastmcp_style else None,
+            **task,
         )
-        self.specs[name] = spec
-        return spec
 
     def _entry(
         self, fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception]
     ) -> Callable[..., Any]:
-        """A FastMCP-registrable function: the flow's signature without its context parameter."""
-        services, security = self.services, self.state_security
+        """A FastMCP-registrable function: the flow's signature without its context parameter.
+
+        A call that becomes a task returns `TaskStartedResult`, a `ToolResult` FastMCP passes
+        through untouched to the tasks interceptor, which answers with its `CreateTaskResult`.
+        """
+        services, security = self._core.services, self._host.state_security
 
         async def run(kwargs: dict[str, Any]) -> Any:
             ctx = get_context()
@@ -372,18 +184,85 @@ class Flows:
             if wire is None:
                 raise RuntimeError(f"flow {spec.name!r} runs only inside an MCP request")
             try:
-                return await run_flow(spec, ctx, kwargs, services, wire=wire, state_security=security)
+                outcome = await run_flow(spec, ctx, kwargs, services, wire=wire, state_security=security)
             except InputRefused as exc:
                 raise refused(exc) from None
-            except TaskCreated as created:
-                box = created_box.get()
-                if box is None:
-                    raise
-                box.append(created.result)
-                # A result FastMCP passes through untouched; the tasks interceptor replaces it.
-                return InputRequiredResult(request_state="mrtr:task-created")
+            return TaskStartedResult(outcome) if isinstance(outcome, TaskStarted) else outcome
 
         return entry_point(fn, spec, run)
+
+
+class _ProtocolErrors(Middleware):
+    """A flow's protocol errors reach the wire as JSON-RPC errors, as on `MCPServer`.
+
+    FastMCP masks whatever a tool body raises into an `isError` result, `MCPError`s included
+    (it raises a `ToolError` from them). The SDK passes them through: a flow past its round
+    cap or deadline, a state this server cannot read or a round the replay guard refuses is a
+    -32602 (or -32603) the client can act on, not a tool result. For mrtr's flows only, this
+    middleware raises the `MCPError` FastMCP wrapped again.
+    """
+
+    def __init__(self, specs: Mapping[str, FlowSpec]) -> None:
+        self.specs = specs
+
+    async def on_call_tool(
+        self, context: MiddlewareContext[CallToolRequestParams], call_next: CallNext[CallToolRequestParams, ToolResult]
+    ) -> ToolResult:
+        try:
+            return await call_next(context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, MCPError) and context.message.name in self.specs:
+                raise cause from None
+            raise
+
+
+class _FastMCPHost:
+    """A FastMCP server as the host core sees it (`mrtr._host.adapter.Host`)."""
+
+    kind = "FastMCP"
+
+    def __init__(self, mcp: FastMCP[Any]) -> None:
+        self.mcp = mcp
+
+    @property
+    def name(self) -> str:
+        return self.mcp.name
+
+    def state_security(self) -> RequestStateSecurity | None:
+        return internals.state_security(self.mcp)
+
+    def shares_state_key(self) -> bool:
+        return self.state_security() is not None
+
+    def given_bus(self) -> SubscriptionBus | None:
+        return None  # FastMCP takes no bus of its own: Flows(bus=...) gives one
+
+    def use_bus(self, bus: SubscriptionBus | None) -> SubscriptionBus:
+        return bus if bus is not None else InMemorySubscriptionBus()
+
+    def install_tasks(
+        self,
+        extension: TasksExtension,
+        listen: ListenHandler,
+        running: Callable[[], AbstractAsyncContextManager[None]],
+    ) -> None:
+        if internals.has_extension(self.mcp, TASKS_EXTENSION):
+            raise FlowDefinitionError(
+                f"mrtr.fastmcp: this FastMCP server already has a {TASKS_EXTENSION} extension (fastmcp-tasks?); "
+                "mrtr's durable tasks need that identifier: register mrtr task flows on a server without it"
+            )
+        serve_listen(self.mcp, listen)  # FastMCP serves no `subscriptions/listen` of its own
+        self.mcp.add_extension(FastMCPTasks(extension, running))  # its lifespan runs the worker and the bus
+
+    def add_route(self, path: str, endpoint: Callable[[Request], Awaitable[Response]], methods: Sequence[str]) -> None:
+        self.mcp.custom_route(path, methods=list(methods))(endpoint)
+
+
+def _split(options: dict[str, Any]) -> tuple[FlowOptions, dict[str, Any]]:
+    """mrtr's `FlowOptions` apart from the framework's own keywords."""
+    flow: Any = {k: v for k, v in options.items() if k in _FLOW_OPTIONS}
+    return flow, {k: v for k, v in options.items() if k not in _FLOW_OPTIONS}
 
 
 def _fastmcp_context(mcp: FastMCP[Any], flow: FlowContext) -> FlowsContext:
@@ -393,25 +272,6 @@ def _fastmcp_context(mcp: FastMCP[Any], flow: FlowContext) -> FlowsContext:
     except RuntimeError:
         base = Context(fastmcp=mcp)
     return FlowsContext(flow, base)
-
-
-def _context_param(fn: Callable[..., Any], flow: str) -> tuple[str | None, str]:
-    """The flow's context parameter and its style: `mrtr` (FlowContext) or `fastmcp` (FastMCP's Context)."""
-    hints = typing.get_type_hints(fn)
-    for name, annotation in hints.items():
-        if name == "return" or not inspect.isclass(annotation):
-            continue
-        if issubclass(annotation, FlowContext):
-            return name, "mrtr"
-        if issubclass(annotation, Context):
-            return name, "fastmcp"
-    for param in inspect.signature(fn).parameters.values():
-        if param.name in ("ctx", "context") and param.annotation is inspect.Parameter.empty:
-            raise FlowDefinitionError(
-                f"flow {flow!r}: parameter {param.name!r} has no annotation, so it would be published as a "
-                f"required argument; annotate it `{param.name}: mrtr.FlowContext` or `{param.name}: fastmcp.Context`"
-            )
-    return None, "none"  # a flow may also ask nothing and use only `mrtr.step` / `mrtr.gather`
 
 
 def _tool_result(tool: FunctionTool, value: Any) -> CallToolResult:

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from mrtr._wire import TERMINAL, TaskStatus
+from mrtr._wire import TERMINAL, HistoryEntry, InboxEvent, InputRequests, TaskStatus, Wait
 
 
 class TaskExists(Exception):
@@ -35,7 +35,7 @@ class TaskRecord:
     journal: str
     """The flow's journal, encoded with `mrtr._engine.journal.encode`."""
     status_message: str | None = None
-    input_requests: dict[str, Any] = field(default_factory=dict)
+    input_requests: InputRequests = field(default_factory=dict)
     """Outstanding asks (wire `InputRequest`s by key) while `input_required`."""
     responses: dict[str, Any] = field(default_factory=dict)
     """Answers received through `tasks/update`, not yet consumed by a run of the flow."""
@@ -54,15 +54,15 @@ class TaskRecord:
     """Digest of the principal that created the task (`mrtr.tasks._runtime.owner_tag`); None if unauthenticated."""
     attempt: int = 1
     """Counts the task's runs from the top by an operator (`TaskAdmin.rerun`): 1 until it is re-run."""
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[HistoryEntry] = field(default_factory=list)
     """What ran, newest last, bounded (`HISTORY_KEPT`): each step that really ran, with its duration
     and, if it raised, the error's text (`{"at", "kind": "step", "key", "seconds", "attempt",
     "error"?}`), and operator actions (`{"at", "kind": "rerun" | "cancel", ...}`). For people
     (the console): replay reads the journal, never this."""
-    waiting: list[dict[str, Any]] = field(default_factory=list)
+    waiting: list[Wait] = field(default_factory=list)
     """What the parked run waits for besides the client: `{"kind": "timer", "until": t}` and
     `{"kind": "event", "name": n, "until": t | None}` (empty while it runs or asks only)."""
-    inbox: list[dict[str, Any]] = field(default_factory=list)
+    inbox: list[InboxEvent] = field(default_factory=list)
     """Events delivered and not yet consumed by the flow: `{"id", "name", "data", "at"}`."""
     event_ids: list[str] = field(default_factory=list)
     """Ids of the events accepted lately, newest last (`send_event(event_id=)` deduplication)."""

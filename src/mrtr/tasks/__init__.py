@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from mrtr.tasks._admin import TaskAdmin, TaskUnknown
     from mrtr.tasks._extension import TasksExtension
     from mrtr.tasks._records import detailed_view, task_view
-    from mrtr.tasks._runtime import LeaseLost, TaskRuntime
-    from mrtr.tasks._seam import EngineOptions, TaskEngine
+    from mrtr.tasks._runtime import TaskRuntime
+    from mrtr.tasks._seam import EngineOptions, TaskEngine, TaskView
+    from mrtr.tasks._worker import LeaseLost
 
 _EXPORTS = {
     "IDEMPOTENCY_KEY": "mrtr._wire",
@@ -42,8 +43,9 @@ _EXPORTS = {
     "EngineOptions": "mrtr.tasks._seam",
     "TaskAdmin": "mrtr.tasks._admin",
     "TaskUnknown": "mrtr.tasks._admin",
-    "LeaseLost": "mrtr.tasks._runtime",
+    "LeaseLost": "mrtr.tasks._worker",
     "TaskEngine": "mrtr.tasks._seam",
+    "TaskView": "mrtr.tasks._seam",
     "TaskRuntime": "mrtr.tasks._runtime",
     "TasksExtension": "mrtr.tasks._extension",
     "detailed_view": "mrtr.tasks._records",
@@ -61,6 +63,7 @@ __all__ = [
     "Task",
     "TaskAdmin",
     "TaskEngine",
+    "TaskView",
     "TaskRequestParams",
     "TaskRuntime",
     "TaskStatus",

@@ -23,7 +23,8 @@ import contextlib
 import contextvars
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+
+from mrtr._wire import HistoryEntry
 
 
 class Checkpoints:
@@ -31,7 +32,7 @@ class Checkpoints:
 
     def __init__(self, write: Callable[[], Awaitable[None]]) -> None:
         self._write = write
-        self.ran: list[dict[str, Any]] = []
+        self.ran: list[HistoryEntry] = []
         """Steps run since the last write that stored them (`TaskRecord.history` entries)."""
         self._dirty = False
         self._scheduled = False
@@ -47,7 +48,7 @@ class Checkpoints:
 
     def step_ran(self, key: str, seconds: float, error: str | None) -> None:
         """Note a step that really ran for the task's history; the next write stores it."""
-        entry: dict[str, Any] = {"at": round(time.time(), 3), "kind": "step", "key": key, "seconds": round(seconds, 4)}
+        entry: HistoryEntry = {"at": round(time.time(), 3), "kind": "step", "key": key, "seconds": round(seconds, 4)}
         if error is not None:
             entry["error"] = error[:500]
         self.ran.append(entry)

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from mrtr._wire import TaskView
 from mrtr.buses._events import TaskChanged
-from mrtr.stores._base import TaskRecord
 from mrtr.tasks._records import detailed_task
 
 logger = logging.getLogger("mrtr.tasks.events")
@@ -34,7 +34,7 @@ class TaskEvents:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
 
-    async def publish(self, record: TaskRecord) -> None:
+    async def publish(self, record: TaskView) -> None:
         """An engine's `on_change`: `record` is the task's state as just committed."""
         # The store version orders a task's states: listeners drop stale arrivals by it.
         event = TaskChanged(task_id=record.task_id, task=detailed_task(record), version=record.version)

@@ -20,7 +20,7 @@ the task the first call created (see `TaskRuntime.start`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeGuard
+from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]  # no stubs among the project's dependencies
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -29,6 +29,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import (
     HEADER_MISMATCH,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
@@ -38,14 +39,23 @@ from mcp_types import (
 )
 from pydantic import BaseModel, ValidationError
 
-from mrtr._engine.engine import TaskCreated, declares_tasks
-from mrtr._wire import IDEMPOTENCY_KEY, TASKS_EXTENSION, TaskRequestParams, UpdateTaskParams
-from mrtr.stores import TaskRecord
+from mrtr._engine.engine import declares_tasks
+from mrtr._wire import TASKS_EXTENSION, TaskRequestParams, UpdateTaskParams
 from mrtr.tasks._records import detailed_task, same_owner
-from mrtr.tasks._runtime import Creator, creator
-from mrtr.tasks._seam import TaskEngine, unknown_task
+from mrtr.tasks._seam import TaskEngine, TaskView, idempotency_key, unknown_task, valid_idempotency_key
 
-_MAX_KEY_LENGTH = 200
+
+class TaskCreated(MCPError):
+    """Carries a `CreateTaskResult` out of the SDK's tool call to this extension's interceptor.
+
+    `mrtr.Flows` raises it when the engine answers a call with `TaskStarted`: the SDK passes
+    `MCPError`s through its tool wrapper untouched, and `TasksExtension.intercept_tool_call`
+    answers with `result` instead.
+    """
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(code=INTERNAL_ERROR, message="task created outside the tasks extension")
+        self.result = result
 
 
 class TasksExtension(Extension):
@@ -78,14 +88,11 @@ class TasksExtension(Extension):
     async def intercept_tool_call(
         self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
-        who = Creator(owner=self.engine.owner_of(ctx), idempotency_key=_idempotency_key(ctx))
-        token = creator.set(who)
+        idempotency_key(ctx)  # a malformed key is refused before anything runs, task or not
         try:
             return await call_next(ctx)
         except TaskCreated as created:
             return created.result
-        finally:
-            creator.reset(token)
 
     # -- handlers ------------------------------------------------------------------------
 
@@ -99,7 +106,7 @@ class TasksExtension(Extension):
         return {"resultType": "complete"}
 
     async def apply_answers(
-        self, task_id: str, responses: dict[str, Any], *, strict: bool, record: TaskRecord | None = None
+        self, task_id: str, responses: dict[str, Any], *, strict: bool, record: TaskView | None = None
     ) -> None:
         """Record answers to outstanding input requests; the engine resumes the task once none is left.
 
@@ -128,12 +135,12 @@ class TasksExtension(Extension):
 
     # -- shared checks -------------------------------------------------------------------
 
-    async def _load(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> TaskRecord:
+    async def _load(self, ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> TaskView:
         return await self.load_checked(ctx, params.task_id)
 
     async def load_checked(
         self, ctx: ServerRequestContext[Any, Any], task_id: str, *, check_name: bool = True
-    ) -> TaskRecord:
+    ) -> TaskView:
         """The task, after the opt-in and routing-header checks every tasks/* request passes."""
         self.require_opt_in(ctx)
         headers = getattr(ctx.request, "headers", None)
@@ -156,29 +163,11 @@ class TasksExtension(Extension):
                 data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
 
-    async def reload(self, task_id: str) -> TaskRecord:
+    async def reload(self, task_id: str) -> TaskView:
         record = await self.engine.get(task_id)
         if record is None:
             raise unknown_task(task_id)
         return record
-
-
-def valid_idempotency_key(key: object) -> TypeGuard[str]:
-    """1-200 printable characters: what `_meta["mrtr/idempotencyKey"]` may be."""
-    return isinstance(key, str) and 0 < len(key) <= _MAX_KEY_LENGTH and key.isprintable()
-
-
-def _idempotency_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
-    meta = (ctx.params or {}).get("_meta") or {}
-    key = meta.get(IDEMPOTENCY_KEY) if isinstance(meta, dict) else None
-    if key is None:
-        return None
-    if not valid_idempotency_key(key):
-        raise MCPError(
-            code=INVALID_PARAMS,
-            message=f"_meta[{IDEMPOTENCY_KEY!r}] must be a string of 1-{_MAX_KEY_LENGTH} printable characters",
-        )
-    return key
 
 
 def _checked_answer(key: str, request: dict[str, Any], answer: Any) -> Any:
@@ -205,6 +194,7 @@ def _checked_answer(key: str, request: dict[str, Any], answer: Any) -> Any:
 
 
 __all__ = [
+    "TaskCreated",
     "TasksExtension",
     "valid_idempotency_key",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 from mrtr._backoff import equal_jitter
 from mrtr._engine.waits import check_event_name, taken_events
 from mrtr._errors import EventNotDelivered
+from mrtr._wire import InboxEvent
 from mrtr.stores._base import TaskRecord, TaskStore
 
 MAX_EVENT_BYTES = 64 * 1024
@@ -34,7 +35,7 @@ _CAS_BACKOFF_CAP = 0.05
 """The longest wait between two tries: all 20 take under a second."""
 
 
-def new_event(name: str, payload: Any, event_id: str | None, now: float) -> dict[str, Any]:
+def new_event(name: str, payload: Any, event_id: str | None, now: float) -> InboxEvent:
     """The inbox entry for an event, checked: a plain name, a JSON payload, a sane size."""
     check_event_name(name)
     try:
@@ -59,7 +60,7 @@ def parked(record: TaskRecord, now: float) -> bool:
 
 
 async def deliver(
-    store: TaskStore, task_id: str, event: dict[str, Any], now: float, known: TaskRecord | None = None
+    store: TaskStore, task_id: str, event: InboxEvent, now: float, known: TaskRecord | None = None
 ) -> tuple[bool, TaskRecord]:
     """Put `event` (from `new_event`) in the task's inbox; returns (delivered now, the record).
 

@@ -69,7 +69,7 @@ from mrtr.tasks._extension import valid_idempotency_key
 from mrtr.tasks._records import detailed_task, keyed_task_id, same_owner
 
 if TYPE_CHECKING:
-    from mrtr.stores import TaskRecord
+    from mrtr._wire import TaskView
     from mrtr.tasks._extension import TasksExtension
 
 logger = logging.getLogger("mrtr.tasks.listen")
@@ -237,7 +237,7 @@ class ListenHandler:
         unique = dict.fromkeys((p["tool"], p["key"]) for p in pairs)
         return [{"tool": tool, "key": key, "taskId": keyed_task_id(owner, tool, key)} for tool, key in unique]
 
-    async def _existing(self, ctx: ServerRequestContext[Any, Any], task_ids: list[str]) -> list[TaskRecord]:
+    async def _existing(self, ctx: ServerRequestContext[Any, Any], task_ids: list[str]) -> list[TaskView]:
         """The keyed tasks that exist already (a client listening again), for their snapshots."""
         if not task_ids or self.tasks is None:
             return []
@@ -246,14 +246,14 @@ class ListenHandler:
         records = [await self.tasks.engine.get(task_id) for task_id in task_ids]
         return [r for r in records if r is not None and same_owner(r.owner, owner)]
 
-    async def _tasks_asked(self, ctx: ServerRequestContext[Any, Any], raw: Any, *, keyed: bool) -> list[TaskRecord]:
+    async def _tasks_asked(self, ctx: ServerRequestContext[Any, Any], raw: Any, *, keyed: bool) -> list[TaskView]:
         """The records of the requested task ids this client may watch (checked like `tasks/get`)."""
         if raw is None or self.tasks is None:
             return []
         self.tasks.require_opt_in(ctx)  # -32021, as tasks/get
         if not isinstance(raw, list) or not all(isinstance(i, str) and i for i in raw) or len(raw) > MAX_TASK_IDS:
             raise MCPError(INVALID_PARAMS, f"notifications.taskIds must be a list of at most {MAX_TASK_IDS} task ids")
-        accepted: list[TaskRecord] = []
+        accepted: list[TaskView] = []
         refused: MCPError | None = None
         for task_id in dict.fromkeys(raw):
             try:

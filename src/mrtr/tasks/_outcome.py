@@ -1,25 +1,30 @@
-"""Where one run of a task flow ended, as the task state every engine records.
+"""How one run of a task flow starts and where it ended, as every engine records it.
 
-Shared by the lease runtime and the Temporal engine, so a flow's value, its tool errors and
-its protocol errors reach the wire exactly alike whichever engine ran it: a value becomes
-the tool's `CallToolResult`; a tool error (or the user's refusal) completes the task with
-`isError`, as the call would have; a protocol error fails it with that JSON-RPC error.
+Shared by the lease runtime and the Temporal engine, so both read a task the same way
+(`prologue`: the journal and capabilities decoded, the deadline checked) and a flow's value,
+its tool errors and its protocol errors reach the wire exactly alike whichever engine ran it
+(`settle`): a value becomes the tool's `CallToolResult`; a tool error (or the user's refusal)
+completes the task with `isError`, as the call would have; a protocol error fails it with
+that JSON-RPC error.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, InputRequiredResult, TextContent
+from mcp_types import INTERNAL_ERROR, CallToolResult, ClientCapabilities, InputRequiredResult, TextContent
 
+from mrtr._engine import journal as journal_codec
 from mrtr._engine import tracing
-from mrtr._engine.engine import Outcome, as_protocol_error, close_round, wire_asks
+from mrtr._engine.engine import Outcome, as_protocol_error, check_deadline, close_round, wire_asks
+from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowError, InputRefused
-from mrtr._wire import iso
+from mrtr._wire import InputRequests, Wait, iso
 from mrtr.tasks._seam import ConvertResult
 
 logger = tracing.get_logger("mrtr.tasks.outcome")
@@ -31,16 +36,16 @@ class Settled:
     on durable waits (`waiting`: timers and events; `wake_at`: the earliest due time, if any)."""
 
     status: str
-    input_requests: dict[str, Any] = field(default_factory=dict)
+    input_requests: InputRequests = field(default_factory=dict)
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
-    waiting: list[dict[str, Any]] = field(default_factory=list)
+    waiting: list[Wait] = field(default_factory=list)
     status_message: str | None = None
 
     @property
     def wake_at(self) -> float | None:
         """When a parked run must run again at the latest (None: only an event wakes it)."""
-        dues = [w["until"] for w in self.waiting if w.get("until") is not None]
+        dues = [until for w in self.waiting if (until := w["until"]) is not None]
         return min(dues) if dues else None
 
     def changes(self) -> dict[str, Any]:
@@ -56,6 +61,37 @@ class Settled:
         if self.error is not None:
             fields["error"] = self.error
         return fields
+
+
+def prologue(
+    spec: FlowSpec, task_id: str, journal: str, capabilities: dict[str, Any]
+) -> tuple[Journal, ClientCapabilities | None] | Settled:
+    """What a run of the task starts from: its journal and the creating request's capabilities,
+    or the `failed` state a task that cannot run at all ends in.
+
+    A record this server cannot read (e.g. written by an incompatible version) fails once,
+    clearly, rather than have every instance retry it forever; a flow past its deadline fails
+    as inline (counted from the first round, never renewed).
+
+    Raises:
+        JournalFromNewerVersion: A newer mrtr wrote the journal: leave the task to an instance
+            that can read it (never failed: nothing is wrong with it).
+    """
+    try:
+        decoded = journal_codec.decode(journal)
+        declared = ClientCapabilities.model_validate(capabilities) if capabilities else None
+    except JournalFromNewerVersion:
+        raise
+    except (JournalFormatError, ValueError) as exc:
+        logger.error("task %s: unreadable record: %s", task_id, exc)
+        return Settled(
+            "failed", error={"code": INTERNAL_ERROR, "message": "this server cannot read the task's journal"}
+        )
+    try:
+        check_deadline(spec, decoded)
+    except FlowError as exc:
+        return Settled("failed", error=as_protocol_error(spec, exc).error.model_dump(mode="json", exclude_none=True))
+    return decoded, declared
 
 
 def settle(spec: FlowSpec, convert: ConvertResult, outcome: Outcome, task_id: str) -> Settled:
@@ -93,7 +129,7 @@ def settle(spec: FlowSpec, convert: ConvertResult, outcome: Outcome, task_id: st
     )
 
 
-def describe_waits(waiting: list[dict[str, Any]]) -> str:
+def describe_waits(waiting: Sequence[Wait]) -> str:
     """The `statusMessage` of a task parked on waits: what it waits for, and until when."""
     parts = []
     for wait in waiting:
@@ -110,4 +146,4 @@ def wire(result: CallToolResult | InputRequiredResult) -> dict[str, Any]:
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-__all__ = ["Settled", "describe_waits", "settle", "wire"]
+__all__ = ["Settled", "describe_waits", "prologue", "settle", "wire"]

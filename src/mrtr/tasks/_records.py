@@ -1,6 +1,7 @@
 """How a stored task shows on the wire, and who it belongs to.
 
-`task_view` / `detailed_view` turn a `TaskRecord` into the extension's typed shapes
+`task_view` / `detailed_view` turn a task (a `TaskView`, whatever engine holds it) into the
+extension's typed shapes
 (`mrtr._wire`); `owner_tag`, `same_owner` and `keyed_task_id` are task identity: a digest
 of the creator, never the identity, and ids derived from idempotency keys.
 """
@@ -12,11 +13,10 @@ import hashlib
 import hmac
 from typing import Any
 
-from mrtr._wire import WAITING, CreateTaskResult, DetailedTask, Task, iso
-from mrtr.stores._base import TaskRecord
+from mrtr._wire import TERMINAL, WAITING, CreateTaskResult, DetailedTask, Task, TaskView, Wait, iso
 
 
-def task_view(record: TaskRecord) -> Task:
+def task_view(record: TaskView) -> Task:
     """The wire `Task` object (SEP-2663): the fields every task response carries."""
     return Task(
         task_id=record.task_id,
@@ -29,12 +29,12 @@ def task_view(record: TaskRecord) -> Task:
     )
 
 
-def created_result(record: TaskRecord) -> CreateTaskResult:
+def created_result(record: TaskView) -> CreateTaskResult:
     """What a task-augmented call answers instead of the tool's result."""
     return CreateTaskResult.model_validate(task_view(record).model_dump())
 
 
-def detailed_view(record: TaskRecord) -> DetailedTask:
+def detailed_view(record: TaskView) -> DetailedTask:
     """The `DetailedTask`: what `tasks/get` answers and `notifications/tasks` carries."""
     detailed = DetailedTask.model_validate(task_view(record).model_dump())
     if record.status == "input_required":
@@ -43,27 +43,27 @@ def detailed_view(record: TaskRecord) -> DetailedTask:
         detailed.result = record.result
     elif record.status == "failed" and record.error is not None:
         detailed.error = record.error
-    if record.waiting and not record.terminal:
+    if record.waiting and record.status not in TERMINAL:
         detailed.meta = {WAITING: [waiting_wire(wait) for wait in record.waiting]}
     return detailed
 
 
-def waiting_wire(wait: dict[str, Any]) -> dict[str, Any]:
+def waiting_wire(wait: Wait) -> dict[str, Any]:
     """One durable wait as clients see it: its kind, the event's name, and its due time (ISO 8601)."""
     shown: dict[str, Any] = {"kind": wait.get("kind")}
-    if wait.get("name") is not None:
-        shown["name"] = wait["name"]
-    if wait.get("until") is not None:
-        shown["until"] = iso(wait["until"])
+    if (name := wait.get("name")) is not None:
+        shown["name"] = name
+    if (until := wait.get("until")) is not None:
+        shown["until"] = iso(until)
     return shown
 
 
-def task_fields(record: TaskRecord) -> dict[str, Any]:
+def task_fields(record: TaskView) -> dict[str, Any]:
     """`task_view(record)` as sent."""
     return task_view(record).wire()
 
 
-def detailed_task(record: TaskRecord) -> dict[str, Any]:
+def detailed_task(record: TaskView) -> dict[str, Any]:
     """`detailed_view(record)` as sent."""
     return detailed_view(record).wire()
 

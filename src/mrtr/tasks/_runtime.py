@@ -13,15 +13,9 @@ again, under the same idempotency key.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
 import secrets
-import socket
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -29,66 +23,20 @@ from mcp.server.request_state import authenticated_principal
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
 
-from mrtr import _sdk as sdk
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import metrics, tracing
-from mrtr._engine.engine import Outcome, RunOptions, as_protocol_error, check_deadline, execute
-from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVersion
+from mrtr._engine import tracing
+from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
-from mrtr._errors import FlowDefinitionError, FlowError
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
-from mrtr.stores._base import HISTORY_KEPT, WAIT_FOREVER
 from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
-from mrtr.tasks._checkpoints import Checkpoints
-from mrtr.tasks._inbox import deliver, new_event, settle_inbox
-from mrtr.tasks._outcome import settle
+from mrtr.tasks._inbox import deliver, new_event
 from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
-from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, StateChanges, busy
+from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges, TaskView, busy
+from mrtr.tasks._worker import TaskWorker
 
 logger = tracing.get_logger("mrtr.tasks.runtime")
 
-_CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
-_FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
-_LAND_WAIT = 2.0  # seconds a shutting-down run waits for its finished steps' checkpoint
-
-
-@dataclass(frozen=True, slots=True)
-class Creator:
-    """Who is creating a task in this request, and under which idempotency key (if any).
-
-    Set by the tasks extension around a `tools/call` (it sees the request; the flow engine
-    that calls `TaskRuntime.start` does not), read by `start`.
-    """
-
-    owner: str | None = None
-    idempotency_key: str | None = None
-
-
-creator: ContextVar[Creator | None] = ContextVar("mrtr_task_creator", default=None)
-
-
-def task_principal(server: Any) -> PrincipalBinder:
-    """The principal binding of the server's `RequestStateSecurity` (the SDK default if none is set).
-
-    Tasks then belong to exactly the principal the SDK binds `requestState` to.
-    """
-    security = sdk.state_security(server)
-    if security is not None and security.bind_principal is not None:
-        return security.bind_principal
-    return authenticated_principal
-
-
-class LeaseLost(BaseException):
-    """Another worker owns this task now (our lease ran out); stop without writing.
-
-    A control-flow signal, raised through the flow (from a step's checkpoint): a
-    `BaseException`, so a flow's `except Exception` cannot swallow it and carry on.
-    """
-
-
-_SCAN_BATCH = 32
-"""Tasks one scan claims at most; a full batch makes the scanner look again at once."""
 
 _CAS_RETRIES = 20
 """Compare-and-set attempts of one `update` or `cancel` before it reports the task busy."""
@@ -136,17 +84,9 @@ class TaskRuntime(StateChanges):
         self.lease = lease
         self.ttl_ms = None if ttl is None else int(ttl * 1000)
         self.poll_interval_ms = max(1, int(poll_interval * 1000))
-        self.scan_interval = scan_interval
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.flows: dict[str, tuple[FlowSpec, ConvertResult]] = {}
-        self._running: dict[str, asyncio.Task[None]] = {}
-        self._foreign: dict[str, float] = {}
-        """Tasks of flows this instance does not serve: task id -> when to look again."""
-        self._scanner: asyncio.Task[None] | None = None
-        self._again: set[str] = set()
-        self._claims: set[asyncio.Task[bool]] = set()
-        self._waiter: asyncio.Future[None] | None = None
-        """The scanner's pause; released early when this instance parks a task on a timer."""
+        self.worker = TaskWorker(self, scan_interval)
+        """This instance's scanner and runs (`mrtr.tasks._worker`)."""
         self.callbacks: CallbackUrls | None = None
         """Mints `ctx.callback_url` URLs (`Flows(public_url=...)` sets it)."""
 
@@ -158,7 +98,8 @@ class TaskRuntime(StateChanges):
         return self.store
 
     def configure(self, options: EngineOptions) -> None:
-        """Nothing to take: a `TaskRuntime` you built keeps the options you built it with."""
+        """Only the callback URLs: a `TaskRuntime` you built keeps the other options you built it with."""
+        self.callbacks = options.callbacks
 
     # -- the TaskEngine seam: read, answer and cancel over the store -------------------------
 
@@ -169,9 +110,9 @@ class TaskRuntime(StateChanges):
         return await self.store.load(task_id, self.now())
 
     async def update(
-        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskRecord | None = None
+        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskView | None = None
     ) -> None:
-        record = known if known is not None else await self.get(task_id)
+        record = known if isinstance(known, TaskRecord) else await self.get(task_id)
         for _ in range(_CAS_RETRIES):
             if record is None:
                 return
@@ -191,13 +132,13 @@ class TaskRuntime(StateChanges):
                     tracing.task_status(task_id, record.flow, "working", previous=record.status)
                 await self.changed(changed)
                 if not remaining:
-                    await self.try_claim(changed.task_id)  # resume here, at once
+                    await self.worker.try_claim(changed.task_id)  # resume here, at once
                 return
             record = await self.get(task_id)
         raise busy("update")
 
-    async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
-        record = known if known is not None else await self.get(task_id)
+    async def cancel(self, task_id: str, known: TaskView | None = None) -> None:
+        record = known if isinstance(known, TaskRecord) else await self.get(task_id)
         for _ in range(_CAS_RETRIES):
             if record is None:
                 return
@@ -209,7 +150,7 @@ class TaskRuntime(StateChanges):
                     tracing.task_status(record.task_id, record.flow, "cancelled", previous=record.status)
                 await self.changed(changed)
                 if running_somewhere:
-                    self.cancel_local(record.task_id)  # elsewhere: its heartbeat sees the flag
+                    self.worker.cancel_local(record.task_id)  # elsewhere: its heartbeat sees the flag
                 return
             record = await self.get(task_id)
         raise busy("cancel")
@@ -230,7 +171,7 @@ class TaskRuntime(StateChanges):
         if delivered and record.lease_until == 0.0 and record.status == "working":
             await self.changed(record)
             if record.flow in self.flows:
-                await self.try_claim(task_id)  # resume it here, at once
+                await self.worker.try_claim(task_id)  # resume it here, at once
         return delivered
 
     # -- time and principals ---------------------------------------------------------------
@@ -263,6 +204,7 @@ class TaskRuntime(StateChanges):
         arguments: Any,
         capabilities: ClientCapabilities | None,
         journal: Journal,
+        request: ServerRequestContext[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Durably create a task for this call and start running it here; returns `CreateTaskResult`.
 
@@ -274,7 +216,7 @@ class TaskRuntime(StateChanges):
         if not self._clock_synced:
             await self.sync_clock()
         now = self.now()
-        who = creator.get() or Creator()
+        who = Creator.of(self, request)
         key = who.idempotency_key
         journal.pending = {}
         record = TaskRecord(
@@ -288,7 +230,7 @@ class TaskRuntime(StateChanges):
             ttl_ms=self.ttl_ms,
             poll_interval_ms=self.poll_interval_ms,
             journal=journal_codec.encode(journal),
-            lease_owner=self.worker_id,
+            lease_owner=self.worker.worker_id,
             lease_until=now + self.lease,
             owner=who.owner,
         )
@@ -309,358 +251,19 @@ class TaskRuntime(StateChanges):
                     ) from None
                 return created_result(existing).wire()
             tracing.task_status(record.task_id, spec.name, "working")
-            self._launch(record)  # first: the run starts while the answer and the notification go out
+            self.worker.launch(record)  # first: the run starts while the answer and the notification go out
             await self.changed(record)
             self.ensure_scanning()
             return created_result(record).wire()
         raise MCPError(code=INTERNAL_ERROR, message="the task's id kept colliding with an expiring task; call again")
 
-    # -- scanning for orphaned or resumable work -----------------------------------------
-
     def ensure_scanning(self) -> None:
         """Start this instance's background scanner (idempotent; needs a running loop)."""
-        if self._scanner is None or self._scanner.done():
-            self._scanner = asyncio.get_running_loop().create_task(self._scan_forever())
-
-    async def _scan_forever(self) -> None:
-        scans = 0
-        while True:
-            pause = self.scan_interval
-            try:
-                if scans % _CLOCK_SYNC_EVERY == 0:
-                    await self.sync_clock()
-                launched = await self.scan_once()
-                await metrics.refresh_task_counts(self.store, self.now())  # the `mrtr.tasks` gauge
-                scans += 1
-                if scans % 60 == 0:
-                    await self.store.purge_expired(self.now())
-                pause = 0.0 if launched >= _SCAN_BATCH else await self._until_next_wake()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("task scan failed; retrying")
-            if pause > 0:
-                await self._pause(pause)
-
-    async def _pause(self, seconds: float) -> None:
-        """Sleep `seconds`, or less if `_wake_scanner` is called: a bare future and a timer.
-
-        No task is made for it (`asyncio.wait_for` would make one): the scanner must never run
-        code of its own under a task that a flow's teardown could see as one of its own.
-        """
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiter = waiter
-        timer = loop.call_later(seconds, _release, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self._waiter = None
-
-    def _wake_scanner(self) -> None:
-        """Have the scanner look again now (a task just parked with an earlier wake time)."""
-        if self._waiter is not None:
-            _release(self._waiter)
-
-    async def _until_next_wake(self) -> float:
-        """Seconds until the earliest parked task falls due, capped at the scan interval.
-
-        One indexed read (`TaskStore.next_wake`) per scan, however many tasks sleep: a
-        timer wakes within a store round trip of its due time, with no per-task polling.
-        """
-        next_wake = getattr(self.store, "next_wake", None)
-        if next_wake is None:
-            return self.scan_interval
-        now = self.now()
-        due: float | None = await next_wake(now)
-        if due is None:
-            return self.scan_interval
-        return min(self.scan_interval, max(0.0, due - now))
-
-    async def scan_once(self) -> int:
-        """Claim and launch every task whose lease has run out; returns how many."""
-        launched = 0
-        now = self.now()
-        for task_id in await self.store.claimable(now, limit=_SCAN_BATCH):
-            if self._foreign.get(task_id, 0.0) > now:
-                continue
-            if task_id not in self._running and await self.try_claim(task_id):
-                launched += 1
-        return launched
-
-    async def try_claim(self, task_id: str) -> bool:
-        now = self.now()
-        record = await self.store.load(task_id, now)
-        if record is None or not record.claimable or record.lease_until >= now or task_id in self._running:
-            return False
-        claimed = record.copy(lease_owner=self.worker_id, lease_until=now + self.lease, updated_at=now)
-        if not await self.store.save(claimed):
-            return False
-        self._launch(claimed)
-        return True
-
-    def _launch(self, record: TaskRecord) -> None:
-        task_id = record.task_id
-        run = asyncio.get_running_loop().create_task(self._run(record))
-        self._running[task_id] = run
-        run.add_done_callback(lambda _: self._ended(task_id))
-
-    def _ended(self, task_id: str) -> None:
-        self._running.pop(task_id, None)
-        if task_id in self._again:  # woken while it ran (an event it now waits for): claim it again
-            self._again.discard(task_id)
-            claim = asyncio.get_running_loop().create_task(self.try_claim(task_id))
-            self._claims.add(claim)
-            claim.add_done_callback(self._claims.discard)
-
-    def cancel_local(self, task_id: str) -> bool:
-        run = self._running.get(task_id)
-        if run is None:
-            return False
-        run.cancel()
-        return True
+        self.worker.ensure_scanning()
 
     async def close(self) -> None:
-        tasks = [t for t in (self._scanner, *self._running.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    # -- one run of a task ---------------------------------------------------------------
-
-    async def _run(self, record: TaskRecord) -> None:
-        tracing.bind_task(record.task_id)
-        held = _Held(record)
-        entry = self.flows.get(record.flow)
-        try:
-            journal = journal_codec.decode(record.journal)
-            capabilities = ClientCapabilities.model_validate(record.capabilities) if record.capabilities else None
-        except JournalFromNewerVersion:
-            entry = None
-        except (JournalFormatError, ValueError) as exc:
-            # A record this server cannot read (e.g. written by an incompatible version):
-            # fail it once, clearly, rather than have every instance retry it forever.
-            logger.error("task %s: unreadable record: %s", record.task_id, exc)
-            error = {"code": INTERNAL_ERROR, "message": "this server cannot read the task's journal"}
-            await self._finish(held, status="failed", error=error)
-            return
-        if entry is None:
-            await self._leave(held)
-            return
-        spec, convert = entry
-
-        checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)))
-        held.ran = checkpoints.ran  # every write of this run takes the steps it ran into the history
-        waits = _RunWaits(self, held)
-
-        try:
-            check_deadline(spec, journal)  # as inline: counted from the first round, never renewed
-        except FlowError as exc:
-            error = as_protocol_error(spec, exc).error.model_dump(mode="json", exclude_none=True)
-            await self._finish(held, status="failed", error=error)
-            return
-        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
-        try:
-            outcome = await execute(
-                spec,
-                journal,
-                record.responses,
-                capabilities,
-                record.arguments,
-                RunOptions(checkpoint=checkpoints, waits=waits),
-            )
-        except asyncio.CancelledError:
-            heartbeat.cancel()
-            if held.cancel_seen or await self._cancel_requested(held):
-                with contextlib.suppress(LeaseLost):
-                    await checkpoints.settle()
-                await self._finish(held, status="cancelled", journal=journal_codec.encode(journal))
-                return
-            await checkpoints.land(_LAND_WAIT)  # finished steps are kept, not run again
-            raise  # shutting down: leave the lease to run out so another instance resumes
-        except LeaseLost:
-            checkpoints.abandon()
-            logger.warning("task %s: lease lost to another worker; stopping", record.task_id)
-            return
-        finally:
-            heartbeat.cancel()
-        try:
-            await checkpoints.settle()  # a write in flight lands first; the final write carries the rest
-            await _landing(self._settle(held, spec, convert, journal, outcome))
-        except LeaseLost:
-            logger.warning("task %s: lease lost before its outcome was saved", record.task_id)
-
-    async def _settle(
-        self, held: _Held, spec: FlowSpec, convert: ConvertResult, journal: Journal, outcome: Outcome
-    ) -> None:
-        settled = settle(spec, convert, outcome, held.record.task_id)  # shared with every engine
-        # The journal goes with every final write: it may hold steps not yet checkpointed.
-        encoded = journal_codec.encode(journal)
-        if settled.status != "working":
-            await self._finish(held, journal=encoded, consumed=journal.steps, **settled.changes())
-            return
-        # Parked on waits: give the task up until its earliest due time, or until an event it
-        # waits for arrives (`_inbox.deliver` makes it claimable then).
-        wake_at = settled.wake_at
-        if wake_at is not None and held.record.expires_at is not None and wake_at > held.record.expires_at:
-            logger.warning(
-                "task %s: it waits past its TTL and will be gone before it wakes; raise task_ttl", held.record.task_id
-            )
-        await self._finish(
-            held,
-            journal=encoded,
-            consumed=journal.steps,
-            wake_at=WAIT_FOREVER if wake_at is None else wake_at,
-            **settled.changes(),
-        )
-        if held.record.lease_until == 0.0:  # an event it waits for came while it ran: run again
-            self._again.add(held.record.task_id)
-        else:
-            self._wake_scanner()  # the scanner re-reads the next wake time
-
-    async def _heartbeat(self, held: _Held, run: asyncio.Task[Any] | None) -> None:
-        interval = min(1.0, self.lease / 3)
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self._write(held)
-            except LeaseLost:
-                if run is not None:
-                    run.cancel()
-                return
-            if held.record.cancel_requested and not held.cancel_seen:
-                held.cancel_seen = True
-                if run is not None:
-                    run.cancel()
-
-    async def _leave(self, held: _Held) -> None:
-        """A task of a flow (or journal format) this instance does not know: give it back, untouched.
-
-        During a rolling upgrade the instance that knows it (older or newer code) claims it
-        next; this one does not try again for a while. Never failed: nothing is wrong with it.
-        """
-        task_id = held.record.task_id
-        logger.warning(
-            "task %s: flow %r (or its journal format) is unknown to this instance; leaving it for one that knows it",
-            task_id,
-            held.record.flow,
-        )
-        now = self.now()
-        if len(self._foreign) > 1024:
-            self._foreign = {k: until for k, until in self._foreign.items() if until > now}
-        self._foreign[task_id] = now + _FOREIGN_BACKOFF
-        with contextlib.suppress(LeaseLost):
-            await self._write(held, release=True)
-
-    async def _cancel_requested(self, held: _Held) -> bool:
-        fresh = await self.store.load(held.record.task_id, self.now())
-        return fresh is not None and fresh.cancel_requested
-
-    async def _write(
-        self,
-        held: _Held,
-        *,
-        release: bool = False,
-        wake_at: float | None = None,
-        consumed: dict[str, tuple[str, Any]] | None = None,
-        **changes: Any,
-    ) -> None:
-        """Save our fields over the freshest record while we still own the lease.
-
-        `release` gives the lease up (`wake_at`: no claim before then, a parked run's due
-        time); `consumed` (the run's journal steps) takes the events the run consumed out of
-        the inbox, re-read from the freshest record on every attempt so no delivery is lost.
-        """
-        for _ in range(20):
-            now = self.now()
-            if release:
-                lease = {"lease_owner": None, "lease_until": 0.0 if wake_at is None else wake_at}
-            else:
-                lease = {"lease_until": now + self.lease}
-            candidate = held.record.copy(**changes, **lease, updated_at=now)
-            if consumed is not None:
-                candidate = settle_inbox(candidate, consumed, now)
-            ran = list(held.ran)
-            if ran:
-                attempt = candidate.attempt
-                history = [*candidate.history, *({"attempt": attempt} | entry for entry in ran)]
-                candidate = candidate.copy(history=history[-HISTORY_KEPT:])
-            if await self.store.save(candidate):
-                held.record = candidate
-                del held.ran[: len(ran)]
-                return
-            fresh = await self.store.load(held.record.task_id, now)
-            if fresh is None or fresh.lease_owner != self.worker_id or fresh.terminal:
-                raise LeaseLost
-            held.record = fresh  # someone else wrote (an update, a cancel request): merge and retry
-        raise LeaseLost
-
-    async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
-        """Record where this run ended and give up the lease in the same write."""
-        defaults: dict[str, Any] = {"input_requests": {}, "waiting": [], "status_message": None}
-        previous = held.record.status
-        await self._write(held, release=True, status=status, responses={}, **(defaults | changes))
-        tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message, previous)
-        await self.changed(held.record)
+        """Stop the scanner and this instance's runs (their leases lapse: another instance resumes)."""
+        await self.worker.close()
 
 
-class _RunWaits:
-    """What one run of a task lends its flow's durable waits: the store clock, the task's inbox
-    (as this worker last read it), and callback URLs bound to the task."""
-
-    def __init__(self, runtime: TaskRuntime, held: _Held) -> None:
-        self._runtime = runtime
-        self._held = held
-
-    def now(self) -> float:
-        return self._runtime.now()
-
-    def take_event(self, name: str, taken: Collection[str]) -> tuple[str, Any] | None:
-        for event in self._held.record.inbox:
-            if event.get("name") == name and event.get("id") not in taken:
-                return str(event["id"]), event.get("data")
-        return None
-
-    def callback_url(self, name: str, expires_at: float) -> str:
-        callbacks = self._runtime.callbacks
-        if callbacks is None:
-            raise FlowDefinitionError(
-                "ctx.callback_url() needs the fleet's public base URL: Flows(server, public_url='https://...')"
-            )
-        return callbacks.mint(self._held.record.task_id, name, expires_at)
-
-
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
-
-
-async def _landing(final_write: Awaitable[None]) -> None:
-    """The run's final write, carried to its end (bounded) even if the instance shuts down meanwhile."""
-    write = asyncio.ensure_future(final_write)
-    try:
-        await asyncio.shield(write)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(write), _LAND_WAIT)
-        raise
-
-
-class _Held:
-    """The freshest record this worker wrote or saw, for compare-and-set."""
-
-    def __init__(self, record: TaskRecord) -> None:
-        self.record = record
-        self.cancel_seen = False
-        self.ran: list[dict[str, Any]] = []
-        """Steps this run ran that no write has stored in the task's history yet."""
-
-
-__all__ = [
-    "Creator",
-    "LeaseLost",
-    "TaskRuntime",
-    "creator",
-    "task_principal",
-]
+__all__ = ["TaskRuntime"]

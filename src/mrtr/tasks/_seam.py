@@ -2,12 +2,13 @@
 
 The wire layer (`mrtr.tasks._extension`: the opt-in and routing-header checks, principal
 binding, answer validation, the `DetailedTask` shape) is the same for every engine; it
-reads tasks as `TaskRecord` snapshots and asks the engine to start, update and cancel
-them. Two engines implement `TaskEngine`: mrtr's own lease runtime over a `TaskStore`
+reads tasks as `TaskView`s (what the wire shows of a task, and whose it is: never the
+engine's storage) and asks the engine to start, update and cancel them. Two engines
+implement `TaskEngine`: mrtr's own lease runtime over a `TaskStore`
 (`mrtr.tasks._runtime.TaskRuntime`, the default) and Temporal (`mrtr.temporal.TemporalTasks`,
 the `mrtr[temporal]` extra). Flow code is the same on both.
 
-State changes are reported through one place: an engine calls `TaskEngine.changed(record)`
+State changes are reported through one place: an engine calls `TaskEngine.changed(view)`
 (a no-op unless someone sets `on_change`) with the task's new state each time it commits one,
 so notifications can hang off a single hook whatever the engine.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -24,7 +25,10 @@ from mcp_types import INVALID_PARAMS, CallToolResult, ClientCapabilities, InputR
 
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
-from mrtr.stores._base import TaskRecord
+from mrtr._wire import IDEMPOTENCY_KEY, TaskView
+
+if TYPE_CHECKING:
+    from mrtr.tasks._callbacks import CallbackUrls
 
 ConvertResult = Callable[[Any], CallToolResult | InputRequiredResult]
 """Turns a flow's return value into the tool's `CallToolResult` (the SDK's own conversion)."""
@@ -32,7 +36,8 @@ ConvertResult = Callable[[Any], CallToolResult | InputRequiredResult]
 PrincipalBinder = Callable[[ServerRequestContext[Any, Any]], str | None]
 """Who sent a request (the SDK's `RequestStateSecurity.bind_principal`); tasks belong to it."""
 
-StateListener = Callable[[TaskRecord], Awaitable[None]]
+
+StateListener = Callable[[TaskView], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +49,47 @@ class EngineOptions:
     poll_interval: float
     """The `pollIntervalMs` clients are told, in seconds."""
     bind_principal: PrincipalBinder
+    callbacks: CallbackUrls | None = None
+    """Mints `ctx.callback_url` URLs (`Flows(public_url=...)`; None: no callback URLs)."""
+
+
+_MAX_KEY_LENGTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Creator:
+    """Who creates a task, and under which idempotency key: read from the call's request,
+    which the engine hands to `TaskEngine.start` explicitly."""
+
+    owner: str | None = None
+    """The owner tag of the request's principal (None when unauthenticated)."""
+    idempotency_key: str | None = None
+    """`params._meta["mrtr/idempotencyKey"]`: a resend with the same key finds the same task."""
+
+    @classmethod
+    def of(cls, engine: TaskEngine, request: ServerRequestContext[Any, Any] | None) -> Creator:
+        if request is None:
+            return cls()
+        return cls(owner=engine.owner_of(request), idempotency_key=idempotency_key(request))
+
+
+def valid_idempotency_key(key: object) -> TypeGuard[str]:
+    """1-200 printable characters: what `_meta["mrtr/idempotencyKey"]` may be."""
+    return isinstance(key, str) and 0 < len(key) <= _MAX_KEY_LENGTH and key.isprintable()
+
+
+def idempotency_key(request: ServerRequestContext[Any, Any]) -> str | None:
+    """The call's `mrtr/idempotencyKey` (None if absent); -32602 if malformed."""
+    meta = (request.params or {}).get("_meta") or {}
+    key = meta.get(IDEMPOTENCY_KEY) if isinstance(meta, dict) else None
+    if key is None:
+        return None
+    if not valid_idempotency_key(key):
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"_meta[{IDEMPOTENCY_KEY!r}] must be a string of 1-{_MAX_KEY_LENGTH} printable characters",
+        )
+    return key
 
 
 @runtime_checkable
@@ -64,7 +110,7 @@ class TaskEngine(Protocol):
         ...
 
     def configure(self, options: EngineOptions) -> None:
-        """Take `Flows`' task options (TTL, poll interval, principal binding) if built without them."""
+        """Take `Flows`' task options (TTL, poll interval, principal binding, callback URLs)."""
         ...
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
@@ -77,23 +123,25 @@ class TaskEngine(Protocol):
         arguments: Mapping[str, Any],
         capabilities: ClientCapabilities | None,
         journal: Journal,
+        request: ServerRequestContext[Any, Any] | None = None,
     ) -> dict[str, Any]:
-        """Create the task durably (honouring `mrtr/idempotencyKey`); returns `CreateTaskResult`."""
+        """Create the task durably for `Creator.of(self, request)` (its principal and
+        `mrtr/idempotencyKey`); returns `CreateTaskResult`."""
         ...
 
-    async def get(self, task_id: str) -> TaskRecord | None:
+    async def get(self, task_id: str) -> TaskView | None:
         """The task's current state, or None when it is unknown or past its TTL."""
         ...
 
     async def update(
-        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskRecord | None = None
+        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskView | None = None
     ) -> None:
         """Record `answers` (already validated against `asked`, the requests they answer) for
         the keys still outstanding with exactly that request; ignore the rest. Resume the task
         once nothing is outstanding. `known` is the snapshot the caller just read, if any."""
         ...
 
-    async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
+    async def cancel(self, task_id: str, known: TaskView | None = None) -> None:
         """Cancel the task (idempotent; a finished task stays as it is)."""
         ...
 
@@ -121,9 +169,9 @@ class StateChanges:
     reports_every_change: bool = True
     run_worker_here: bool = True
 
-    async def changed(self, record: TaskRecord) -> None:
+    async def changed(self, task: TaskView) -> None:
         if self.on_change is not None:
-            await self.on_change(record)
+            await self.on_change(task)
 
 
 def busy(what: str) -> MCPError:
@@ -138,11 +186,15 @@ def unknown_task(task_id: str) -> MCPError:
 
 __all__ = [
     "ConvertResult",
+    "Creator",
     "EngineOptions",
     "PrincipalBinder",
     "StateChanges",
     "StateListener",
     "TaskEngine",
+    "TaskView",
     "busy",
+    "idempotency_key",
     "unknown_task",
+    "valid_idempotency_key",
 ]

@@ -25,19 +25,18 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
-from mcp_types import INTERNAL_ERROR, ClientCapabilities
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine import tracing
-from mrtr._engine.engine import RunOptions, as_protocol_error, check_deadline, execute
-from mrtr._engine.journal import JournalFormatError, JournalFromNewerVersion
+from mrtr._engine.engine import RunOptions, execute
+from mrtr._engine.journal import JournalFromNewerVersion
 from mrtr._engine.spec import FlowSpec
 from mrtr._engine.waits import taken_events
-from mrtr._errors import FlowDefinitionError, FlowError
+from mrtr._errors import FlowDefinitionError
 from mrtr.tasks._callbacks import CallbackUrls
-from mrtr.tasks._outcome import settle
+from mrtr.tasks._outcome import Settled, prologue, settle
 from mrtr.tasks._seam import ConvertResult
 from mrtr.temporal._shapes import ADVANCE, REPORT, Advance, Advanced, TaskState
 
@@ -73,19 +72,12 @@ class Advancer:
             raise ApplicationError(f"this worker does not serve flow {job.flow!r}", type="UnknownFlow")
         spec, convert = entry
         try:
-            journal = journal_codec.decode(job.journal)
-            capabilities = ClientCapabilities.model_validate(job.capabilities) if job.capabilities else None
+            start = prologue(spec, job.task_id, job.journal, job.capabilities)
         except JournalFromNewerVersion as exc:  # an upgraded worker can: let it
             raise ApplicationError(str(exc), type="JournalFromNewerVersion") from None
-        except (JournalFormatError, ValueError) as exc:
-            logger.error("task %s: unreadable journal: %s", job.task_id, exc)
-            error = {"code": INTERNAL_ERROR, "message": "this server cannot read the task's journal"}
-            return Advanced("failed", job.journal, error=error)
-        try:
-            check_deadline(spec, journal)  # as inline: counted from the first round, never renewed
-        except FlowError as exc:
-            error = as_protocol_error(spec, exc).error.model_dump(mode="json", exclude_none=True)
-            return Advanced("failed", job.journal, error=error)
+        if isinstance(start, Settled):  # it cannot run at all: failed, once
+            return Advanced("failed", job.journal, error=start.error)
+        journal, capabilities = start
         beating = asyncio.get_running_loop().create_task(_heartbeat())
         try:
             waits = _ActivityWaits(job, self.callbacks())

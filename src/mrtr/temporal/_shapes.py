@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrtr._wire import Wait
+
 WORKFLOW = "mrtr.task"
 """The workflow type every MCP task runs as (one workflow per task, workflow id = task id)."""
 ADVANCE = "mrtr.advance"
@@ -74,7 +76,7 @@ class TaskState:
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     status_message: str | None = None
-    waiting: list[dict[str, Any]] = field(default_factory=list)
+    waiting: list[Wait] = field(default_factory=list)
     """What a parked flow waits for (`TaskRecord.waiting`): timers and events."""
     version: int = 0
     """Counts the task's state changes (0 at creation): orders them for listeners (`mrtr/taskVersion`)."""
@@ -131,7 +133,7 @@ class Advanced:
     input_requests: dict[str, Any] = field(default_factory=dict)
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
-    waiting: list[dict[str, Any]] = field(default_factory=list)
+    waiting: list[Wait] = field(default_factory=list)
     status_message: str | None = None
     consumed: list[str] = field(default_factory=list)
     """Ids of the inbox's events this activity's run consumed (journaled)."""

@@ -47,12 +47,11 @@ from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import EventNotDelivered
-from mrtr.stores._base import TaskRecord
+from mrtr._wire import TaskView, expired, is_terminal
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import new_event
 from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
-from mrtr.tasks._runtime import Creator, creator
-from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, StateChanges
+from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges
 from mrtr.temporal._activity import Advancer
 from mrtr.temporal._shapes import (
     ANSWER_UPDATE,
@@ -130,7 +129,7 @@ class TemporalTasks(StateChanges):
         self.flows: dict[str, tuple[FlowSpec, ConvertResult]] = {}
         self._worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
-        self._terminal: OrderedDict[str, TaskRecord] = OrderedDict()
+        self._terminal: OrderedDict[str, TaskState] = OrderedDict()
         self.callbacks: CallbackUrls | None = None
         """Mints `ctx.callback_url` URLs for the tasks this process's worker runs (`Flows(public_url=...)`)."""
 
@@ -145,6 +144,7 @@ class TemporalTasks(StateChanges):
         self.ttl_ms = None if options.ttl is None else int(options.ttl * 1000)
         self.poll_interval_ms = max(1, int(options.poll_interval * 1000))
         self.bind_principal = options.bind_principal
+        self.callbacks = options.callbacks
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
@@ -160,10 +160,11 @@ class TemporalTasks(StateChanges):
         arguments: Mapping[str, Any],
         capabilities: ClientCapabilities | None,
         journal: Journal,
+        request: ServerRequestContext[Any, Any] | None = None,
     ) -> dict[str, Any]:
         """Start the task's workflow (durable before the client hears of it); `CreateTaskResult`."""
         self.ensure_running()
-        who = creator.get() or Creator()
+        who = Creator.of(self, request)
         key = who.idempotency_key
         journal.pending = {}
         now = time.time()
@@ -213,9 +214,8 @@ class TemporalTasks(StateChanges):
                 ) from None
             return created_result(existing).wire()
         tracing.task_status(task_id, spec.name, "working")
-        record = _record(state)
-        await self.changed(record)
-        return created_result(record).wire()
+        await self.changed(state)
+        return created_result(state).wire()
 
     def _policy(self, spec: FlowSpec) -> StepPolicy:
         retry = self.step_retry
@@ -230,21 +230,21 @@ class TemporalTasks(StateChanges):
 
     # -- reading, answering, cancelling --------------------------------------------------
 
-    async def get(self, task_id: str) -> TaskRecord | None:
-        record = self._terminal.get(task_id)
-        if record is None:
-            record = await self._read(task_id)
-            if record is None:
+    async def get(self, task_id: str) -> TaskState | None:
+        state = self._terminal.get(task_id)
+        if state is None:
+            state = await self._read(task_id)
+            if state is None:
                 return None
-            if record.terminal:
-                self._terminal[task_id] = record
+            if is_terminal(state):
+                self._terminal[task_id] = state
                 while len(self._terminal) > _TERMINAL_CACHE:
                     self._terminal.popitem(last=False)
-        if record.expires_at is not None and record.expires_at <= time.time():
+        if expired(state, time.time()):
             return None
-        return record
+        return state
 
-    async def _read(self, task_id: str) -> TaskRecord | None:
+    async def _read(self, task_id: str) -> TaskState | None:
         """The task state from the workflow's memo: one describe call, no worker involved."""
         try:
             description = await self.client.get_workflow_handle(task_id).describe()
@@ -257,18 +257,18 @@ class TemporalTasks(StateChanges):
         if not isinstance(fields, dict):
             return None  # a workflow with this id that is not an mrtr task
         state = _state(fields)
-        if _record(state).terminal:  # as recorded, however the workflow ended afterwards
-            return _record(state)
+        if is_terminal(state):  # as recorded, however the workflow ended afterwards
+            return state
         if description.status == WorkflowExecutionStatus.CANCELED:  # before its workflow could record it
             state.status, state.input_requests, state.version = "cancelled", {}, state.version + 1
         elif description.status in _ENDED_WITHOUT_RESULT:  # terminated, or timed out past its TTL
             message = f"the task's workflow ended without a result ({description.status.name.lower()})"
             state.status, state.error = "failed", {"code": INTERNAL_ERROR, "message": message}
             state.version += 1
-        return _record(state)
+        return state
 
     async def update(
-        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskRecord | None = None
+        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskView | None = None
     ) -> None:
         handle = self.client.get_workflow_handle(task_id)
         try:
@@ -282,9 +282,9 @@ class TemporalTasks(StateChanges):
         if self.on_change is None:
             return
         if isinstance(brought, dict):  # the state the answers brought, as committed
-            await self.changed(_record(_state(brought)))
-        elif (record := await self.get(task_id)) is not None:  # a worker from before updates returned it
-            await self.changed(record)
+            await self.changed(_state(brought))
+        elif (state := await self.get(task_id)) is not None:  # a worker from before updates returned it
+            await self.changed(state)
 
     async def send_event(self, task_id: str, name: str, payload: Any, *, event_id: str | None = None) -> bool:
         """Deliver an event to the task's workflow (the `event` Workflow Update; see `Flows.send_event`).
@@ -316,8 +316,8 @@ class TemporalTasks(StateChanges):
             ) from None
         return bool(delivered)
 
-    async def cancel(self, task_id: str, known: TaskRecord | None = None) -> None:
-        if known is not None and known.terminal:
+    async def cancel(self, task_id: str, known: TaskView | None = None) -> None:
+        if known is not None and is_terminal(known):
             return  # idempotent, also on finished tasks
         handle = self.client.get_workflow_handle(task_id)
         try:
@@ -347,7 +347,7 @@ class TemporalTasks(StateChanges):
         )
 
     async def _report(self, state: TaskState) -> None:
-        await self.changed(_record(state))
+        await self.changed(state)
 
     def ensure_running(self) -> None:
         """Start this process's worker (with `worker=True`; idempotent; needs a running loop)."""
@@ -372,28 +372,6 @@ class TemporalTasks(StateChanges):
         if task is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await task
-
-
-def _record(state: TaskState) -> TaskRecord:
-    return TaskRecord(
-        task_id=state.task_id,
-        flow=state.flow,
-        arguments=state.arguments,
-        capabilities={},
-        status=state.status,  # type: ignore[arg-type]
-        created_at=state.created_at,
-        updated_at=state.updated_at,
-        ttl_ms=state.ttl_ms,
-        poll_interval_ms=state.poll_interval_ms,
-        journal="",
-        status_message=state.status_message,
-        waiting=state.waiting,
-        input_requests=state.input_requests,
-        result=state.result,
-        error=state.error,
-        owner=state.owner,
-        version=state.version,
-    )
 
 
 def _state(fields: Mapping[str, Any]) -> TaskState:

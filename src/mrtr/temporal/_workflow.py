@@ -35,6 +35,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 from temporalio.workflow import ActivityCancellationType
 
+from mrtr._wire import Wait
 from mrtr.temporal._shapes import (
     ADVANCE,
     ANSWER_UPDATE,
@@ -127,11 +128,11 @@ class TaskWorkflow:
             self._set(advanced.kind, result=advanced.result, error=advanced.error)
             return
 
-    async def _park(self, waiting: list[dict[str, Any]]) -> None:
+    async def _park(self, waiting: list[Wait]) -> None:
         """Wait (a durable Temporal timer) until the earliest due time, or until an event the flow
         waits for is in the inbox; then the next activity replays the flow and resolves it."""
         names = {wait.get("name") for wait in waiting if wait.get("kind") == "event"}
-        dues = [float(wait["until"]) for wait in waiting if wait.get("until") is not None]
+        dues = [float(until) for wait in waiting if (until := wait.get("until")) is not None]
         timeout = None
         if dues:
             timeout = timedelta(seconds=max(0.0, min(dues) - workflow.now().timestamp()))

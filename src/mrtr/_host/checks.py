@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
+import types
 import typing
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,29 +26,26 @@ from mrtr._errors import FlowDefinitionError
 _UNKNOWN = object()
 
 
-def plain_function(fn: Callable[..., Any]) -> bool:
-    """Whether `fn` takes no context at all (neither a `FlowContext` nor anything named like one).
+def context_param(
+    fn: Callable[..., Any], flow: str, *, host_context: type | None = None, task: bool = False
+) -> str | None:
+    """The name of the flow's context parameter, or None for a flow that takes none.
 
-    Such a function can still be a durable task (`task=...`): it runs as one step.
-    """
-    hints = typing.get_type_hints(fn)
-    for name, annotation in hints.items():
-        if name != "return" and inspect.isclass(annotation) and issubclass(annotation, FlowContext | Context):
-            return False
-    return not any(name in ("ctx", "context") for name in inspect.signature(fn).parameters)
-
-
-def flow_context_param(fn: Callable[..., Any], flow: str) -> str:
-    """The name of the flow's `FlowContext` parameter; a flow without one is refused.
+    A flow takes `mrtr.FlowContext`, or the host's own context (`host_context`: FastMCP's
+    `Context`, for 3.x-style code). One without a context parameter is a flow only if it still
+    does flow things: it calls `mrtr.step` or `mrtr.gather`, or it is a durable task (which
+    runs it as one step); anything else is a plain tool, registered with the server's own
+    decorator. The same rules, and the same messages, on both hosts.
 
     Raises:
-        FlowDefinitionError: No parameter is annotated `FlowContext`; the message says
-            which parameter was probably meant and how to fix it.
+        FlowDefinitionError: The SDK's `Context` in place of `FlowContext`, an unannotated
+            `ctx`, or a plain function; the message names the fix.
     """
     hints = typing.get_type_hints(fn)
     signature = inspect.signature(fn)
+    accepted = [FlowContext] if host_context is None else [FlowContext, host_context]
     for name, annotation in hints.items():
-        if name != "return" and inspect.isclass(annotation) and issubclass(annotation, FlowContext):
+        if name != "return" and inspect.isclass(annotation) and issubclass(annotation, tuple(accepted)):
             return name
     for param in signature.parameters.values():
         annotation = hints.get(param.name)
@@ -56,16 +54,38 @@ def flow_context_param(fn: Callable[..., Any], flow: str) -> str:
                 f"flow {flow!r}: parameter {param.name!r} is annotated with the SDK's Context; a flow takes "
                 f"`{param.name}: mrtr.FlowContext` (the SDK's Context is still there, as `{param.name}.request`)"
             )
+    annotations = " or ".join(f"`{{name}}: {_spelled(kind)}`" for kind in accepted)
     for param in signature.parameters.values():
         if param.name in ("ctx", "context") and param.annotation is inspect.Parameter.empty:
             raise FlowDefinitionError(
                 f"flow {flow!r}: parameter {param.name!r} has no annotation, so it would be published as a "
-                f"required argument of the tool; annotate it `{param.name}: mrtr.FlowContext`"
+                f"required argument of the tool; annotate it {annotations.format(name=param.name)}"
             )
+    if task or calls_flow_api(fn):
+        return None
     raise FlowDefinitionError(
         f"flow {flow!r} has no FlowContext parameter; add `ctx: mrtr.FlowContext` to its signature "
-        "(a function that never asks or steps is a plain tool: register it with @server.tool())"
+        "(a function that never asks or steps is a plain tool: register it with the server's own decorator)"
     )
+
+
+def _spelled(kind: type) -> str:
+    return "mrtr.FlowContext" if kind is FlowContext else f"{kind.__module__.partition('.')[0]}.{kind.__name__}"
+
+
+_FLOW_API = frozenset({"step", "gather"})
+
+
+def calls_flow_api(fn: Callable[..., Any]) -> bool:
+    """Whether the function (or one nested in it) names `mrtr.step` or `mrtr.gather` (unknown: True)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return code is None or _names_flow_api(code)
+
+
+def _names_flow_api(code: types.CodeType) -> bool:
+    if _FLOW_API & set(code.co_names):
+        return True
+    return any(isinstance(const, types.CodeType) and _names_flow_api(const) for const in code.co_consts)
 
 
 def check_elicit_schemas(fn: Callable[..., Any], flow: str, ctx_param: str) -> None:
@@ -138,8 +158,4 @@ def _evaluate(node: ast.expr, names: dict[str, Any]) -> object:
     return _UNKNOWN
 
 
-__all__ = [
-    "plain_function",
-    "check_elicit_schemas",
-    "flow_context_param",
-]
+__all__ = ["calls_flow_api", "check_elicit_schemas", "context_param"]

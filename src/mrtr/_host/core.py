@@ -1,0 +1,313 @@
+"""The host core: everything a `Flows` does that does not depend on its framework, written once.
+
+`mrtr.Flows` (the SDK's `MCPServer`) and `mrtr.fastmcp.Flows` (FastMCP) are thin adapters:
+each implements `mrtr._host.adapter.Host` over its framework and registers the function the
+core builds (`HostCore.entry_point`) with the framework's own decorator. What the core holds:
+
+- the options (`HostOptions`), the default limits and each flow's `FlowSpec`;
+- the start-up checks: the state key, the store (`require_shared_store`), the guard;
+- the round policies: the replay guard (on by default wherever a shared store is configured)
+  and load shedding;
+- the task engine (mrtr's lease runtime over `store`, or another `TaskEngine`), its tasks
+  extension, the bus its notifications ride, callback URLs and `send_event`.
+
+So a keyword, a default, a warning or an error is the same on both hosts by construction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mcp.server.extension import MethodBinding
+from mcp.server.request_state import authenticated_principal
+from mcp.server.subscriptions import SubscriptionBus
+
+from mrtr._engine.asks import Capability
+from mrtr._engine.round import RoundPolicy, Services
+from mrtr._engine.spec import FlowSpec, Limits, TaskSupport
+from mrtr._errors import FlowDefinitionError
+from mrtr._guard import ReplayGuard, open_guard
+from mrtr._host import fleet
+from mrtr._host.checks import calls_flow_api, check_elicit_schemas
+from mrtr._host.options import FlowOptions, HostOptions
+from mrtr._host.registration import checked_capabilities, flow_limits, one_step
+from mrtr._shedding import LoadShedder
+from mrtr.buses._base import BrokerBus
+from mrtr.tasks._callbacks import PATH as CALLBACK_PATH
+from mrtr.tasks._callbacks import CallbackUrls
+from mrtr.tasks._callbacks import endpoint as callback_endpoint
+from mrtr.tasks._events import TaskEvents
+from mrtr.tasks._extension import TasksExtension
+from mrtr.tasks._listen import ListenHandler
+from mrtr.tasks._runtime import TaskRuntime
+from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, TaskEngine
+
+if TYPE_CHECKING:
+    from mrtr._host.adapter import Host
+
+logger = logging.getLogger("mrtr.fleet")
+
+DEFAULT_STORE = "mrtr-tasks.db"
+"""The SQLite file durable tasks fall back to without `store=` (one host's only)."""
+
+TaskDialect = Callable[[TasksExtension], list[MethodBinding]]
+
+
+class HostCore:
+    """One `Flows`' state and decisions, whatever its framework (see the module docstring)."""
+
+    def __init__(self, host: Host, options: HostOptions, *, task_dialect: TaskDialect | None = None) -> None:
+        self.host = host
+        self.options = opts = options
+        self.limits = Limits(max_rounds=opts.max_rounds, deadline=opts.deadline, max_state_bytes=opts.max_state_bytes)
+        self.specs: dict[str, FlowSpec] = {}
+        fleet.check_state_key(host, required=opts.require_shared_key)
+        if opts.require_shared_store:
+            self._require_shared_store()
+        self.callbacks = None if opts.public_url is None else CallbackUrls(opts.public_url, host.state_security)
+        if self.callbacks is not None:
+            path = f"{CALLBACK_PATH}/{{task_id}}/{{name}}/{{token}}"
+            host.add_route(path, callback_endpoint(lambda: self.callbacks, self._deliver_callback), ["POST"])
+        self.replay_guard = self._guard()
+        self.shedder = LoadShedder.from_options(
+            opts.max_inflight_rounds, opts.max_loop_lag, opts.shed_when, opts.shed_clients
+        )
+        policies: tuple[RoundPolicy, ...] = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
+        self.services = Services(policies=policies)
+        """What this instance lends its flows' rounds (the engine sees only these shapes)."""
+        self.bus: SubscriptionBus | None = None
+        """The bus listen streams and task notifications ride (chosen with the task engine)."""
+        self.listen: ListenHandler | None = None
+        """What serves `subscriptions/listen`, with task ids when the bus hears every task (set with the engine)."""
+        self._fleet_bus: BrokerBus | None = None
+        self._engine: TaskEngine | None = None
+        self._task_dialect = task_dialect
+        if opts.store is not None or opts.tasks is not None or task_dialect is not None:
+            self.engine()  # a fleet's store is known now: choose its bus and adopt orphaned tasks from boot
+
+    # -- start-up decisions ------------------------------------------------------------------
+
+    def _require_shared_store(self) -> None:
+        opts = self.options
+        if opts.tasks is not None:
+            engine = opts.tasks.engine if isinstance(opts.tasks, TasksExtension) else opts.tasks
+            store = engine.shared_store
+            if store is None or fleet.shared(store):  # an engine of its own (Temporal), or a shared store
+                return
+            fleet.refuse_unshared_store(self.host, f"the task engine's store ({type(store).__name__})")
+        if opts.store is None:
+            fleet.refuse_unshared_store(self.host, f"the default SQLite file {DEFAULT_STORE!r} (no store= given)")
+        if not fleet.shared(opts.store):
+            fleet.refuse_unshared_store(self.host, f"a {type(opts.store).__name__}")
+
+    def _guard(self) -> ReplayGuard | None:
+        """The replay guard: the option's, or by default the shared store's (see `FlowsOptions.replay_guard`)."""
+        value = self.options.replay_guard
+        if value is False:
+            fleet.log_guard(self.host, None)
+            return None
+        if value is None or value is True:
+            store = self.options.store
+            if not fleet.shared(store):
+                if value is True:
+                    raise FlowDefinitionError(
+                        "Flows(replay_guard=True) records rounds in the shared store: give store= a Redis or "
+                        "PostgreSQL store, or replay_guard= a store URL"
+                    )
+                return None  # one host's store, or none: nothing the fleet shares to record rounds in
+            guard = ReplayGuard(store)  # type: ignore[arg-type]  # Redis and PostgreSQL stores are round ledgers
+            where = fleet.redacted(str(getattr(store, "url", None) or getattr(store, "dsn", "")))
+        else:
+            guard = open_guard(value) if isinstance(value, str) else value
+            where = fleet.redacted(value) if isinstance(value, str) else type(guard.ledger).__name__
+        if guard.state_ttl is None:
+            security = self.host.state_security()
+            guard.state_ttl = float(security.ttl) if security is not None else None
+        fleet.log_guard(self.host, where)
+        return guard
+
+    # -- specs -------------------------------------------------------------------------------
+
+    def spec(
+        self,
+        fn: Callable[..., Any],
+        name: str,
+        flow: FlowOptions,
+        *,
+        ctx_param: str | None,
+        check_schemas: bool = True,
+        task: TaskSupport = "never",
+        mrtr_first: bool = False,
+        wrap_context: Callable[[Any], Any] | None = None,
+    ) -> FlowSpec:
+        """The flow's `FlowSpec`, checked and remembered under `name`.
+
+        A task flow that takes no context and never steps is one step as a whole, so a worker
+        that dies mid-call runs it again on another instance under the same
+        `mrtr.current_step().idempotency_key` (at least once), on both hosts.
+        """
+        limits = flow_limits(
+            fn, name, self.limits, flow.get("max_rounds"), flow.get("deadline"), flow.get("max_state_bytes")
+        )
+        requires: Sequence[Capability] = flow.get("requires", ())
+        body = fn
+        if ctx_param is None and task != "never" and not calls_flow_api(fn):
+            body = one_step(fn)  # a durable task that never asks or steps: the whole call is one step
+        elif ctx_param is not None and check_schemas:
+            check_elicit_schemas(fn, name, ctx_param)
+        spec = FlowSpec(
+            name=name,
+            fn=body,
+            ctx_param=ctx_param,
+            limits=limits,
+            audience=self.audience,
+            task=task,
+            mrtr_first=mrtr_first,
+            requires=checked_capabilities(name, requires),
+            wrap_context=wrap_context,
+            strict=self.options.strict,
+        )
+        self.specs[name] = spec
+        return spec
+
+    @property
+    def audience(self) -> str:
+        """The audience sealed into every `requestState`: the policy's own, else the server's name."""
+        security = self.host.state_security()
+        return (security.audience if security is not None else None) or self.host.name
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def register_task(self, spec: FlowSpec, convert: ConvertResult) -> None:
+        """Serve `spec` as a task flow; its result converted by `convert` (the framework's own conversion)."""
+        self.engine().register(spec, convert)
+
+    @property
+    def has_engine(self) -> bool:
+        """Whether a task engine exists yet (it is created on first need)."""
+        return self._engine is not None
+
+    def engine(self) -> TaskEngine:
+        """The task engine, created with its extension, bus and listen handler on first need."""
+        if self._engine is None:
+            self._engine = self._start_tasks()
+        return self._engine
+
+    def _start_tasks(self) -> TaskEngine:
+        opts, host = self.options, self.host
+        given = opts.tasks
+        extension: TasksExtension | None = None
+        engine: TaskEngine
+        if isinstance(given, TasksExtension):  # built by the user, options and all
+            extension, engine = given, given.engine
+        elif given is not None:  # another engine (e.g. mrtr.temporal.TemporalTasks): same wire layer
+            engine = given
+            engine.configure(self._engine_options())
+        else:
+            engine = TaskRuntime(
+                self._store(),
+                lease=opts.task_lease,
+                ttl=opts.task_ttl,
+                poll_interval=opts.task_poll_interval,
+                scan_interval=opts.task_scan_interval,
+                bind_principal=self.bind_principal(),
+            )
+            engine.configure(self._engine_options())
+        if extension is None:
+            extension = TasksExtension(engine, dialect=self._task_dialect)
+        self.services.tasks = engine
+        built_with = host.given_bus()
+        if opts.bus is not None and built_with is not None and built_with is not opts.bus:
+            raise FlowDefinitionError(
+                f"server {host.name!r} was built with a bus of its own and Flows(bus=...) names another: give one"
+            )
+        bus, hears = fleet.choose_bus(
+            host,
+            opts.store if opts.store is not None else engine.shared_store,
+            given=opts.bus or built_with,
+            fleet_bus=opts.fleet_bus,
+            engine_spans_fleet=not isinstance(engine, TaskRuntime),
+            worker_here=engine.run_worker_here,
+        )
+        self.bus = host.use_bus(bus)
+        self._fleet_bus = self.bus if isinstance(self.bus, BrokerBus) else None
+        if engine.on_change is None:
+            engine.on_change = TaskEvents(self.bus).publish
+        # A bus that cannot hear every change (an in-process bus on a fleet) or an engine that
+        # cannot report every change (`reports_every_change = False`) leaves task ids out of
+        # listen acknowledgements, so clients poll instead of waiting on silence.
+        self.listen = ListenHandler(self.bus, extension if hears and engine.reports_every_change else None)
+        host.install_tasks(extension, self.listen, self.running)
+        return engine
+
+    def _engine_options(self) -> EngineOptions:
+        opts = self.options
+        return EngineOptions(
+            ttl=opts.task_ttl,
+            poll_interval=opts.task_poll_interval,
+            bind_principal=self.bind_principal(),
+            callbacks=self.callbacks,
+        )
+
+    def bind_principal(self) -> PrincipalBinder:
+        """Who sent a request, as the server's `RequestStateSecurity` binds it (the SDK's default if
+        it sets none): tasks belong to exactly the principal `requestState` is bound to."""
+        security = self.host.state_security()
+        if security is not None and security.bind_principal is not None:
+            return security.bind_principal
+        return authenticated_principal
+
+    def _store(self) -> Any:
+        store = self.options.store
+        if store is None:
+            from mrtr.stores._sqlite import SQLiteStore
+
+            store = SQLiteStore(DEFAULT_STORE)  # the embedded default
+            fleet.warn_about_default_store(DEFAULT_STORE)
+        return store
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """This instance's background work while the server serves: the fleet bus and the task worker.
+
+        The worker adopts orphaned tasks from boot, not only once a `tasks/*` request arrives,
+        and stops with the server (its leases lapse, so another instance resumes).
+        """
+        bus, engine = self._fleet_bus, self._engine
+        if bus is not None:  # subscribe before serving, so the first listen stream never waits
+            try:
+                await bus.start(timeout=5.0)
+            except TimeoutError:
+                logger.warning("the fleet bus could not reach its broker at start; it keeps trying in the background")
+        if engine is not None:
+            engine.ensure_running()
+        try:
+            yield
+        finally:
+            if engine is not None:
+                await engine.close()
+            if bus is not None:
+                await bus.close()
+
+    async def send_event(self, task_id: str, name: str, payload: Any = None, *, event_id: str | None = None) -> bool:
+        """`Flows.send_event` (see `mrtr._host.base.BaseFlows.send_event`)."""
+        delivered: bool = await self.engine().send_event(task_id, name, payload, event_id=event_id)
+        return delivered
+
+    def _deliver_callback(self, task_id: str, name: str, payload: Any, event_id: str) -> Awaitable[bool]:
+        return self.send_event(task_id, name, payload, event_id=event_id)
+
+
+def check_task(task: object) -> None:
+    """`task=` is mrtr's: `"never"`, `"optional"` or `"required"` (FastMCP's own `task=True` is not)."""
+    if task not in ("never", "optional", "required"):
+        raise ValueError(
+            f"task={task!r} is not mrtr's; use task='never', 'optional' or 'required' (mrtr's durable tasks). "
+            "FastMCP's own task=True belongs to the fastmcp-tasks extension, which cannot serve mrtr flows"
+        )
+
+
+__all__ = ["DEFAULT_STORE", "HostCore", "TaskDialect", "check_task"]

@@ -1,0 +1,157 @@
+"""The options of `mrtr.Flows` and `mrtr.fastmcp.Flows`: one definition, both hosts.
+
+`FlowsOptions` is what a user writes (`Flows(server, max_rounds=20, store=...)`): both hosts
+take it as `**options: Unpack[FlowsOptions]`, so a keyword one host accepts the other accepts
+too, with the same type. `HostOptions` is the same set resolved, with every default filled
+in, as the host core reads it. `FlowOptions` is what each `.tool()`, `.prompt()` and
+`.resource()` adds on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from mrtr._engine.asks import Capability
+
+if TYPE_CHECKING:
+    from mcp.server.subscriptions import SubscriptionBus
+
+    from mrtr._guard import ReplayGuard
+    from mrtr._shedding import ShedClients
+    from mrtr.stores import TaskStore
+    from mrtr.tasks._extension import TasksExtension
+    from mrtr.tasks._seam import TaskEngine
+
+
+class FlowsOptions(TypedDict, total=False):
+    """Every keyword of `mrtr.Flows(server, ...)` and `mrtr.fastmcp.Flows(mcp, ...)`.
+
+    The same on both hosts, with the same defaults. An option that only one framework can
+    serve is refused by the other with a `FlowDefinitionError` saying why (`dialects`).
+    """
+
+    max_rounds: int
+    """Default cap on client round trips per flow: 10, the official `mcp.Client`'s own default
+    (`input_required_max_rounds`), so both stop at the same round; raise both together."""
+    deadline: float
+    """Default seconds a flow may take from its first round (3600); never renewed."""
+    max_state_bytes: int
+    """Default cap on the sealed `requestState` (64 KiB)."""
+    store: TaskStore | None
+    """Where durable tasks live (`SQLiteStore`, `RedisStore`, `PostgresStore`); share one across
+    the fleet. Default: `SQLiteStore("mrtr-tasks.db")` once a task flow is registered (with a
+    start-up warning; `require_shared_store=True` refuses instead)."""
+    task_lease: float
+    """Seconds a silent worker keeps a task before another instance takes over (10)."""
+    task_ttl: float | None
+    """Seconds a task stays readable after creation (3600; `None`: forever)."""
+    task_poll_interval: float
+    """The `pollIntervalMs` clients are told, in seconds (0.5)."""
+    task_scan_interval: float
+    """Seconds between this instance's looks for orphaned tasks (1)."""
+    tasks: TaskEngine | TasksExtension | None
+    """The task engine: by default mrtr's lease runtime over `store`; or another
+    `mrtr.tasks.TaskEngine`, e.g. `mrtr.temporal.TemporalTasks(client, task_queue=...)` (`store`
+    and the lease options are then unused; `task_ttl` and `task_poll_interval` still apply); or,
+    on `MCPServer`, a `mrtr.tasks.TasksExtension` already given at construction
+    (`MCPServer(extensions=[...])`)."""
+    replay_guard: str | ReplayGuard | bool | None
+    """Single-use rounds fleet-wide (`mrtr.ReplayGuard`). `None` (the default): on wherever a
+    shared store (Redis, PostgreSQL) is configured, recorded in that store; `False`: off (logged
+    at start-up); a store URL (`redis://...`, `postgresql://...`, `sqlite:///PATH`) or a
+    `ReplayGuard`: that ledger."""
+    max_inflight_rounds: int | None
+    """Shed load (see `mrtr.LoadShedder`) while more MRTR rounds than this run on this instance."""
+    max_loop_lag: float | None
+    """Shed load while the event loop runs timers this many seconds late."""
+    shed_when: Callable[[], bool] | None
+    """Shed load while this callable returns True."""
+    shed_clients: ShedClients | None
+    """Which clients a round may be shed to, `(client_info, capabilities) -> bool`; by default
+    those known to resend a state-only result (those declaring `mrtr/shedding`, and the official
+    Python SDK). Other clients' rounds run on."""
+    fleet_bus: bool
+    """With a shared store and no bus of the server's own, task notifications and listen
+    streams ride a bus on the store's broker, so a listener hears of changes made on any
+    instance (True). `False` keeps an in-process bus: listens are then acknowledged without
+    task ids, and task clients poll."""
+    bus: SubscriptionBus | None
+    """The bus listen streams and task notifications ride (`mrtr.open_bus(url)`); it wins over
+    the fleet bus. On `MCPServer`, `MCPServer(subscriptions=...)` says the same."""
+    require_shared_key: bool
+    """Refuse to start (`FlowDefinitionError`) when `requestState` is sealed with a key only this
+    process holds, instead of warning."""
+    require_shared_store: bool
+    """Refuse to start (`FlowDefinitionError`) without a store other instances share (Redis,
+    PostgreSQL, or a task engine such as Temporal), instead of falling back to a local SQLite
+    file whose tasks no other instance can see."""
+    instance_name: str | None
+    """Name this instance in an `X-Mrtr-Instance` header on every response of the app `Flows`
+    builds (`flows.streamable_http_app()`, `flows.http_app()`); `mrtr call` shows it per round."""
+    public_url: str | None
+    """The fleet's base URL as outside systems reach it: `ctx.callback_url(name)` mints URLs
+    under `<public_url>/mrtr/events/`, served by every instance. None: no callback URLs."""
+    dialects: Sequence[str]
+    """Also serve the seeds' pre-standard wire shapes (`"sketch"`, `"draft"`, `"incomplete"`,
+    `"saga"`, `"sep-2322-tasks"`). `MCPServer` only: they are endpoints and middleware of the
+    SDK's own HTTP app."""
+    strict: bool
+    """Log every replay of a flow's body at WARNING on logger `mrtr.replay` (DEBUG otherwise)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostOptions:
+    """`FlowsOptions` resolved: every default filled in (see `FlowsOptions` for each meaning)."""
+
+    max_rounds: int = 10
+    deadline: float = 3600.0
+    max_state_bytes: int = 64 * 1024
+    store: TaskStore | None = None
+    task_lease: float = 10.0
+    task_ttl: float | None = 3600.0
+    task_poll_interval: float = 0.5
+    task_scan_interval: float = 1.0
+    tasks: TaskEngine | TasksExtension | None = None
+    replay_guard: str | ReplayGuard | bool | None = None
+    max_inflight_rounds: int | None = None
+    max_loop_lag: float | None = None
+    shed_when: Callable[[], bool] | None = None
+    shed_clients: ShedClients | None = None
+    fleet_bus: bool = True
+    bus: SubscriptionBus | None = None
+    require_shared_key: bool = False
+    require_shared_store: bool = False
+    instance_name: str | None = None
+    public_url: str | None = None
+    dialects: Sequence[str] = ()
+    strict: bool = False
+
+    @classmethod
+    def of(cls, options: FlowsOptions | dict[str, Any]) -> HostOptions:
+        """The options as given, checked by name: a misspelt option is a `TypeError` naming it."""
+        unknown = sorted(set(options) - _NAMES)
+        if unknown:
+            raise TypeError(f"Flows() got unexpected option(s) {unknown}; the options are {sorted(_NAMES)}")
+        return cls(**options)
+
+
+_NAMES = frozenset(f.name for f in fields(HostOptions))
+
+
+class FlowOptions(TypedDict, total=False):
+    """What `.tool()`, `.prompt()` and `.resource()` take beyond the framework's own metadata."""
+
+    requires: Sequence[Capability]
+    """Client capabilities the flow will need (`"elicitation"`, `"sampling"`, `"roots"`, ...): a
+    request that lacks one fails with -32021 in round 1, before the user has answered anything."""
+    max_rounds: int | None
+    """This flow's round cap (default: the `Flows` option)."""
+    deadline: float | None
+    """This flow's deadline in seconds (default: the `Flows` option)."""
+    max_state_bytes: int | None
+    """This flow's cap on its sealed state (default: the `Flows` option)."""
+
+
+__all__ = ["FlowOptions", "FlowsOptions", "HostOptions"]

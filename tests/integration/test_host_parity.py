@@ -1,0 +1,386 @@
+"""One library, two hosts: `mrtr.Flows` (the SDK's `MCPServer`) and `mrtr.fastmcp.Flows` behave alike.
+
+Every test here runs on both hosts. Both `Flows` are adapters over one host core
+(`mrtr._host`), so each option, default, registration error and runtime error must be the
+same on both: the same keyword with the same default, the same exception type with the same
+message, the same wire error. Where a host cannot serve an option (the seed dialects on
+FastMCP), it refuses it with a `FlowDefinitionError` that says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import typing
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import mcp_types as t
+import pytest
+from fastmcp import FastMCP
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
+from mcp.server.request_state import RequestStateSecurity
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
+
+import mrtr
+import mrtr.fastmcp
+from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions
+from tests.support.flowkit import SHARED_KEY, served, text_of
+from tests.support.storekit import REDIS_URL  # a store object only: nothing here connects to it
+
+pytestmark = pytest.mark.anyio
+
+HOSTS = ["mcpserver", "fastmcp"]
+
+
+@dataclass
+class Host:
+    """One host under test: builds a server and its `Flows` with the given options."""
+
+    kind: str
+
+    def server(self, key: bytes | None = SHARED_KEY) -> Any:
+        security = RequestStateSecurity(keys=[key]) if key is not None else None
+        name = f"parity-{self.kind}"
+        if self.kind == "mcpserver":
+            return MCPServer(name, request_state_security=security)
+        return FastMCP(name, request_state_security=security)
+
+    def flows(self, server: Any = None, **options: Any) -> Any:
+        server = self.server() if server is None else server
+        cls = mrtr.Flows if self.kind == "mcpserver" else mrtr.fastmcp.Flows
+        return cls(server, **options)
+
+
+@pytest.fixture(params=HOSTS)
+def host(request: pytest.FixtureRequest) -> Host:
+    return Host(request.param)
+
+
+class Approval(BaseModel):
+    ok: bool
+
+
+# -- options: the same keywords, defaults and meanings ----------------------------------------------------
+
+
+def test_both_flows_take_every_option_of_one_definition() -> None:
+    """Both constructors are typed `**options: Unpack[FlowsOptions]`: one list of keywords."""
+    for cls in (mrtr.Flows, mrtr.fastmcp.Flows):
+        hints = typing.get_type_hints(cls.__init__, include_extras=True)
+        assert str(hints["options"]).endswith("Unpack[mrtr._host.options.FlowsOptions]"), cls
+    assert set(FlowsOptions.__annotations__) == {f for f in HostOptions.__dataclass_fields__}
+
+
+@pytest.mark.parametrize("option", sorted(HostOptions.__dataclass_fields__))
+def test_every_option_is_accepted_with_its_default_on_both_hosts(host: Host, option: str) -> None:
+    default = HostOptions.__dataclass_fields__[option].default
+    if option == "dialects" and host.kind == "fastmcp":
+        return  # the default, (), is accepted; any dialect is refused (below)
+    flows = host.flows(**{option: default})
+    assert flows._core.options == HostOptions(), "the default given explicitly is the default"
+
+
+def test_a_misspelt_option_is_the_same_type_error_on_both_hosts() -> None:
+    messages = set()
+    for kind in HOSTS:
+        with pytest.raises(TypeError) as caught:
+            Host(kind).flows(max_round=3)
+        messages.add(str(caught.value))
+    (message,) = messages
+    assert "['max_round']" in message and "max_rounds" in message
+
+
+def test_decorators_take_the_same_flow_options_on_both_hosts(host: Host) -> None:
+    flows = host.flows(max_rounds=4, deadline=60)
+    options: FlowOptions = {"requires": ["elicitation"], "max_rounds": 7, "deadline": 30.0, "max_state_bytes": 4096}
+
+    @flows.tool(task="optional", mrtr_first=True, **options)
+    async def job(ctx: mrtr.FlowContext) -> str:
+        return "done"
+
+    @flows.prompt(**options)
+    async def brief(topic: str, ctx: mrtr.FlowContext) -> str:
+        return topic
+
+    @flows.resource("notes://{name}", **options)
+    async def note(name: str, ctx: mrtr.FlowContext) -> str:
+        return name
+
+    @flows.tool()
+    async def plain(ctx: mrtr.FlowContext) -> str:
+        return "p"
+
+    for name in ("job", "brief", "note"):
+        spec = flows.specs[name]
+        assert (spec.limits.max_rounds, spec.limits.deadline, spec.limits.max_state_bytes) == (7, 30.0, 4096)
+        assert spec.requires == ("elicitation",)
+    assert flows.specs["job"].task == "optional" and flows.specs["job"].mrtr_first
+    assert flows.specs["plain"].limits.max_rounds == 4 and flows.specs["plain"].limits.deadline == 60
+
+
+def test_the_public_face_is_the_same_on_both_hosts() -> None:
+    faces = []
+    for cls in (mrtr.Flows, mrtr.fastmcp.Flows):
+        faces.append({name for name in dir(cls) if not name.startswith("_")} - {"http_app", "streamable_http_app"})
+    assert (
+        faces[0]
+        == faces[1]
+        == {
+            "bus",
+            "instance_name",
+            "prompt",
+            "replay_guard",
+            "resource",
+            "runtime",
+            "send_event",
+            "shedder",
+            "specs",
+            "tool",
+        }
+    )
+
+
+# -- registration errors: the same type and message ----------------------------------------------------------
+
+
+def _same_error(register: Callable[[Any], object]) -> tuple[type[BaseException], str]:
+    """The error `register(flows)` raises, the same on both hosts."""
+    seen = []
+    for kind in HOSTS:
+        flows = Host(kind).flows()
+        with pytest.raises(Exception) as caught:
+            register(flows)
+        seen.append((type(caught.value), str(caught.value)))
+    assert seen[0] == seen[1], seen
+    return seen[0]
+
+
+def test_a_bare_decorator_is_the_same_error() -> None:
+    async def job(ctx: mrtr.FlowContext) -> str:
+        return "x"
+
+    kind, message = _same_error(lambda flows: flows.tool(job))
+    assert kind is TypeError and message == "use @flows.tool(...) with parentheses"
+
+
+def test_a_bad_task_value_is_the_same_error() -> None:
+    kind, message = _same_error(lambda flows: flows.tool(task=True))
+    assert kind is ValueError and "task=True is not mrtr's" in message
+
+
+def test_a_sync_function_is_the_same_error() -> None:
+    def job(ctx: mrtr.FlowContext) -> str:
+        return "x"
+
+    kind, message = _same_error(lambda flows: flows.tool()(job))
+    assert kind is TypeError and message == "flow 'job' must be an async function (it awaits the client)"
+
+
+def test_an_unknown_capability_is_the_same_error() -> None:
+    async def job(ctx: mrtr.FlowContext) -> str:
+        return "x"
+
+    kind, message = _same_error(lambda flows: flows.tool(requires=["telepathy"])(job))
+    assert kind is ValueError and message.startswith("flow 'job': requires='telepathy' is not a capability")
+
+
+def test_a_bad_limit_is_the_same_error() -> None:
+    async def job(ctx: mrtr.FlowContext) -> str:
+        return "x"
+
+    kind, message = _same_error(lambda flows: flows.prompt(max_rounds=0)(job))
+    assert kind is ValueError and message == "max_rounds must be at least 1"
+
+
+def test_star_args_are_the_same_error() -> None:
+    async def job(ctx: mrtr.FlowContext, *rest: str) -> str:
+        return "x"
+
+    kind, message = _same_error(lambda flows: flows.tool()(job))
+    assert kind is TypeError and message == "flow 'job': *args/**kwargs cannot become a schema"
+
+
+def test_a_plain_function_is_the_same_error() -> None:
+    async def hello(name: str) -> str:
+        return name
+
+    kind, message = _same_error(lambda flows: flows.prompt()(hello))
+    assert kind is mrtr.FlowDefinitionError and message.startswith("flow 'hello' has no FlowContext parameter")
+    assert "register it with the server's own decorator" in message
+
+
+def test_a_form_no_client_can_render_is_the_same_error() -> None:
+    class Nested(BaseModel):
+        inner: Approval
+
+    async def job(ctx: mrtr.FlowContext) -> str:
+        await ctx.elicit("Nested?", Nested)
+        return "x"
+
+    kind, message = _same_error(lambda flows: flows.tool()(job))
+    assert kind is mrtr.FlowDefinitionError and message.startswith("flow 'job', line")
+
+
+def test_an_unannotated_ctx_is_a_definition_error_naming_what_each_host_takes(host: Host) -> None:
+    flows = host.flows()
+    with pytest.raises(mrtr.FlowDefinitionError) as caught:
+
+        @flows.tool()
+        async def rename(title: str, ctx) -> str:  # type: ignore[no-untyped-def]
+            return title
+
+    message = str(caught.value)
+    assert (
+        message.startswith("flow 'rename': parameter 'ctx' has no annotation") and "`ctx: mrtr.FlowContext`" in message
+    )
+    assert ("`ctx: fastmcp.Context`" in message) is (host.kind == "fastmcp"), "FastMCP also takes its own Context"
+
+
+def test_the_seed_dialects_are_mcpserver_only_and_fastmcp_says_why() -> None:
+    mrtr.Flows(Host("mcpserver").server(), dialects=["sketch"])
+    with pytest.raises(mrtr.FlowDefinitionError, match="endpoints and middleware of the SDK's own HTTP app"):
+        mrtr.fastmcp.Flows(Host("fastmcp").server(), dialects=["sketch"])
+
+
+# -- start-up checks and defaults ------------------------------------------------------------------------------
+
+
+def test_require_shared_key_refuses_the_same_way(host: Host) -> None:
+    with pytest.raises(mrtr.FlowDefinitionError, match="has no shared request_state_security"):
+        host.flows(host.server(key=None), require_shared_key=True)
+
+
+def test_require_shared_store_refuses_a_local_file_and_no_store(host: Host, tmp_path: Any) -> None:
+    with pytest.raises(mrtr.FlowDefinitionError, match=r"default SQLite file 'mrtr-tasks\.db'"):
+        host.flows(require_shared_store=True)
+    with pytest.raises(mrtr.FlowDefinitionError, match="a SQLiteStore"):
+        host.flows(store=mrtr.SQLiteStore(str(tmp_path / "t.db")), require_shared_store=True)
+
+
+def test_require_shared_store_takes_a_shared_store(host: Host) -> None:
+    flows = host.flows(store=mrtr.open_store(REDIS_URL, namespace=f"parity_{secrets.token_hex(4)}"))
+    assert flows.runtime is not None
+
+
+def test_the_replay_guard_is_on_by_default_with_a_shared_store(host: Host, caplog: pytest.LogCaptureFixture) -> None:
+    store = mrtr.open_store(REDIS_URL, namespace=f"parity_{secrets.token_hex(4)}")
+    with caplog.at_level(logging.INFO, logger="mrtr.fleet"):
+        flows = host.flows(store=store, require_shared_store=True)
+    assert flows.replay_guard is not None and flows.replay_guard.ledger is store
+    assert flows.replay_guard.state_ttl == float(RequestStateSecurity(keys=[SHARED_KEY]).ttl)
+    assert any("single-use fleet-wide" in r.getMessage() for r in caplog.records)
+
+
+def test_replay_guard_false_opts_out_with_a_start_up_line(host: Host, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="mrtr.fleet"):
+        flows = host.flows(store=mrtr.open_store(REDIS_URL, namespace="parity_off"), replay_guard=False)
+    assert flows.replay_guard is None
+    (line,) = [r for r in caplog.records if "without a replay guard" in r.getMessage()]
+    assert "Flows(replay_guard=False)" in line.getMessage()
+
+
+def test_no_guard_without_a_shared_store_and_true_says_what_it_needs(host: Host, tmp_path: Any) -> None:
+    assert host.flows().replay_guard is None
+    assert host.flows(store=mrtr.SQLiteStore(str(tmp_path / "t.db"))).replay_guard is None
+    with pytest.raises(mrtr.FlowDefinitionError, match="records rounds in the shared store"):
+        host.flows(replay_guard=True)
+
+
+def test_a_task_flow_without_a_context_is_one_step_on_both_hosts(host: Host, tmp_path: Any) -> None:
+    flows = host.flows(store=mrtr.SQLiteStore(str(tmp_path / "t.db")))
+
+    @flows.tool(task="optional")
+    async def nightly(n: int) -> int:
+        return n + 1
+
+    @flows.tool(task="optional")
+    async def stepped(n: int) -> int:  # it steps itself: its body is the flow, not one step
+        return int(await mrtr.step("add", lambda: n + 1))
+
+    assert flows.specs["nightly"].fn is not nightly, "wrapped as one step"
+    assert flows.specs["stepped"].fn is stepped
+
+
+# -- runtime: the same wire, over real HTTP ---------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _serving(host: Host) -> AsyncIterator[tuple[str, list[str]]]:
+    """`host` with the same flows as the other, served by a real uvicorn on 127.0.0.1."""
+    flows = host.flows(max_rounds=2)
+    ran: list[str] = []
+
+    @flows.tool()
+    async def ask_thrice(ctx: mrtr.FlowContext) -> str:
+        for i in range(3):
+            await ctx.elicit(f"Again {i}?", Approval)
+        return "never"
+
+    @flows.tool()
+    async def refusing(ctx: mrtr.FlowContext) -> str:
+        await ctx.step("side", lambda: ran.append("side"))
+        answer = await ctx.elicit("Go?", Approval)
+        return f"went: {answer.ok}"
+
+    @flows.prompt()
+    async def brief(topic: str, ctx: mrtr.FlowContext) -> str:
+        await ctx.elicit(f"Brief on {topic}?", Approval)
+        return topic
+
+    server = flows.server if host.kind == "mcpserver" else flows.mcp
+    async with served(server) as url:
+        yield url, ran
+
+
+async def _decline(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+    return t.ElicitResult(action="decline")
+
+
+async def _accept(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+    return t.ElicitResult(action="accept", content={"ok": True})
+
+
+async def _outcomes(url: str) -> dict[str, Any]:
+    """What a client sees of each runtime error, as comparable data."""
+    seen: dict[str, Any] = {}
+    async with httpx2.AsyncClient(trust_env=False, timeout=20.0) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, elicitation_callback=_accept) as client:  # type: ignore[arg-type]
+            with pytest.raises(MCPError) as caught:
+                await client.call_tool("ask_thrice", {})
+            seen["too_many_rounds"] = (caught.value.error.code, caught.value.error.message, caught.value.error.data)
+            with pytest.raises(MCPError) as caught:
+                await client.session.call_tool("refusing", {}, request_state="not-a-sealed-state")
+            seen["tampered_state"] = caught.value.error.code
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, elicitation_callback=_decline) as client:  # type: ignore[arg-type]
+            result = await client.call_tool("refusing", {})
+            # Each framework words its own tool errors: the SDK prefixes "Error executing tool <name>: ".
+            seen["declined_tool"] = (result.is_error, text_of(result).removeprefix("Error executing tool refusing: "))
+            with pytest.raises(MCPError) as caught:
+                await client.get_prompt("brief", {"topic": "x"})
+            seen["declined_prompt"] = (caught.value.error.code, caught.value.error.message, caught.value.error.data)
+    return seen
+
+
+async def test_runtime_errors_are_the_same_on_both_hosts() -> None:
+    seen: dict[str, dict[str, Any]] = {}
+    for kind in HOSTS:
+        async with _serving(Host(kind)) as (url, ran):
+            seen[kind] = await _outcomes(url)
+        assert ran == ["side"], "the step before the refused ask ran once (the tampered call ran nothing)"
+    mcpserver = seen["mcpserver"]
+    assert mcpserver["too_many_rounds"][0] == -32602
+    assert mcpserver["too_many_rounds"][2] == {"reason": "too_many_rounds", "flow": "ask_thrice"}
+    assert "needed more than 2 rounds of client input" in mcpserver["too_many_rounds"][1]
+    assert mcpserver["tampered_state"] == -32602
+    assert mcpserver["declined_tool"][0] is True and "decline" in mcpserver["declined_tool"][1].lower()
+    assert mcpserver["declined_prompt"][0] == -32602 and mcpserver["declined_prompt"][2]["reason"] == "input_declined"
+    assert seen["fastmcp"] == mcpserver
