@@ -31,7 +31,25 @@ URLS = {"redis": REDIS_URL, "postgres": POSTGRES_DSN}
 TASKS = 1300  # x 4 changes each = 5,200
 WINDOW = 20.0  # seconds the changes must fit in
 STARVED = {"max_outbox_age": 0.002, "max_publish_wait": 0}
-SATURATED = 1.5  # runnable processes per core (1-minute load average) past which timing means nothing
+OTHERS = 0.5  # cores the rest of the machine may take meanwhile for the window to be checked
+
+
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds process `pid` has used (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 @pytest.mark.parametrize("kind", backends("redis", "postgres"))
@@ -41,13 +59,17 @@ async def test_every_terminal_state_reaches_a_or_a_refetches_it(kind: str, tmp_p
         if os.environ.get("CI"):
             pytest.fail(f"{kind} is not reachable: {problem}")
         pytest.skip(f"{kind} is not reachable: {problem}")
-    namespace, load = "", 0.0
+    namespace = ""
     try:
         with pushload.push_fleet(tmp_path, URLS[kind], {"C": STARVED}) as (servers, namespace):
             a, b, c = (servers[label].url for label in "ABC")
-            load = os.getloadavg()[0]
+            ours = [os.getpid(), *(server.process.pid for server in servers.values())]
+            before = (time.monotonic(), machine_cpu(), sum(process_cpu(pid) for pid in ours))
             driver = pushload.Driver(a, [b, c], TASKS, rate=None)
             outcome = await driver.run(deadline=time.monotonic() + 90)
+            # CPU the rest of the machine (other jobs, the broker) used meanwhile, in cores
+            busy = machine_cpu() - before[1] - (sum(process_cpu(pid) for pid in ours) - before[2])
+            others = busy / (time.monotonic() - before[0])
             async with httpx2.AsyncClient(trust_env=False, timeout=30) as http:
                 stats = {
                     label: await pushload.bus_stats(http, url) for label, url in zip("ABC", (a, b, c), strict=True)
@@ -68,14 +90,18 @@ async def test_every_terminal_state_reaches_a_or_a_refetches_it(kind: str, tmp_p
     changes = sum(stats[label]["published"] for label in "ABC")
     assert changes >= 5000, f"only {changes} task state changes: {stats}"
     assert stats["A"]["published"] == 0, f"A committed changes itself: not every state crossed the bus: {stats['A']}"
-    # On a machine this test has to itself (idle: 9 s on Redis, 17 s on PostgreSQL) the window
-    # holds; on one oversubscribed by other work it cannot, and `benchmarks/fleet_push.py` is
-    # where speed is measured, so the window is only checked when the machine had room.
-    saturated = max(load, *os.getloadavg()[:1]) > SATURATED * (os.cpu_count() or 1)
-    if saturated:
-        warnings.warn(f"window not checked: the machine was saturated (took {outcome.seconds:.1f} s)", stacklevel=1)
+    # With the machine to itself (9 s on Redis, 17 s on PostgreSQL) the window holds; when other
+    # work takes the cores it cannot, and `benchmarks/fleet_push.py` is where speed is measured:
+    # the window is checked only when the rest of the machine (broker included) left room.
+    if others > OTHERS:
+        warnings.warn(
+            f"window not checked: other work took {others:.2f} cores meanwhile (took {outcome.seconds:.1f} s)",
+            stacklevel=1,
+        )
     else:
-        assert outcome.seconds <= WINDOW, f"{changes} changes took {outcome.seconds:.1f} s"
+        assert outcome.seconds <= WINDOW, (
+            f"{changes} changes took {outcome.seconds:.1f} s ({others:.2f} cores to others)"
+        )
     stale = {task_id: seen.status for task_id, seen in outcome.tasks.items() if seen.status != finals[task_id]}
     assert not stale, f"{len(stale)} listeners on A were left with a stale state, e.g. {list(stale.items())[:3]}"
     assert set(finals.values()) == {"completed"}
