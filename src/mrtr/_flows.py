@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -26,15 +25,14 @@ from mcp.server.subscriptions import SubscriptionBus
 from mcp.shared.uri_template import UriTemplate
 from mcp_types import Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
 from typing_extensions import Unpack
 
 from mrtr import _sdk as sdk
 from mrtr._dialects import Dialects
-from mrtr._engine.engine import run_flow
+from mrtr._engine.inline import run_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
 from mrtr._errors import InputRefused
+from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
 from mrtr._host.checks import context_param
 from mrtr._host.core import HostCore, check_task
@@ -201,23 +199,17 @@ class Flows(BaseFlows):
         return self._core.spec(fn, flow_name, flow, ctx_param=ctx_param, **task)
 
 
-class _SDKHost:
-    """The SDK's `MCPServer` as the host core sees it (`mrtr._host.adapter.Host`)."""
+class _SDKHost(Host):
+    """The SDK's `MCPServer` as the host core sees it."""
 
     kind = "MCPServer"
-
-    def __init__(self, server: MCPServer[Any]) -> None:
-        self.server = server
-
-    @property
-    def name(self) -> str:
-        return self.server.name
+    server: MCPServer[Any]
 
     def state_security(self) -> RequestStateSecurity | None:
         return sdk.state_security(self.server)
 
-    def shares_state_key(self) -> bool:
-        return sdk.state_security(self.server) is not None and not sdk.uses_process_local_key(self.server)
+    def shares_state_key(self) -> bool:  # the SDK fills in a key of this process's own when given none
+        return super().shares_state_key() and not sdk.uses_process_local_key(self.server)
 
     def given_bus(self) -> SubscriptionBus | None:
         return None if sdk.uses_default_bus(self.server) else sdk.subscription_bus(self.server)
@@ -227,20 +219,12 @@ class _SDKHost:
             sdk.set_subscription_bus(self.server, bus)
         return sdk.subscription_bus(self.server)
 
-    def install_tasks(
-        self,
-        extension: TasksExtension,
-        listen: ListenHandler,
-        running: Callable[[], AbstractAsyncContextManager[None]],
-    ) -> None:
+    def install_tasks(self, extension: TasksExtension, listen: ListenHandler, running: Running) -> None:
         if not sdk.has_extension(self.server, extension):  # the public route is MCPServer(extensions=[...])
             sdk.install_extension(self.server, extension)
         if sdk.serves_listen(self.server):  # `subscriptions/listen` as the SDK serves it, plus `taskIds`
             sdk.serve_listen(self.server, listen)
         # `running` (the fleet bus, the worker) enters with `Flows.streamable_http_app()`'s lifespan.
-
-    def add_route(self, path: str, endpoint: Callable[[Request], Awaitable[Response]], methods: Sequence[str]) -> None:
-        self.server.custom_route(path, methods=list(methods))(endpoint)
 
 
 def _refused_as_tool_error(exc: InputRefused) -> Exception:

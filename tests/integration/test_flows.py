@@ -630,8 +630,8 @@ async def test_a_round_leaves_no_reference_cycle_for_the_garbage_collector() -> 
 
     from mcp_types import ClientCapabilities
 
-    from mrtr._engine import engine
     from mrtr._engine import journal as codec
+    from mrtr._engine import run as engine
     from mrtr._engine.journal import Journal
 
     flows = mrtr.Flows(new_server())

@@ -131,12 +131,6 @@ def test_an_accepted_form_is_kept_with_just_its_fields() -> None:
     assert ask.accept(accept(env="prod", junk="x")) == {"action": "accept", "content": {"env": "prod"}}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=KeyError,
-    reason="render_form_schema looks a property up in model_fields by its rendered name, which is the alias: a "
-    "model with an aliased field fails with KeyError('userName') (accept() and _field_names do handle aliases)",
-)
 def test_a_form_field_may_arrive_under_its_alias() -> None:
     ask = asks.elicit_ask("Who?", Aliased, None, False)
     assert ask.accept(accept(userName="ada")) == {"action": "accept", "content": {"userName": "ada"}}

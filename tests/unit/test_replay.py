@@ -28,10 +28,10 @@ from mrtr import (
     StepResultError,
     TooManyRounds,
 )
-from mrtr._engine import engine
 from mrtr._engine import journal as codec
-from mrtr._engine.engine import RunOptions
+from mrtr._engine import run as engine
 from mrtr._engine.journal import Journal
+from mrtr._engine.run import RunOptions
 from mrtr._engine.spec import Limits
 from tests.support.enginekit import ALL_CAPABILITIES, Rounds, accept, refuse, result_of, sampled, spec_of
 

@@ -332,11 +332,13 @@ def render_form_schema(schema: type[BaseModel]) -> dict[str, Any]:
     rendered = schema.model_json_schema(schema_generator=_FormJsonSchema)
     definitions = rendered.pop("$defs", {})
     properties: dict[str, Any] = rendered.get("properties", {})
+    fields = {field.alias or name: field for name, field in schema.model_fields.items()}  # properties are by alias
     for name, prop in properties.items():
         prop = properties[name] = _inline(prop, definitions)
         if "items" in prop:
             prop["items"] = _inline(prop["items"], definitions)
-        prop.setdefault("title", schema.model_fields[name].title or name.replace("_", " ").title())
+        field = fields.get(name)
+        prop.setdefault("title", (field.title if field is not None else None) or name.replace("_", " ").title())
         try:
             FORM_FIELD.validate_python(prop)
             if "enum" in prop.get("items", prop) and prop.get("items", prop).get("type") != "string":

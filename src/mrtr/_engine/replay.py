@@ -435,7 +435,7 @@ class Replay:
             task.cancel()
 
     root_task: asyncio.Task[Any]
-    """The task the flow function itself runs in (the request's: see `mrtr._engine.engine._run`)."""
+    """The task the flow function itself runs in (the request's: see `mrtr._engine.run._run`)."""
 
     async def close(self) -> None:
         """Cancel and await everything the flow started: nothing of it runs after the round."""

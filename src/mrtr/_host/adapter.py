@@ -1,17 +1,18 @@
-"""What a framework lends the host core: the `Host` protocol each `Flows` implements.
+"""What a framework lends the host core: the `Host` each `Flows` implements.
 
 The core (`mrtr._host.core.HostCore`) decides everything that does not depend on the
 framework: limits, the key, store, guard and bus choices, task engines, specs, warnings.
 It reaches the framework only through these few methods, the way httpx's `BaseClient`
 reaches a transport: `mrtr._flows` implements them over the SDK's `MCPServer`,
-`mrtr.fastmcp._flows` over FastMCP.
+`mrtr.fastmcp._flows` over FastMCP. What both frameworks spell alike (a server's name, a
+custom HTTP route) is written here once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
@@ -22,47 +23,50 @@ if TYPE_CHECKING:
     from mrtr.tasks._extension import TasksExtension
     from mrtr.tasks._listen import ListenHandler
 
+Running = Callable[[], AbstractAsyncContextManager[None]]
+"""The host core's background work (fleet bus, task worker), entered for the server's lifespan."""
 
-class Host(Protocol):
+
+class Host:
     """One MCP framework's server, as the host core needs it."""
 
-    kind: str
+    kind = "server"
     """How the framework's server is built, for messages: `"MCPServer"`, `"FastMCP"`."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
 
     @property
     def name(self) -> str:
         """The server's name (log lines, the default `requestState` audience)."""
-        ...
+        return str(self.server.name)
+
+    def add_route(self, path: str, endpoint: Callable[[Request], Awaitable[Response]], methods: Sequence[str]) -> None:
+        """Serve a plain HTTP route beside the MCP endpoint (callback URLs): both frameworks'
+        `custom_route`."""
+        self.server.custom_route(path, methods=list(methods))(endpoint)
 
     def state_security(self) -> RequestStateSecurity | None:
         """The policy the server seals `requestState` with (None: a key of this process only)."""
-        ...
+        raise NotImplementedError
 
     def shares_state_key(self) -> bool:
-        """Whether the server seals `requestState` with a key ring other instances can hold."""
-        ...
+        """Whether the server seals `requestState` with a key ring other instances can hold: by
+        default, whether it was given one at all."""
+        return self.state_security() is not None
 
     def given_bus(self) -> SubscriptionBus | None:
         """A bus the server was built with (`MCPServer(subscriptions=...)`), if any."""
-        ...
+        raise NotImplementedError
 
     def use_bus(self, bus: SubscriptionBus | None) -> SubscriptionBus:
         """Serve listens and publish on `bus` (None: the host's in-process bus); returns the bus in use."""
-        ...
+        raise NotImplementedError
 
-    def install_tasks(
-        self,
-        extension: TasksExtension,
-        listen: ListenHandler,
-        running: Callable[[], AbstractAsyncContextManager[None]],
-    ) -> None:
+    def install_tasks(self, extension: TasksExtension, listen: ListenHandler, running: Running) -> None:
         """Serve the tasks extension and `subscriptions/listen` (`listen`); enter `running()` (the
         fleet bus, the task worker) with the server's lifespan, however the framework runs it."""
-        ...
-
-    def add_route(self, path: str, endpoint: Callable[[Request], Awaitable[Response]], methods: Sequence[str]) -> None:
-        """Serve a plain HTTP route beside the MCP endpoint (callback URLs)."""
-        ...
+        raise NotImplementedError
 
 
-__all__ = ["Host"]
+__all__ = ["Host", "Running"]

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import functools
 import typing
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from fastmcp import Context, FastMCP
@@ -29,14 +28,13 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, CallToolResult
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
 from typing_extensions import Unpack
 
 from mrtr._engine.context import FlowContext
-from mrtr._engine.engine import run_flow
+from mrtr._engine.inline import run_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
 from mrtr._errors import FlowDefinitionError, InputRefused
+from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
 from mrtr._host.checks import context_param
 from mrtr._host.core import HostCore, check_task
@@ -217,23 +215,14 @@ class _ProtocolErrors(Middleware):
             raise
 
 
-class _FastMCPHost:
-    """A FastMCP server as the host core sees it (`mrtr._host.adapter.Host`)."""
+class _FastMCPHost(Host):
+    """A FastMCP server as the host core sees it."""
 
     kind = "FastMCP"
-
-    def __init__(self, mcp: FastMCP[Any]) -> None:
-        self.mcp = mcp
-
-    @property
-    def name(self) -> str:
-        return self.mcp.name
+    server: FastMCP[Any]
 
     def state_security(self) -> RequestStateSecurity | None:
-        return internals.state_security(self.mcp)
-
-    def shares_state_key(self) -> bool:
-        return self.state_security() is not None
+        return internals.state_security(self.server)
 
     def given_bus(self) -> SubscriptionBus | None:
         return None  # FastMCP takes no bus of its own: Flows(bus=...) gives one
@@ -241,22 +230,14 @@ class _FastMCPHost:
     def use_bus(self, bus: SubscriptionBus | None) -> SubscriptionBus:
         return bus if bus is not None else InMemorySubscriptionBus()
 
-    def install_tasks(
-        self,
-        extension: TasksExtension,
-        listen: ListenHandler,
-        running: Callable[[], AbstractAsyncContextManager[None]],
-    ) -> None:
-        if internals.has_extension(self.mcp, TASKS_EXTENSION):
+    def install_tasks(self, extension: TasksExtension, listen: ListenHandler, running: Running) -> None:
+        if internals.has_extension(self.server, TASKS_EXTENSION):
             raise FlowDefinitionError(
                 f"mrtr.fastmcp: this FastMCP server already has a {TASKS_EXTENSION} extension (fastmcp-tasks?); "
                 "mrtr's durable tasks need that identifier: register mrtr task flows on a server without it"
             )
-        serve_listen(self.mcp, listen)  # FastMCP serves no `subscriptions/listen` of its own
-        self.mcp.add_extension(FastMCPTasks(extension, running))  # its lifespan runs the worker and the bus
-
-    def add_route(self, path: str, endpoint: Callable[[Request], Awaitable[Response]], methods: Sequence[str]) -> None:
-        self.mcp.custom_route(path, methods=list(methods))(endpoint)
+        serve_listen(self.server, listen)  # FastMCP serves no `subscriptions/listen` of its own
+        self.server.add_extension(FastMCPTasks(extension, running))  # its lifespan runs the worker and the bus
 
 
 def _split(options: dict[str, Any]) -> tuple[FlowOptions, dict[str, Any]]:

@@ -39,8 +39,7 @@ from mcp_types import (
 )
 from pydantic import BaseModel, ValidationError
 
-from mrtr._engine.engine import declares_tasks
-from mrtr._wire import TASKS_EXTENSION, TaskRequestParams, UpdateTaskParams
+from mrtr._wire import TASKS_EXTENSION, TaskRequestParams, UpdateTaskParams, declares_tasks
 from mrtr.tasks._records import detailed_task, same_owner
 from mrtr.tasks._seam import TaskEngine, TaskView, idempotency_key, unknown_task, valid_idempotency_key
 

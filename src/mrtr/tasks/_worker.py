@@ -15,15 +15,15 @@ import os
 import secrets
 import socket
 from collections.abc import Awaitable, Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine import metrics, tracing
-from mrtr._engine.engine import Outcome, RunOptions, execute
 from mrtr._engine.journal import Journal, JournalFromNewerVersion
+from mrtr._engine.run import Outcome, RunOptions, execute
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowDefinitionError
-from mrtr._wire import HistoryEntry
+from mrtr._wire import HistoryEntry, TaskView
 from mrtr.stores import TaskRecord
 from mrtr.stores._base import HISTORY_KEPT, WAIT_FOREVER
 from mrtr.tasks._checkpoints import Checkpoints
@@ -32,7 +32,8 @@ from mrtr.tasks._outcome import Settled, prologue, settle
 from mrtr.tasks._seam import ConvertResult
 
 if TYPE_CHECKING:
-    from mrtr.tasks._runtime import TaskRuntime
+    from mrtr.stores import TaskStore
+    from mrtr.tasks._callbacks import CallbackUrls
 
 logger = tracing.get_logger("mrtr.tasks.runtime")
 
@@ -52,6 +53,22 @@ class LeaseLost(BaseException):
     """
 
 
+class Engine(Protocol):
+    """What the worker needs of the engine it works for (`TaskRuntime`): its store and clock,
+    its lease, the flows it serves, its callback URLs, and where state changes are reported."""
+
+    store: TaskStore
+    lease: float
+    flows: dict[str, tuple[FlowSpec, ConvertResult]]
+    callbacks: CallbackUrls | None
+
+    def now(self) -> float: ...
+
+    async def sync_clock(self) -> None: ...
+
+    async def changed(self, task: TaskView) -> None: ...
+
+
 class TaskWorker:
     """Claims, runs and settles the tasks this instance takes on (see the module docstring).
 
@@ -60,7 +77,7 @@ class TaskWorker:
         scan_interval: Seconds between looks for orphaned or due work.
     """
 
-    def __init__(self, runtime: TaskRuntime, scan_interval: float) -> None:
+    def __init__(self, runtime: Engine, scan_interval: float) -> None:
         self.runtime = runtime
         self.scan_interval = scan_interval
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -354,7 +371,7 @@ class _RunWaits:
     """What one run of a task lends its flow's durable waits: the store clock, the task's inbox
     (as this worker last read it), and callback URLs bound to the task."""
 
-    def __init__(self, runtime: TaskRuntime, held: _Held) -> None:
+    def __init__(self, runtime: Engine, held: _Held) -> None:
         self._runtime = runtime
         self._held = held
 
