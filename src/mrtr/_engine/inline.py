@@ -10,6 +10,7 @@ for a task-enabled call — `TaskStarted`: a durable task takes over.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,6 +32,8 @@ from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import FlowError
 from mrtr._wire import TASKS_EXTENSION, declares_tasks
 
+logger = logging.getLogger("mrtr.engine")
+
 _STATELESS_VERSION = "2026-07-28"
 
 _NO_SERVICES = Services()
@@ -49,7 +52,27 @@ async def run_flow(
 
     `services` are what the instance lends the flow (task creation, replay guard, load
     shedding); the engine only knows their shapes (`mrtr._engine.spec`).
+
+    A -32602 is the client's doing (a malformed answer, stale or foreign state, a refused
+    or capped round): one INFO line says why, and the host sends the error without a
+    traceback (see `mrtr.fastmcp._client_errors` for FastMCP).
     """
+    try:
+        return await _run_flow(spec, request, arguments, services, wire, state_security)
+    except MCPError as exc:
+        if exc.error.code == INVALID_PARAMS:
+            logger.info("flow %s: refused the client's request: %s", spec.name, exc.error.message)
+        raise
+
+
+async def _run_flow(
+    spec: FlowSpec,
+    request: Any,
+    arguments: Mapping[str, Any],
+    services: Services | None,
+    wire: Any,
+    state_security: Callable[[], RequestStateSecurity | None] | None,
+) -> Any:
     services = services or _NO_SERVICES
     round = Round.read(spec, request, arguments, wire, state_security)
     version, capabilities = round.protocol_version, round.capabilities

@@ -192,7 +192,7 @@ class Replay:
             logger.info("flow %s: ignoring an answer to %r: that question was not asked", self.flow, key)
             return None
         try:
-            accepted = ask.accept(self._incoming[key])
+            accepted = ask.accept(self._incoming[key], key=key)  # a malformed sampling/roots answer raises
         except BadAnswer as exc:
             logger.info("flow %s: re-asking %r: %s", self.flow, key, exc)
             self.reasked[key] = str(exc)

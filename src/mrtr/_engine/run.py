@@ -12,6 +12,7 @@ limits and errors everywhere.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Mapping
@@ -24,14 +25,14 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
 
 from mrtr._engine import branches, metrics, tracing
 from mrtr._engine.asks import Ask
-from mrtr._engine.context import FlowContext, current_flow_context
+from mrtr._engine.context import FlowContext, current_flow_context, describe_call
 from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver
 from mrtr._engine.journal import Journal
 from mrtr._engine.replay import Replay
 from mrtr._engine.round import Round
 from mrtr._engine.spec import FlowSpec, ShedCheck
 from mrtr._engine.waits import WaitSource
-from mrtr._errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
+from mrtr._errors import FlowDefinitionError, FlowError, FlowExpired, NondeterminismError, TooManyRounds
 from mrtr._wire import Wait
 
 logger = logging.getLogger("mrtr.engine")
@@ -103,9 +104,21 @@ async def call_flow(spec: FlowSpec, ctx: FlowContext, arguments: Mapping[str, An
         kwargs[spec.ctx_param] = ctx if spec.wrap_context is None else spec.wrap_context(ctx)
     token = current_flow_context.set(ctx)  # `mrtr.step` / `mrtr.gather` find it here
     try:
-        return await spec.fn(**kwargs)
+        value = await spec.fn(**kwargs)
+    except Exception as exc:
+        ctx.check_awaited(spec.name, exc)  # a never-awaited ctx call is the cause to report
+        raise
+    except BaseException:  # the round ended (settled, handed over): not the flow's end
+        ctx.unawaited()
+        raise
     finally:
         current_flow_context.reset(token)
+    if inspect.iscoroutine(value):
+        call = describe_call(value)
+        ctx.unawaited()
+        raise FlowDefinitionError(f"flow {spec.name!r} returned {call} unawaited; write `return await {call}`")
+    ctx.check_awaited(spec.name, None)
+    return value
 
 
 async def execute(
