@@ -7,8 +7,9 @@ instruments, their units and attributes are listed in `mrtr._engine.metrics` and
 docs/guides/operating.md ("Metrics"): rounds by outcome (`mrtr.rounds`), round duration (`mrtr.round.duration`),
 sealed state size (`mrtr.state.size`), steps run and replayed (`mrtr.steps`), shed rounds
 (`mrtr.shed`), replay guard refusals (`mrtr.replay_refused`), task status transitions
-(`mrtr.task.transitions`), tasks by status (`mrtr.tasks`) and open listen streams
-(`mrtr.listen.streams`).
+(`mrtr.task.transitions`), tasks by status (`mrtr.tasks`), open listen streams
+(`mrtr.listen.streams`), and a fleet bus's dropped events, gaps and lag (`mrtr.bus.dropped`,
+`mrtr.bus.gaps`, by `mrtr.reason`; `mrtr.bus.lag`).
 """
 
 from mrtr._engine.metrics import METER_NAME, TASK_COUNT_INTERVAL, use_meter_provider

@@ -45,6 +45,14 @@ def test_console_quick_serves_every_page_from_sqlite() -> None:
     assert "(2) status + tool filter" in out and "(5) one task's page" in out and "p50" in out, out
 
 
+@pytest.mark.needs_redis
+def test_fleet_push_quick_drops_nothing_on_redis() -> None:
+    out = _run("benchmarks/fleet_push.py", "--quick", "--brokers", "redis")
+    assert "FAILED" not in out and "(2) cross-instance latency" in out, out
+    rows = [line.split() for line in out.splitlines() if line.strip().startswith(("10 ", "100 "))]
+    assert len(rows) == 2 and all(row[-2] == "0" for row in rows), f"events dropped at a steady rate: {out}"
+
+
 def test_sampling_quick_measures_the_tool_loop_next_to_a_plain_sample() -> None:
     out = _run("benchmarks/sampling.py", "--quick")
     assert "3 tools           3" in out and "3 turns           5" in out and "plain             2" in out, out

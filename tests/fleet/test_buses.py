@@ -117,8 +117,10 @@ async def test_buffers_are_bounded_while_the_broker_is_unreachable() -> None:
         await bus.publish(ResourceUpdated(uri=f"res://{n}"))
     assert time.monotonic() - started < 1.0, "publishing never waits on the broker"
     assert len(heard) == 50, "local listeners hear everything at once"
+    assert not await bus.ready(0.2)  # by now the sender failed, and put back what it was sending
     assert len(bus._outbox) == 5 and bus.dropped == 45, "the outbox keeps the newest events only"
-    assert not await bus.ready(0.2)
+    assert [q.n for q in bus._outbox] == list(range(46, 51)), "the newest, in order"
+    assert bus.dropped_by["broker_unreachable"] >= 40, f"the cause is named: {bus.dropped_by}"
     await bus.close()
 
 

@@ -11,6 +11,10 @@ Optional (issue 16): MRTR_BUS (a fleet bus URL for `subscriptions/listen`, names
 store), MRTR_PLAIN=1 (no `mrtr.Flows` at all: the SDK's own listen handler on that bus).
 Optional (issue 22): MRTR_FLEET_BUS=0 (`Flows(fleet_bus=False)`: no bus derived from a shared store).
 Optional (issue 25): MRTR_PUBLIC_URL (`Flows(public_url=...)`: the fleet's base URL for callback URLs).
+Optional (issue 40): MRTR_BUS_OPTIONS (JSON: keyword options for `mrtr.open_bus`, e.g. a tight
+`max_outbox_age`); the `bus_stats` tool reports the bus's counters (`BrokerBus.stats()`), `bus_lags`
+the lags its bus measured; MRTR_SCAN_INTERVAL (seconds between task scans: a long one keeps an
+instance from taking up other instances' runnable tasks).
 Prints `task-server ready: URL` once it listens.
 """
 
@@ -115,8 +119,9 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
     auth = token_auth()
     bus_url = os.environ.get("MRTR_BUS")
     plain = os.environ.get("MRTR_PLAIN") == "1"
+    bus: Any = None
     if bus_url:
-        bus = mrtr.open_bus(bus_url, namespace=namespace)
+        bus = mrtr.open_bus(bus_url, namespace=namespace, **json.loads(os.environ.get("MRTR_BUS_OPTIONS", "{}")))
         auth["subscriptions"] = bus
         if plain:  # no Flows to start the bus with the app: the server's lifespan does
             auth["lifespan"] = lambda _server: bus
@@ -131,6 +136,16 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
     async def requests() -> dict[str, int]:
         """Requests this instance served so far, by method."""
         return dict(REQUESTS)
+
+    @server.tool()
+    async def bus_stats() -> dict[str, Any]:
+        """This instance's fleet bus counters (empty without MRTR_BUS)."""
+        return bus.stats() if bus is not None else {}
+
+    @server.tool()
+    async def bus_lags() -> list[float]:
+        """Lags of the events this instance's bus received since the last call (`BrokerBus.drain_lags`)."""
+        return bus.drain_lags() if bus is not None else []
 
     @server.tool()
     async def touch(uri: str, ctx: Context) -> str:
@@ -151,7 +166,7 @@ def build_server() -> tuple[MCPServer, mrtr.Flows | None]:
         server,
         store=open_store(os.environ["MRTR_STORE"], namespace=namespace),
         task_lease=float(os.environ.get("MRTR_LEASE", "1.0")),
-        task_scan_interval=0.2,
+        task_scan_interval=float(os.environ.get("MRTR_SCAN_INTERVAL", "0.2")),
         task_poll_interval=0.1,
         replay_guard=guard,
         max_inflight_rounds=int(max_inflight) if max_inflight else None,

@@ -26,6 +26,17 @@ Instrument (kind, unit): attributes. What it counts.
   Tasks in the store, by status.
 - `mrtr.listen.streams` (up-down counter, `{stream}`): no attributes.
   `subscriptions/listen` streams this process serves now.
+- `mrtr.bus.dropped` (counter, `{event}`): `mrtr.reason`.
+  Events a fleet bus dropped from its outbox before the broker had them (`mrtr.reason`:
+  `broker_unreachable`, the last send failed; `publisher_behind`, the broker answers but the
+  outbox outgrew its bound in count or age). Listeners elsewhere are told to refetch.
+- `mrtr.bus.lag` (histogram, `s`): no attributes.
+  From `publish` on another instance to delivery to this instance's listeners, by the two
+  hosts' wall clocks (on one host exact; across hosts their skew is in it).
+- `mrtr.bus.gaps` (counter, `{gap}`): `mrtr.reason`.
+  Times a fleet bus told this instance's listeners that events may be missing (`mrtr.reason`:
+  `resubscribed`, it reconnected to the broker; `dropped`, a sender's loss notice arrived;
+  `lost`, a sender's sequence numbers skipped without a notice).
 
 Details:
 
@@ -117,6 +128,18 @@ class Instruments:
         meter.create_observable_gauge("mrtr.tasks", [_observe_tasks], "{task}", "Tasks in the store, by status")
         meter.create_observable_up_down_counter(
             "mrtr.listen.streams", [_observe_listens], "{stream}", "subscriptions/listen streams open"
+        )
+        self.bus_dropped = meter.create_counter(
+            "mrtr.bus.dropped", "{event}", "Events a fleet bus dropped before the broker had them"
+        )
+        self.bus_lag = meter.create_histogram(
+            "mrtr.bus.lag",
+            "s",
+            "From publish on another instance to delivery here",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        self.bus_gaps = meter.create_counter(
+            "mrtr.bus.gaps", "{gap}", "Times a fleet bus told its listeners that events may be missing"
         )
 
     def round_ran(self, flow: str, replay: Any, task: bool, seconds: float, replayed: int, ran: int) -> None:
@@ -259,6 +282,21 @@ def state_size(flow: str, size: int) -> None:
         found.state_size.record(size, {"mrtr.flow": flow})
 
 
+def bus_dropped(reason: str, count: int = 1) -> None:
+    if (found := instruments()) is not None:
+        found.bus_dropped.add(count, {"mrtr.reason": reason})
+
+
+def bus_lag(seconds: float) -> None:
+    if (found := instruments()) is not None:
+        found.bus_lag.record(seconds)
+
+
+def bus_gap(reason: str) -> None:
+    if (found := instruments()) is not None:
+        found.bus_gaps.add(1, {"mrtr.reason": reason})
+
+
 # -- observed: tasks by status, listen streams ---------------------------------------------
 
 _task_counts: weakref.WeakKeyDictionary[Any, tuple[float, dict[str, int]]] = weakref.WeakKeyDictionary()
@@ -315,6 +353,9 @@ __all__ = [
     "METER_NAME",
     "TASK_COUNT_INTERVAL",
     "Instruments",
+    "bus_dropped",
+    "bus_gap",
+    "bus_lag",
     "enabled",
     "instruments",
     "refresh_task_counts",

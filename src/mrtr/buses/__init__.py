@@ -27,7 +27,8 @@ def open_bus(url: str, *, namespace: str | None = None, **options: Any) -> Broke
     `redis://...` / `rediss://...` (Redis pub/sub on `<namespace>:bus`, default `mrtr:bus`) or
     `postgresql://...` / `postgres://...` (`LISTEN`/`NOTIFY` on `<namespace>_bus`, default
     `mrtr_bus`, which is also the table of by-reference payloads). `options` go to the bus
-    (`max_outbox`, `max_inline`, `ref_ttl`, `max_backoff`). A SQLite store is one machine:
+    (`max_outbox`, `max_outbox_age`, `max_publish_wait`, `max_batch`, `max_inline`, `ref_ttl`,
+    `max_backoff`). A SQLite store is one machine:
     its servers need no fleet bus (the SDK's in-memory default serves them).
     """
     if url.startswith(("redis://", "rediss://")):

@@ -5,9 +5,13 @@ The SDK's `SubscriptionBus` carries typed `ServerEvent` values (`ToolsListChange
 
 - `TaskChanged`: a task's state changed; `task` is its `DetailedTask` exactly as `tasks/get`
   shows it, delivered to listen streams that asked for its id (`notifications.taskIds`).
-- `BusGap`: never sent, only raised locally by a fleet bus after it reconnects to its broker:
-  events may have been lost while it was away, so mrtr's listen handler ends its streams and
-  clients re-listen and refetch (the SDK's rule for any dropped stream).
+- `BusGap`: raised locally by a fleet bus when events may have been lost on their way to this
+  instance. After a reconnect, or a gap in a sender's sequence numbers that nobody explained,
+  nothing is known of what was lost (`known` is false): mrtr's listen handler ends its streams
+  and clients re-listen and refetch (the SDK's rule for any dropped stream). When a sender had
+  to drop events from its outbox, it says which tasks, URIs and lists they were about (a *loss
+  notice*, `lost_key` below): the gap is `known`, and only the streams that watch one of them
+  refetch, at once, without ending.
 
 Both carry a `uri` that no resource subscription names, so the SDK's own listen handler,
 which matches every non-list event by `event.uri`, passes them over instead of raising.
@@ -47,7 +51,19 @@ class TaskChanged:
 
 @dataclass(frozen=True)
 class BusGap:
-    """This instance's bus lost its broker for a while: events may be missing; re-listen and refetch."""
+    """Events may be missing here: re-listen and refetch (all of them, or only what `known` names).
+
+    With `known` false (a reconnect, or events lost in transit), any event may be missing.
+    With `known` true, a sender dropped events about exactly these tasks, resource URIs and
+    list kinds (`"tools"`, `"prompts"`, `"resources"`), and nothing else.
+    """
+
+    known: bool = False
+    task_ids: frozenset[str] = frozenset()
+    uris: frozenset[str] = frozenset()
+    lists: frozenset[str] = frozenset()
+    reason: str = "resubscribed"
+    """Why: `resubscribed` (the bus reconnected), `dropped` (a sender's loss notice) or `lost` (a sequence gap)."""
 
     @property
     def uri(self) -> str:
@@ -89,8 +105,30 @@ def event_from_body(body: Mapping[str, Any]) -> Any | None:
     return None
 
 
+def lost_key(body: Mapping[str, Any]) -> tuple[str, str]:
+    """What a listener would have to refetch if the event with this body were lost: (kind, name)."""
+    kind = body.get("e")
+    if kind == "task":
+        return "t", str(body.get("id"))
+    if kind == "resource":
+        return "u", str(body.get("uri"))
+    return "l", str(kind)
+
+
+def gap_from_notice(lost: Any) -> BusGap:
+    """The `BusGap` a sender's loss notice describes (`"*"`, or anything unreadable: everything)."""
+    if not isinstance(lost, Mapping):
+        return BusGap(reason="dropped")
+
+    def names(key: str) -> frozenset[str]:
+        values = lost.get(key)
+        return frozenset(v for v in values if isinstance(v, str)) if isinstance(values, list) else frozenset()
+
+    return BusGap(known=True, task_ids=names("t"), uris=names("u"), lists=names("l"), reason="dropped")
+
+
 def dumps(body: Mapping[str, Any]) -> str:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
-__all__ = ["BusGap", "TaskChanged", "dumps", "event_body", "event_from_body"]
+__all__ = ["BusGap", "TaskChanged", "dumps", "event_body", "event_from_body", "gap_from_notice", "lost_key"]

@@ -1,5 +1,8 @@
 """`RedisBus`: listen events across a fleet over Redis pub/sub (one channel, `<prefix>bus`).
 
+Each batch of events goes out as one pipeline of `PUBLISH` commands: one round trip, and each
+event stays one message (receivers of any mrtr version read it).
+
 Pub/sub keeps no history, and Redis cuts a subscriber whose output buffer overflows, so a
 message past `max_inline` (256 KiB by default) is stored under `<prefix>bus:ref:*` for
 `ref_ttl` seconds and sent by reference. The subscriber learns of every (re)subscription
@@ -36,6 +39,16 @@ class RedisBus(BrokerBus):
 
     async def _send(self, wire: str) -> None:
         await self._publisher().publish(self.channel, wire)
+
+    async def _send_batch(self, wires: list[str]) -> None:
+        """One round trip for the whole batch: a pipeline of `PUBLISH`es (no transaction, order kept)."""
+        if len(wires) == 1:
+            await self._send(wires[0])
+            return
+        async with self._publisher().pipeline(transaction=False) as pipe:
+            for wire in wires:
+                pipe.publish(self.channel, wire)
+            await pipe.execute()
 
     async def _put_ref(self, text: str) -> str:
         ref = f"{self.origin}:{secrets.token_hex(8)}"

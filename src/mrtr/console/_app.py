@@ -30,7 +30,7 @@ from mrtr._engine.journal import JournalFormatError
 from mrtr._errors import EventNotDelivered
 from mrtr._wire import HistoryEntry, Wait
 from mrtr.buses import BrokerBus, open_bus
-from mrtr.buses._events import TaskChanged
+from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.console._templates import TEMPLATES
 from mrtr.stores import TaskQuery, TaskRecord, TaskStore, open_store
 from mrtr.stores._base import STATUSES
@@ -132,14 +132,15 @@ class _Console:
         return JSONResponse({"rows": rows, "counts": badges})
 
     async def events(self, request: Request) -> Response:
-        """Server-sent events: one `changed` message per task change heard on the fleet bus."""
+        """Server-sent events: one message per task change heard on the fleet bus (`"*"`: events were lost)."""
         if self.bus is None:
             return JSONResponse({"error": "no fleet bus: this console polls"}, status_code=404)
         queue: asyncio.Queue[str] = asyncio.Queue(maxsize=100)
 
         def heard(event: Any) -> None:
-            if isinstance(event, TaskChanged) and not queue.full():
-                queue.put_nowait(event.task_id)
+            # A gap (events were lost on their way here) is a change too: the page refetches.
+            if isinstance(event, TaskChanged | BusGap) and not queue.full():
+                queue.put_nowait(event.task_id if isinstance(event, TaskChanged) else "*")
 
         unsubscribe = self.bus.subscribe(heard)
 

@@ -21,9 +21,14 @@ no replay) and adds the extension's filter:
   `tools/call` (one listen instead of one per task, no wait for the listen before the create).
 
 Every `notifications/tasks` carries `_meta["mrtr/taskVersion"]`, the record's store version,
-so a client can drop a stale state that arrives after a newer one. A `BusGap` (the fleet bus
-reconnected: events may be lost) ends the stream with an error, so clients re-listen and
-refetch instead of waiting for an event that never comes.
+so a client can drop a stale state that arrives after a newer one. A `BusGap` that knows
+nothing of what was lost (the fleet bus reconnected, or events went missing in transit) ends
+the stream with an error, so clients re-listen and refetch instead of waiting for an event
+that never comes. A `BusGap` that names what was lost (a sender dropped events and said about
+what) reaches only the streams watching one of those things, and each refetches for its
+client at once, without ending: a task's state is read from the store and sent if newer than
+what the stream sent; a resource URI or a list gets its level-triggered notification again
+(the SDK's own signal to refetch). Only if that read fails does the stream end.
 """
 
 from __future__ import annotations
@@ -36,7 +41,15 @@ import anyio.streams.memory
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import SubscriptionBus
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY, event_matches, event_to_notification
+from mcp.shared.subscriptions import (
+    SUBSCRIPTION_ID_META_KEY,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+    event_matches,
+    event_to_notification,
+)
 from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -126,8 +139,10 @@ class ListenHandler:
         def deliver(event: Any) -> None:
             if isinstance(event, TaskChanged):
                 wanted = event.task_id in asked
+            elif isinstance(event, BusGap):
+                wanted = concerns(event, honored, uris, asked)
             else:
-                wanted = isinstance(event, BusGap) or event_matches(honored, uris, event)
+                wanted = event_matches(honored, uris, event)
             if not wanted:
                 return
             try:
@@ -174,7 +189,12 @@ class ListenHandler:
                     await self._send_task(ctx, meta, detailed_task(record), record.version)
             async for event in recv:
                 if isinstance(event, BusGap):
-                    raise MCPError(INTERNAL_ERROR, "events may have been lost (the fleet's bus reconnected); re-listen")
+                    if not event.known:
+                        raise MCPError(
+                            INTERNAL_ERROR, "events may have been lost (the fleet's bus reconnected); re-listen"
+                        )
+                    await self._refetch(ctx, meta, event, honored, uris, versions)
+                    continue
                 if isinstance(event, TaskChanged):
                     newest = versions.get(event.task_id)
                     if newest is None or (event.version is not None and event.version <= newest):
@@ -246,6 +266,35 @@ class ListenHandler:
             raise refused  # exactly what tasks/get answers
         return accepted
 
+    async def _refetch(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        meta: dict[str, Any],
+        gap: BusGap,
+        honored: SubscriptionFilter,
+        uris: frozenset[str],
+        versions: dict[str, int],
+    ) -> None:
+        """Catch this stream up on what a sender dropped: each task it watches from the store, if
+        newer than what it sent; each URI and list as its notification again (level triggers)."""
+        for event in [*_list_events(gap.lists), *(ResourceUpdated(uri=uri) for uri in sorted(gap.uris & uris))]:
+            if event_matches(honored, uris, event):
+                await ctx.session.send_notification(
+                    event_to_notification(event, meta), related_request_id=ctx.request_id
+                )
+        watched = [task_id for task_id in sorted(gap.task_ids) if task_id in versions]
+        if not watched or self.tasks is None:
+            return
+        try:
+            records = [await self.tasks.engine.get(task_id) for task_id in watched]
+        except Exception as exc:  # the client refetches instead: end the stream
+            logger.warning("listen stream %r could not refetch after a bus gap (%s); ending it", ctx.request_id, exc)
+            raise MCPError(INTERNAL_ERROR, "events were lost and could not be refetched; re-listen") from exc
+        for record in records:
+            if record is not None and record.version > versions[record.task_id]:
+                versions[record.task_id] = record.version
+                await self._send_task(ctx, meta, detailed_task(record), record.version)
+
     async def _send_task(
         self, ctx: ServerRequestContext[Any, Any], meta: dict[str, Any], task: dict[str, Any], version: int | None
     ) -> None:
@@ -256,6 +305,22 @@ class ListenHandler:
         """End every open stream gracefully (each sends its final result after its backlog)."""
         for stream in list(self._streams):
             stream.close()
+
+
+def concerns(gap: BusGap, honored: SubscriptionFilter, uris: frozenset[str], tasks: set[str]) -> bool:
+    """Whether a stream with this filter, these URIs and these task ids may have missed an event in `gap`."""
+    if not gap.known:
+        return True
+    return (
+        bool(gap.task_ids & tasks)
+        or bool(gap.uris & uris)
+        or any(event_matches(honored, uris, event) for event in _list_events(gap.lists))
+    )
+
+
+def _list_events(kinds: frozenset[str]) -> list[Any]:
+    made = {"tools": ToolsListChanged, "prompts": PromptsListChanged, "resources": ResourcesListChanged}
+    return [made[kind]() for kind in sorted(kinds) if kind in made]
 
 
 __all__ = ["MAX_TASK_IDS", "SNAPSHOTS", "TASK_IDS", "TASK_KEYS", "TASK_VERSION", "ListenHandler"]
