@@ -116,8 +116,9 @@ class Journal:
         return wire | self.extras if self.extras else wire
 
     def size(self) -> int:
-        """Bytes of the encoded journal, as it will sit in the sealed state (an upper bound)."""
-        return embedded_length(_dumps(self.to_wire(copy=False)))
+        """Bytes of the encoded journal, as it will sit in the sealed state (an upper bound: the
+        plain form, its prefix included; `encode` picks the compressed form only when shorter)."""
+        return len(_JSON_PREFIX) + embedded_length(_dumps(self.to_wire(copy=False)))
 
     @classmethod
     def from_wire(cls, wire: Any) -> Journal:
