@@ -10,6 +10,7 @@ for a task-enabled call — `TaskStarted`: a durable task takes over.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,6 +38,12 @@ logger = logging.getLogger("mrtr.engine")
 _STATELESS_VERSION = "2026-07-28"
 
 _NO_SERVICES = Services()
+
+
+@functools.lru_cache(maxsize=64)
+def _stateless(version: str) -> bool:
+    """Whether `version` is 2026-07-28 or later: asked every round, of a handful of versions."""
+    return is_version_at_least(version, _STATELESS_VERSION)
 
 
 async def run_flow(
@@ -76,7 +83,7 @@ async def _run_flow(
     services = services or _NO_SERVICES
     round = Round.read(spec, request, arguments, wire, state_security)
     version, capabilities = round.protocol_version, round.capabilities
-    modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
+    modern = version is not None and _stateless(version)
     for capability in spec.requires:  # in round 1, before the user answers anything
         if not supports(capabilities, capability):
             raise missing_capability(capability)
