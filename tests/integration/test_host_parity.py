@@ -370,12 +370,17 @@ async def _outcomes(url: str) -> dict[str, Any]:
     return seen
 
 
-async def test_runtime_errors_are_the_same_on_both_hosts() -> None:
+async def test_runtime_errors_are_the_same_on_both_hosts(caplog: pytest.LogCaptureFixture) -> None:
     seen: dict[str, dict[str, Any]] = {}
     for kind in HOSTS:
-        async with _serving(Host(kind)) as (url, ran):
-            seen[kind] = await _outcomes(url)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG):
+            async with _serving(Host(kind)) as (url, ran):
+                seen[kind] = await _outcomes(url)
         assert ran == ["side"], "the step before the refused ask ran once (the tampered call ran nothing)"
+        # Every one of these is the client's doing: no ERROR, and no traceback above DEBUG, on either host.
+        loud = [r for r in caplog.records if r.levelno >= logging.ERROR or (r.exc_info and r.levelno > logging.DEBUG)]
+        assert not loud, (kind, [(r.name, r.levelname, r.getMessage()) for r in loud])
     mcpserver = seen["mcpserver"]
     assert mcpserver["too_many_rounds"][0] == -32602
     assert mcpserver["too_many_rounds"][2] == {"reason": "too_many_rounds", "flow": "ask_thrice"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from fastmcp.exceptions import ToolError
+from fastmcp.exceptions import FastMCPError, ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
@@ -36,4 +36,29 @@ def quiet_tool_error(exc: MCPError | InputRefused) -> ToolError | None:
     return None
 
 
-__all__ = ["quiet_tool_error"]
+class QuietClientError(FastMCPError, MCPError):
+    """A prompt's or resource's client-caused -32602, as FastMCP should log it and send it.
+
+    FastMCP logs an `MCPError` that a prompt or resource raises at ERROR with a traceback, and a
+    `FastMCPError` at its `log_level`; it sends an `MCPError` as that JSON-RPC error. This is
+    both: logged at DEBUG (the engine, or `quiet_prompt_error` for a refusal, already said why
+    at INFO), on the wire exactly as `error` (its code, message and data).
+    """
+
+    def __init__(self, error: MCPError) -> None:
+        MCPError.__init__(self, code=error.error.code, message=error.error.message, data=error.error.data)
+        self.log_level = logging.DEBUG
+
+
+def quiet_prompt_error(error: Exception, refusal: InputRefused | None = None) -> Exception:
+    """What a prompt or resource flow raises for `error`: quiet when the client caused it (a -32602)."""
+    if not isinstance(error, MCPError) or error.error.code != INVALID_PARAMS:
+        return error
+    if refusal is not None:  # no engine line for a user who said no: this is it
+        logger.info("%s", refusal)
+    return QuietClientError(error)
+
+
+logger = logging.getLogger("mrtr.engine")
+
+__all__ = ["QuietClientError", "quiet_prompt_error", "quiet_tool_error"]

@@ -44,7 +44,7 @@ from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions
 from mrtr._host.registration import entry_point, refused_as_client_error, reject_bare_use
 from mrtr._wire import TASKS_EXTENSION
 from mrtr.fastmcp import _internals as internals
-from mrtr.fastmcp._client_errors import quiet_tool_error
+from mrtr.fastmcp._client_errors import quiet_prompt_error, quiet_tool_error
 from mrtr.fastmcp._context import FlowsContext
 from mrtr.fastmcp._tasks import FastMCPTasks, TaskStartedResult, serve_listen
 from mrtr.tasks._extension import TasksExtension
@@ -178,6 +178,7 @@ class Flows(BaseFlows):
         through untouched to the tasks interceptor, which answers with its `CreateTaskResult`.
         """
         services, security = self._core.services, self._host.state_security
+        tool = refused is _refused_as_tool_error
 
         async def run(kwargs: dict[str, Any]) -> Any:
             ctx = get_context()
@@ -187,12 +188,13 @@ class Flows(BaseFlows):
             try:
                 outcome = await run_flow(spec, ctx, kwargs, services, wire=wire, state_security=security)
             except InputRefused as exc:
-                raise refused(exc) from None
+                error = refused(exc)
+                raise (error if tool else quiet_prompt_error(error, exc)) from None
             except MCPError as exc:  # issue #35: a client's mistake is one INFO line (mrtr.engine), no traceback
-                quiet = quiet_tool_error(exc) if refused is _refused_as_tool_error else None
-                if quiet is None:
+                quiet = quiet_tool_error(exc) if tool else quiet_prompt_error(exc)
+                if quiet is None or quiet is exc:
                     raise
-                raise quiet from exc  # FastMCP logs it quietly; `_ProtocolErrors` puts `exc` itself on the wire
+                raise quiet from exc  # FastMCP logs it quietly; the wire still gets `exc` (`_ProtocolErrors` for tools)
             return TaskStartedResult(outcome) if isinstance(outcome, TaskStarted) else outcome
 
         return entry_point(fn, spec, run)
