@@ -65,53 +65,42 @@ async def run_flow(
     traceback (see `mrtr.fastmcp._client_errors` for FastMCP).
     """
     try:
-        return await _run_flow(spec, request, arguments, services, wire, state_security)
+        services = services or _NO_SERVICES
+        round = Round.read(spec, request, arguments, wire, state_security)
+        version, capabilities = round.protocol_version, round.capabilities
+        modern = version is not None and _stateless(version)
+        for capability in spec.requires:  # in round 1, before the user answers anything
+            if not supports(capabilities, capability):
+                raise missing_capability(capability)
+        probe = False
+        if spec.task != "never":
+            declared = modern and declares_tasks(capabilities)
+            if spec.task == "required" and not declared:
+                raise MCPError(
+                    code=-32021,
+                    message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
+                    data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+                )
+            if declared and not spec.mrtr_first:
+                return await start_task(spec, services, round, Journal.start())
+            probe = declared
+        if not modern:
+            return await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
+        round.probe = probe
+        # `params` already passed the SDK's validation (malformed inputResponses are -32602
+        # before we run) and the boundary's unsealing (requestState is our plaintext).
+        handler = services.handler
+        if handler is None:
+            handler = services.handler = chain(services.policies, lambda round: _round_body(services, round))
+        try:
+            round.journal = _load_journal(spec, round.state)
+            return await handler(round)
+        except FlowError as exc:
+            raise as_protocol_error(spec, exc) from exc
     except MCPError as exc:
         if exc.error.code == INVALID_PARAMS:
             logger.info("flow %s: refused the client's request: %s", spec.name, exc.error.message)
         raise
-
-
-async def _run_flow(
-    spec: FlowSpec,
-    request: Any,
-    arguments: Mapping[str, Any],
-    services: Services | None,
-    wire: Any,
-    state_security: Callable[[], RequestStateSecurity | None] | None,
-) -> Any:
-    services = services or _NO_SERVICES
-    round = Round.read(spec, request, arguments, wire, state_security)
-    version, capabilities = round.protocol_version, round.capabilities
-    modern = version is not None and _stateless(version)
-    for capability in spec.requires:  # in round 1, before the user answers anything
-        if not supports(capabilities, capability):
-            raise missing_capability(capability)
-    probe = False
-    if spec.task != "never":
-        declared = modern and declares_tasks(capabilities)
-        if spec.task == "required" and not declared:
-            raise MCPError(
-                code=-32021,
-                message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
-                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
-            )
-        if declared and not spec.mrtr_first:
-            return await start_task(spec, services, round, Journal.start())
-        probe = declared
-    if not modern:
-        return await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
-    round.probe = probe
-    # `params` already passed the SDK's validation (malformed inputResponses are -32602
-    # before we run) and the boundary's unsealing (requestState is our plaintext).
-    handler = services.handler
-    if handler is None:
-        handler = services.handler = chain(services.policies, lambda round: _round_body(services, round))
-    try:
-        round.journal = _load_journal(spec, round.state)
-        return await handler(round)
-    except FlowError as exc:
-        raise as_protocol_error(spec, exc) from exc
 
 
 async def start_task(spec: FlowSpec, services: Services, round: Round, journal: Journal) -> TaskStarted:
