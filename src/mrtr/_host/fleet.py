@@ -86,6 +86,18 @@ def log_guard(host: Host, where: str | None) -> None:
         logger.info("mrtr: server %r makes every round single-use fleet-wide (replay guard on %s)", host.name, where)
 
 
+def log_sealing(host: Host, sealed: bool) -> None:
+    """Say at start-up whether durable task records are sealed at rest (`Flows(seal_at_rest=...)`)."""
+    if sealed:
+        logger.debug("mrtr: server %r seals durable task records at rest with its key ring", host.name)
+    else:
+        logger.warning(
+            "mrtr: server %r stores durable task records in plain text (Flows(seal_at_rest=False)): arguments, "
+            "answers, step results and results are readable by anyone who can read the store or its backups",
+            host.name,
+        )
+
+
 def choose_bus(
     host: Host,
     store: object | None,
@@ -187,6 +199,7 @@ __all__ = [
     "choose_bus",
     "log_guard",
     "redacted",
+    "log_sealing",
     "refuse_unshared_store",
     "shared",
     "warn_about_default_store",

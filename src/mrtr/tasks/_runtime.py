@@ -28,6 +28,7 @@ from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.stores._sealed import RecordSeal, SealedStore
 from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import deliver, new_event
@@ -57,6 +58,8 @@ class TaskRuntime(StateChanges):
         scan_interval: Seconds between this instance's looks for orphaned work.
         bind_principal: Who sent a request (the SDK's `RequestStateSecurity.bind_principal`,
             by default the authenticated client/issuer/subject); tasks belong to it.
+        seal: Seal every record's payload at rest with this key ring (`mrtr.stores.RecordSeal`);
+            `Flows` gives the server's own unless `seal_at_rest=False`. None: plain records.
 
     Leases are compared on the store's clock (Redis `TIME`, PostgreSQL `clock_timestamp()`,
     the SQLite host's clock): `now()` is this host's clock plus an offset re-measured
@@ -74,8 +77,15 @@ class TaskRuntime(StateChanges):
         poll_interval: float = 0.5,
         scan_interval: float = 1.0,
         bind_principal: PrincipalBinder | None = None,
+        seal: RecordSeal | None = None,
     ) -> None:
-        self.store = store
+        self.plain_store = store
+        """The store as given (its records' payload sealed or not): what the fleet shares."""
+        self.store: TaskStore = store
+        """The store this runtime reads and writes through: sealing on the way in and out, if any."""
+        self.seal: RecordSeal | None = None
+        if seal is not None:
+            self.use_seal(seal)
         self.bind_principal = bind_principal or authenticated_principal
         self.local_clock: Callable[[], float] = time.time
         """This host's wall clock (replaceable in tests to simulate a skewed host)."""
@@ -93,13 +103,21 @@ class TaskRuntime(StateChanges):
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
 
+    def use_seal(self, seal: RecordSeal) -> None:
+        """Seal records at rest from now on: every read opens (plain records too), every write seals."""
+        self.seal = seal
+        self.store = SealedStore(self.plain_store, seal)
+
     @property
     def shared_store(self) -> TaskStore:
-        return self.store
+        return self.plain_store
 
     def configure(self, options: EngineOptions) -> None:
-        """Only the callback URLs: a `TaskRuntime` you built keeps the other options you built it with."""
+        """The callback URLs, and the server's key ring to seal records with unless built with one:
+        a `TaskRuntime` you built keeps the other options you built it with."""
         self.callbacks = options.callbacks
+        if self.seal is None and options.seal is not None:
+            self.use_seal(options.seal)
 
     # -- the TaskEngine seam: read, answer and cancel over the store -------------------------
 
