@@ -43,3 +43,8 @@ def test_waits_quick_wakes_every_task_on_sqlite() -> None:
 def test_console_quick_serves_every_page_from_sqlite() -> None:
     out = _run("benchmarks/console.py", "--quick", "--stores", "sqlite")
     assert "(2) status + tool filter" in out and "(5) one task's page" in out and "p50" in out, out
+
+
+def test_sealing_quick_measures_the_sqlite_store() -> None:
+    out = _run("benchmarks/sealing.py", "--quick", "--stores", "sqlite")
+    assert "cpu only: seal" in out and "sqlite" in out and "per state change" in out, out
