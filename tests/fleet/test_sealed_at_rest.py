@@ -352,3 +352,40 @@ async def test_a_sealed_payload_copied_onto_another_task_does_not_open() -> None
             seal.open(forged)
     finally:
         await store.close()
+
+
+async def test_an_instance_whose_ring_cannot_open_a_task_leaves_it_for_one_that_can(tmp_path: Path) -> None:
+    """Never a flow run from an empty journal: the task waits, untouched, for an instance with the key."""
+    old, other = os.urandom(32), os.urandom(32)
+    path = tmp_path / "tasks.db"
+    writer = SealedStore(open_store(f"sqlite:///{path}"), RecordSeal.from_keys([old]))
+    orphan = plain_record("orphan", "ARGorphan").copy(
+        status="working", result=None, capabilities={"elicitation": {"form": {}}}, lease_until=0.0
+    )
+    await writer.create(orphan)
+    await writer.close()
+
+    store = open_store(f"sqlite:///{path}")
+    blind = booking_flows(store, [other])
+    try:
+        with pytest.raises(RecordSealed, match="no key of the ring opens it"):
+            await blind.runtime.get("orphan")
+        assert await blind.runtime.worker.scan_once() == 0, "not claimed, not failed"
+        untouched = await store.load("orphan", time.time())
+        assert untouched is not None and untouched.version == 0 and untouched.sealed
+    finally:
+        await blind.runtime.close()
+        await store.close()
+
+    store = open_store(f"sqlite:///{path}")
+    keyed = booking_flows(store, [other, old])  # a ring with the key it was sealed under
+    try:
+        assert await keyed.runtime.worker.scan_once() == 1
+        async with asyncio.timeout(10):
+            while (record := await keyed.runtime.get("orphan")) is None or record.status != "input_required":
+                await asyncio.sleep(0.05)
+        ((ask, _),) = record.input_requests.items()
+        assert "ARGorphan" in record.input_requests[ask]["params"]["message"]
+    finally:
+        await keyed.runtime.close()
+        await store.close()

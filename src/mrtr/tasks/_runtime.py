@@ -81,11 +81,12 @@ class TaskRuntime(StateChanges):
     ) -> None:
         self.plain_store = store
         """The store as given (its records' payload sealed or not): what the fleet shares."""
-        self.store: TaskStore = store
+        self.seal: RecordSeal | None = seal
+        # Without a ring of its own the runtime still goes through `SealedStore`: it writes plain
+        # records, and refuses (`RecordSealed`) a sealed one it cannot open rather than run its
+        # flow from an empty journal or write an event beside a payload it cannot see.
+        self.store: TaskStore = SealedStore(store, seal or RecordSeal(None))
         """The store this runtime reads and writes through: sealing on the way in and out, if any."""
-        self.seal: RecordSeal | None = None
-        if seal is not None:
-            self.use_seal(seal)
         self.bind_principal = bind_principal or authenticated_principal
         self.local_clock: Callable[[], float] = time.time
         """This host's wall clock (replaceable in tests to simulate a skewed host)."""
