@@ -45,7 +45,8 @@ def check_state_key(host: Host, *, required: bool) -> None:
     logger.warning(
         "mrtr: server %r has no request_state_security, so its requestState is sealed with a key only this "
         "process holds: a second instance (or this one after a restart) rejects every flow in flight with "
-        "'Invalid or expired requestState', after the user answered. Give every instance the same key ring: %s",
+        "'Invalid or expired requestState', after the user answered; and durable task records are stored unsealed "
+        "(nothing to seal them with). Give every instance the same key ring: %s",
         host.name,
         fix,
     )
