@@ -66,6 +66,9 @@ class HostCore:
         self.limits = Limits(max_rounds=opts.max_rounds, deadline=opts.deadline, max_state_bytes=opts.max_state_bytes)
         self.specs: dict[str, FlowSpec] = {}
         fleet.check_state_key(host, required=opts.require_shared_key)
+        self.record_seal = self._record_seal()
+        """The server's key ring for what this instance keeps at rest (task records, kept round
+        outcomes); None with `seal_at_rest=False`."""
         if opts.require_shared_store:
             self._require_shared_store()
         self.callbacks = None if opts.public_url is None else CallbackUrls(opts.public_url, host.state_security)
@@ -124,6 +127,8 @@ class HostCore:
         else:
             guard = open_guard(value) if isinstance(value, str) else value
             where = fleet.redacted(value) if isinstance(value, str) else type(guard.ledger).__name__
+        if guard.seal is None:
+            guard.seal = self.record_seal
         if guard.state_ttl is None:
             security = self.host.state_security()
             guard.state_ttl = float(security.ttl) if security is not None else None
@@ -251,11 +256,11 @@ class HostCore:
             poll_interval=opts.task_poll_interval,
             bind_principal=self.bind_principal(),
             callbacks=self.callbacks,
-            seal=self._record_seal(),
+            seal=self.record_seal,
         )
 
     def _record_seal(self) -> RecordSeal | None:
-        """The server's key ring for task records at rest (read on first use: the SDK installs its
+        """The server's key ring for records at rest (read on first use: the SDK installs its
         policy late); None with `seal_at_rest=False`, which is said once at start-up."""
         host = self.host
         fleet.log_sealing(host, self.options.seal_at_rest)
