@@ -220,7 +220,9 @@ def plain_record(task_id: str, argument: str) -> TaskRecord:
     )
 
 
-async def test_a_task_leaves_no_plaintext_in_the_store_and_tools_open_it_with_the_key(backend: Backend) -> None:
+async def test_a_task_leaves_no_plaintext_in_the_store_and_tools_open_it_with_the_key(
+    backend: Backend, tmp_path: Path
+) -> None:
     key, marks = os.urandom(32), Marks.fresh()
     store = backend.store()
     try:
@@ -261,6 +263,10 @@ async def test_a_task_leaves_no_plaintext_in_the_store_and_tools_open_it_with_th
     assert not [text for text in marks.all().values() if text in blind.stdout]
     listed = await asyncio.to_thread(cli, backend, "ls", "--json")
     assert listed.returncode == 0 and task_id in listed.stdout, listed.stderr
+    key_file = tmp_path / "ring"
+    key_file.write_text(f"{os.urandom(32).hex()}\n{key.hex()}\n")  # a ring in a file: one key a line, newest first
+    filed = await asyncio.to_thread(cli, backend, "show", task_id, "--key-file", str(key_file))
+    assert filed.returncode == 0 and marks.result in filed.stdout, filed.stdout + filed.stderr
     wrong = await asyncio.to_thread(cli, backend, "show", task_id, key=os.urandom(32).hex())
     assert wrong.returncode == 0 and "sealed at rest" in wrong.stdout and marks.argument not in wrong.stdout
 
