@@ -480,14 +480,14 @@ def report_states(mrtr_sizes: Sizes, rslv_sizes: Sizes, http_drift: int) -> None
 
 # Internals timed by `engine_breakdown`; any that a refactor renamed are skipped.
 _BREAKDOWN = (
-    ("mrtr._engine.engine", "_load_journal"),
+    ("mrtr._engine.inline", "_load_journal"),
     ("mrtr._engine.journal", "decode"),
     ("mrtr._engine.context", "elicit_ask"),
     ("mrtr._engine.replay", "Replay.answer_for"),
     ("mrtr._engine.replay", "Replay._watch"),
     ("mrtr._engine.replay", "Replay.close"),
-    ("mrtr._engine.engine", "journal_budget"),
-    ("mrtr._engine.engine", "_input_required"),
+    ("mrtr._engine.inline", "journal_budget"),
+    ("mrtr._engine.inline", "_input_required"),
     ("mrtr._engine.journal", "encode"),
     ("mrtr._engine.sealing", "sealed_size"),
 )

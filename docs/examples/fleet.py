@@ -22,7 +22,8 @@ URL = "redis://127.0.0.1:6379/0"
 def plain_recipe() -> mrtr.Flows:
     # --8<-- [start:plain]
     server = MCPServer("migrator", request_state_security=RequestStateSecurity(keys=[KEY]))
-    flows = mrtr.Flows(server, store=mrtr.RedisStore(URL), task_lease=10)
+    flows = mrtr.Flows(server, store=mrtr.RedisStore(URL), task_lease=10, require_shared_store=True)
+    # the shared store also makes every round single-use fleet-wide (the replay guard, on by default)
     app = flows.streamable_http_app()  # the SDK's app, with this instance's task worker in its lifespan
     # run N uvicorn processes / hosts behind any load balancer
     # --8<-- [end:plain]
@@ -43,8 +44,7 @@ def under_fire(server: MCPServer) -> mrtr.Flows:
     # --8<-- [start:guard]
     flows = mrtr.Flows(
         server,
-        store=mrtr.RedisStore(URL),
-        replay_guard=URL,  # every round single-use, fleet-wide
+        store=mrtr.RedisStore(URL),  # rounds are single-use fleet-wide: the guard records them here
         max_inflight_rounds=64,  # shed rounds past 64 in flight on this instance
     )
     # --8<-- [end:guard]
@@ -52,10 +52,11 @@ def under_fire(server: MCPServer) -> mrtr.Flows:
 
 
 async def main() -> None:
-    assert isinstance(plain_recipe(), mrtr.Flows)
+    plain = plain_recipe()
+    assert plain.replay_guard is not None, "a shared store brings the replay guard"
     assert isinstance(explicit_bus().server, MCPServer)
     flows = under_fire(MCPServer("guarded", request_state_security=RequestStateSecurity(keys=[KEY])))
-    assert flows.shedder is not None
+    assert flows.shedder is not None and flows.replay_guard is not None
 
 
 if __name__ == "__main__":

@@ -27,9 +27,10 @@ from mcp_types import Annotations, Icon, ToolAnnotations
 from starlette.applications import Starlette
 from typing_extensions import Unpack
 
+from mrtr import _answer_edge as answer_edge
 from mrtr import _sdk as sdk
 from mrtr._dialects import Dialects
-from mrtr._engine.engine import run_flow
+from mrtr._engine.inline import run_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
 from mrtr._errors import InputRefused
 from mrtr._host.adapter import Host, Running
@@ -69,6 +70,7 @@ class Flows(BaseFlows):
         # `server.run()`), its task worker starts with it and adopts orphaned tasks from boot.
         sdk.wrap_lifespan(server, self._worker_started)
         self._static = StaticResourceFlows(server)
+        answer_edge.install(sdk.lowlevel_server(server))  # issue #35: a malformed answer is named, not bare -32602
 
     @contextlib.asynccontextmanager
     async def _worker_started(self) -> AsyncIterator[None]:

@@ -3,9 +3,10 @@
 Without a guard, state is only *authentic* (the SDK seals it, binds it to the request,
 principal, audience and a TTL): a client may send one round's state again within its TTL,
 and every step after that round runs again (under the same idempotency keys), or answer it
-twice with different answers and run both branches. With `Flows(server, replay_guard=...)`
-every round is recorded in a shared ledger (Redis, PostgreSQL or SQLite, the same stores as
-tasks) before any flow code runs:
+twice with different answers and run both branches. With a guard (on by default wherever
+`Flows` has a shared store; `Flows(server, replay_guard=...)` names another ledger) every round
+is recorded in a shared ledger (Redis, PostgreSQL or SQLite, the same stores as tasks) before
+any flow code runs:
 
 - A round is `(flow_id, rounds)` of the unsealed journal, plus a digest of the state itself
   (a shed round hands out a new state for the same `rounds`: it is a new round).
@@ -41,14 +42,11 @@ from mcp.server.request_state import InvalidRequestState
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, InputRequiredResult
 
-from mrtr import _sdk as sdk
 from mrtr._engine import tracing
 from mrtr._engine.spec import TaskStarted
 from mrtr._errors import Cancelled, Declined, FlowError, InputRefused
 
 if TYPE_CHECKING:
-    from mcp.server.mcpserver import MCPServer
-
     from mrtr._engine.journal import Journal
     from mrtr._engine.round import CallNext, Round
     from mrtr._engine.spec import FlowSpec
@@ -258,22 +256,6 @@ def open_guard(url: str, *, namespace: str | None = None, **options: Any) -> Rep
     return ReplayGuard(open_store(url, namespace=namespace), **options)  # type: ignore[arg-type]
 
 
-def as_guard(value: str | ReplayGuard | None, server: MCPServer[Any]) -> ReplayGuard | None:
-    """`Flows(replay_guard=...)`: a URL or a guard; the state TTL comes from the server's policy."""
-    if value is None:
-        return None
-    guard = open_guard(value) if isinstance(value, str) else value
-    if guard.state_ttl is None:
-        guard.state_ttl = state_ttl(server)
-    return guard
-
-
-def state_ttl(server: MCPServer[Any]) -> float | None:
-    """The TTL of the `RequestStateSecurity` the server's boundary enforces (None if not found)."""
-    security = sdk.state_security(server)
-    return None if security is None else float(security.ttl)
-
-
 # -- outcomes ---------------------------------------------------------------------------------
 
 
@@ -304,7 +286,7 @@ def _value_outcome(value: Any) -> dict[str, Any]:
 
 
 def _error_outcome(spec: FlowSpec, exc: BaseException) -> dict[str, Any]:
-    from mrtr._engine.engine import as_protocol_error
+    from mrtr._engine.run import as_protocol_error
 
     if isinstance(exc, FlowError):
         exc = as_protocol_error(spec, exc)
@@ -345,7 +327,5 @@ __all__ = [
     "UNAVAILABLE",
     "ReplayGuard",
     "RoundLedger",
-    "as_guard",
     "open_guard",
-    "state_ttl",
 ]

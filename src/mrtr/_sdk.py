@@ -13,7 +13,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-from mcp_types import _v2025_11_25
+from mcp_types import _v2025_11_25, _v2026_07_28
+from mcp_types.methods import CLIENT_RESULTS
 from pydantic import TypeAdapter
 
 if TYPE_CHECKING:
@@ -34,6 +35,29 @@ EXPECTED = "mcp>=2.3,<2.4"
 FORM_FIELD = TypeAdapter[Any](cast(Any, _v2025_11_25.PrimitiveSchemaDefinition))
 """Validates one elicitation form field against the spec's `PrimitiveSchemaDefinition` (the SDK's
 own gate for form fields; no public route yet)."""
+
+
+_MODERN_CLIENT_RESULTS: dict[str, Any] = {
+    "sampling/createMessage": _v2026_07_28.CreateMessageResult,
+    "roots/list": _v2026_07_28.ListRootsResult,
+    "elicitation/create": _v2026_07_28.ElicitResult,
+}
+_client_results: dict[tuple[str, str], TypeAdapter[Any]] = {}
+
+
+def client_result_schema(method: str, version: str) -> TypeAdapter[Any]:
+    """The wire schema of the client's answer to `method` under protocol `version`.
+
+    Through 2025-11-25 the SDK's own surface map (`mcp_types.methods.CLIENT_RESULTS`) holds
+    it. 2026-07-28 has no server-to-client requests, so the map has no row for it: the answer
+    travels as an `inputResponses` value, whose schema only the version's generated package
+    spells out (no public route yet). Unknown or newer versions get the newest schema.
+    """
+    adapter = _client_results.get((method, version))
+    if adapter is None:
+        wire = CLIENT_RESULTS.get((method, version)) or _MODERN_CLIENT_RESULTS[method]
+        adapter = _client_results[(method, version)] = TypeAdapter[Any](cast(Any, wire))
+    return adapter
 
 
 class SDKChanged(RuntimeError):
@@ -362,6 +386,7 @@ __all__ = [
     "ListenStream",
     "FORM_FIELD",
     "SDKChanged",
+    "client_result_schema",
     "codec_cost",
     "has_extension",
     "http_client",

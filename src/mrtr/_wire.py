@@ -127,6 +127,11 @@ class TaskNotice(t.NotificationParams):
         return version if isinstance(version, int) else None
 
 
+def declares_tasks(capabilities: t.ClientCapabilities | None) -> bool:
+    """Whether the request declares the tasks extension (its per-request opt-in)."""
+    return capabilities is not None and TASKS_EXTENSION in (capabilities.extensions or {})
+
+
 class Wait(TypedDict):
     """What a parked durable task waits for besides the client: a timer, or an event (with a
     timeout or none). Held in `TaskRecord.waiting`, shown as `_meta["mrtr/waiting"]`."""
@@ -245,6 +250,7 @@ __all__ = [
     "TaskView",
     "UpdateTaskParams",
     "Wait",
+    "declares_tasks",
     "expired",
     "is_terminal",
     "iso",

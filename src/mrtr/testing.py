@@ -59,8 +59,8 @@ from mcp_types import (
 from pydantic import BaseModel
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine.engine import RunOptions, execute
 from mrtr._engine.journal import Journal
+from mrtr._engine.run import RunOptions, execute
 from mrtr._flows import Flows
 
 _EVERYTHING = ClientCapabilities(

@@ -48,3 +48,8 @@ def test_console_quick_serves_every_page_from_sqlite() -> None:
 def test_sealing_quick_measures_the_sqlite_store() -> None:
     out = _run("benchmarks/sealing.py", "--quick", "--stores", "sqlite")
     assert "cpu only: seal" in out and "sqlite" in out and "per state change" in out, out
+
+
+def test_sampling_quick_measures_the_tool_loop_next_to_a_plain_sample() -> None:
+    out = _run("benchmarks/sampling.py", "--quick")
+    assert "3 tools           3" in out and "3 turns           5" in out and "plain             2" in out, out

@@ -190,6 +190,7 @@ def test_stdio_server_with_roots_and_echo_sampling(tmp_path: Path) -> None:
                 "target": {"environment": "staging"},
                 "service_1": {"service": "api", "done": True},
                 "confirm": {"approve": True},
+                "In one sentence*": "a pattern for questions must not override --sampling echo",
             }
         )
     )

@@ -369,3 +369,81 @@ async def test_an_answer_that_does_not_fit_is_asked_again_by_the_other_instance(
     assert len(asked) == 2 and asked[0] == "Pay 9 to sloppy?" and "Asked again" in asked[1], asked
     assert [line["step"] for line in fleet.steps() if line["tag"] == "sloppy"] == ["charge"]
     assert all(a != b for a, b in pairwise(balancer.served)) and set(balancer.served) == {"A", "B"}
+
+
+# -- FastMCP 3.x's sampling loop across the fleet (issue #35) -----------------------------------------
+
+
+def research_llm(messages: list[t.SamplingMessage], params: t.CreateMessageRequestParams, context: Any) -> Any:
+    """The client's LLM, as a FastMCP 3.x user writes a sampling handler: it calls tools, then answers."""
+    first = messages[0].content
+    assert isinstance(first, t.TextContent)
+    topic = first.text.split(" ", 1)[1]
+    last = messages[-1].content_as_list
+    results = {block.tool_use_id: block for block in last if isinstance(block, t.ToolResultContent)}
+
+    def use(*calls: tuple[str, str, dict[str, Any]]) -> t.CreateMessageResultWithTools:
+        blocks = [t.ToolUseContent(type="tool_use", id=i, name=n, input=a) for i, n, a in calls]
+        return t.CreateMessageResultWithTools(role="assistant", content=blocks, model="llm", stop_reason="toolUse")
+
+    def text(block: t.ToolResultContent) -> str:
+        assert isinstance(block.content[0], t.TextContent)
+        return block.content[0].text
+
+    if first.text.startswith("Stepwise"):
+        if not results:
+            return use(("s1", "lookup", {"topic": topic}))
+        return f"stepped on {text(results['s1']).split('@')[0]}"
+    assert params.system_prompt == "judge" and params.tool_choice is not None
+    if not results:
+        return use(
+            ("l", "lookup", {"topic": topic}),
+            ("r", "rate", {"topic": topic, "points": 3}),
+            ("x", "explode", {"topic": topic}),
+            ("n", "nope", {}),
+        )
+    if "l" in results:
+        assert text(results["l"]).startswith(f"facts({topic})@lookup@")  # which instance ran it
+        assert text(results["r"]) == "6"
+        assert text(results["x"]) == f"Error executing tool 'explode': no {topic} today"
+        assert text(results["n"]) == "Error: Unknown tool 'nope'" and results["n"].is_error
+        return use(("v1", "final_response", {"score": "six", "reason": "typo"}))
+    assert text(results["v1"]).startswith("Validation error: ") and results["v1"].is_error
+    return use(("v2", "final_response", {"score": 6, "reason": "checked"}))
+
+
+@pytest.mark.parametrize("concurrency", [None, 0])
+async def test_the_sampling_tool_loop_crosses_instances_and_each_tool_call_runs_once(
+    fleet: Fleet, concurrency: int | None
+) -> None:
+    balancer = Alternating(fleet.ports())
+
+    def factory(**options: Any) -> httpx2.AsyncClient:
+        return balanced_http(balancer, **{k: v for k, v in options.items() if v is not None})
+
+    async def confirm(message: str, response_type: Any, params: Any, context: Any) -> FastMCPElicitResult[Any]:
+        assert params.requested_schema == {"type": "object", "properties": {}}
+        return FastMCPElicitResult(action="accept", content=None)
+
+    tag = f"sampled-{concurrency}"
+    client = FastMCPClient(
+        StreamableHttpTransport(fleet.url, httpx_client_factory=factory),
+        sampling_handler=research_llm,
+        sampling_capabilities=t.SamplingCapability(tools=t.SamplingToolsCapability()),
+        elicitation_handler=confirm,
+        timeout=20.0,
+    )
+    with anyio.fail_after(TEST_TIMEOUT):
+        async with client:
+            research = tool_text(await client.call_tool_mcp("research", {"topic": tag, "concurrency": concurrency}))
+            stepwise = tool_text(await client.call_tool_mcp("stepwise", {"topic": f"{tag}-step"}))
+            bare = tool_text(await client.call_tool_mcp("bare_confirm", {"topic": f"{tag}-bare"}))
+
+    # prompt, tool calls, results, final_response, its error, final_response again, its result (as in 3.x)
+    assert research == f"{tag}: 6 checked (7 messages)"
+    assert stepwise == f"{tag}-step: stepped on facts({tag}-step)"
+    assert bare == f"{tag}-bare: accept {{}}"
+    runs = Counter(line["step"] for line in fleet.steps() if line["tag"].startswith(tag))
+    assert runs == Counter(lookup=2, rate=1, explode=1, file=1, confirmed=1)  # lookup: research's and stepwise's
+    served = balancer.served
+    assert all(a != b for a, b in pairwise(served)) and set(served) == {"A", "B"}, served

@@ -177,21 +177,7 @@ async def test_an_answer_that_does_not_fit_the_response_type_is_asked_again() ->
     async with served(mcp) as url, Client(streamable_http_client(url), elicitation_callback=sloppy) as client:
         result = await client.call_tool("age", {})
     assert result.content[0].text == "age 41"
-    assert len(asked) == 2 and "Asked again" in asked[1]
-
-
-async def test_sample_with_tools_or_result_type_says_what_is_not_supported() -> None:
-    mcp: FastMCP[Any] = FastMCP("fm-sample", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
-    flows = mrtr.fastmcp.Flows(mcp)
-
-    @flows.tool()
-    async def summarize(ctx: Context) -> str:
-        result = await ctx.sample("Summarize", result_type=int)
-        return str(result.text)
-
-    async with served(mcp) as url, Client(streamable_http_client(url), sampling_callback=complete) as client:
-        result = await client.call_tool("summarize", {})
-    assert result.is_error and "result_type" in result.content[0].text
+    assert asked == ["Age?", "Age?\n\n(Asked again: The answer must be a whole number.)"]  # not pydantic's report
 
 
 async def test_a_server_without_a_shared_key_warns_at_start_up(caplog: pytest.LogCaptureFixture) -> None:

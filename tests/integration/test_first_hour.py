@@ -415,7 +415,7 @@ async def test_a_reasked_question_tells_the_user_why() -> None:
         await call.send({key: accept(ok="not a yes or no")})
         ((again_key, again),) = call.asked.items()
     assert again_key == key
-    assert again.params.message == "Pay 5 EUR?\n\n(Asked again: content does not match the requested schema (ok).)"
+    assert again.params.message == "Pay 5 EUR?\n\n(Asked again: Ok must be yes or no.)"
     # The message is the channel: 2026-07-28 gives an input request's params no `_meta`, and the SDK sieves it out.
     assert again.params.meta is None
 

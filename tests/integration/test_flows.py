@@ -322,7 +322,7 @@ async def test_explicit_key_can_opt_in_to_preanswers() -> None:
         assert list(call.asked) == ["user_name"]
 
 
-async def test_wrong_schema_and_wrong_kind_answers_are_asked_again() -> None:
+async def test_a_wrong_schema_form_is_asked_again_and_a_wrong_kind_sampling_answer_is_an_error() -> None:
     server = deploy_server(Counter(), [])
     async with manual_client(server) as client:
         call = Driver(client, "deploy", {"service": "x"})
@@ -330,17 +330,22 @@ async def test_wrong_schema_and_wrong_kind_answers_are_asked_again() -> None:
         await call.send({call.key_for_message("where?"): accept(env="prod")})
         confirm = call.key_for_message("Apply")
         risk = call.key_where(lambda r: r.method == "sampling/createMessage")
-        bad = await call.send(
-            {
-                confirm: accept(yes="definitely not a bool"),  # fails the requested schema
-                risk: accept(text="an elicitation result where a sampling result belongs"),
-            }
-        )
+        bad = await call.send({confirm: accept(yes="definitely not a bool")})  # fails the requested schema
         assert isinstance(bad, t.InputRequiredResult)
         assert set(call.asked) == {confirm, risk}
         empty_accept = await call.send({confirm: t.ElicitResult(action="accept"), risk: sampled("ok")})
         assert isinstance(empty_accept, t.InputRequiredResult)
         assert list(call.asked) == [confirm]
+
+        # A person can answer a form again; a client's code would send the same sampling answer again.
+        again = Driver(client, "deploy", {"service": "y"})
+        await again.send()
+        await again.send({again.key_for_message("where?"): accept(env="prod")})
+        risk = again.key_where(lambda r: r.method == "sampling/createMessage")
+        with pytest.raises(MCPError) as caught:
+            await again.send({risk: accept(text="an elicitation result where a sampling result belongs")})
+        assert caught.value.error.code == t.INVALID_PARAMS
+        assert caught.value.error.message.startswith(f"inputResponses[{risk!r}] is not a valid sampling/createMessage")
 
 
 async def test_tampered_and_foreign_state_is_rejected_with_invalid_params() -> None:
@@ -630,8 +635,8 @@ async def test_a_round_leaves_no_reference_cycle_for_the_garbage_collector() -> 
 
     from mcp_types import ClientCapabilities
 
-    from mrtr._engine import engine
     from mrtr._engine import journal as codec
+    from mrtr._engine import run as engine
     from mrtr._engine.journal import Journal
 
     flows = mrtr.Flows(new_server())

@@ -410,3 +410,17 @@ async def test_runtime_errors_are_the_same_on_both_hosts() -> None:
     assert mcpserver["declined_tool"][0] is True and "decline" in mcpserver["declined_tool"][1].lower()
     assert mcpserver["declined_prompt"][0] == -32602 and mcpserver["declined_prompt"][2]["reason"] == "input_declined"
     assert seen["fastmcp"] == mcpserver
+
+
+async def test_instance_name_stamps_every_response_of_the_app_flows_builds_on_both_hosts() -> None:
+    """`mrtr call` names the instance that answered each round, on a FastMCP fleet too."""
+    for kind in HOSTS:
+        flows = Host(kind).flows(instance_name=f"{kind}-1")
+        app = flows.streamable_http_app() if kind == "mcpserver" else flows.http_app()
+        transport = httpx2.ASGITransport(app=app)
+        async with (
+            app.router.lifespan_context(app),
+            httpx2.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http,
+        ):
+            response = await http.get("/mcp")
+        assert response.headers.get("x-mrtr-instance") == f"{kind}-1", (kind, response.status_code)

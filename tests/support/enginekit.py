@@ -2,7 +2,7 @@
 
 A round here is what an MRTR request does inside the engine: decode the journal that came
 back as `requestState`, run the flow once against it with the client's answers
-(`mrtr._engine.engine.execute`), and, if it settled on asks, close the round and encode the
+(`mrtr._engine.run.execute`), and, if it settled on asks, close the round and encode the
 journal again. Only the engine's stable surfaces are used (`FlowSpec`, `Limits`, `Journal`
 and its codec, `execute`, `close_round`), so the unit tests keep working while its
 internals are rewritten.
@@ -15,10 +15,10 @@ from typing import Any
 
 from mcp_types import ClientCapabilities, CreateMessageResult, ElicitResult, ListRootsResult, Root, TextContent
 
-from mrtr._engine import engine
 from mrtr._engine import journal as codec
-from mrtr._engine.engine import Outcome, RunOptions
+from mrtr._engine import run as engine
 from mrtr._engine.journal import Journal
+from mrtr._engine.run import Outcome, RunOptions
 from mrtr._engine.spec import FlowSpec, Limits
 
 ALL_CAPABILITIES = ClientCapabilities.model_validate(

@@ -49,6 +49,11 @@ class Approval(BaseModel):
     ok: bool
 
 
+class Verdict(BaseModel):
+    score: int
+    reason: str
+
+
 def record(step: str, tag: str) -> str:
     """The side effect of every step: one line in the shared audit file per run."""
     line = {"step": step, "tag": tag, "instance": INSTANCE, "key": mrtr.current_step().idempotency_key}
@@ -103,6 +108,47 @@ def build() -> FastMCP[Any]:
         who = await ctx.elicit(f"Brief about {topic} for whom?", response_type=str)
         await mrtr.step("draft", record, "draft", topic)
         return f"Write about {topic} for {who.data if isinstance(who, AcceptedElicitation) else 'nobody'}."
+
+    # FastMCP 3.x's server-side sampling loop: each tool call the model makes is a step (audited).
+    def lookup(topic: str) -> str:
+        """Look a topic up."""
+        return f"facts({topic})@" + record("lookup", topic)
+
+    async def rate(topic: str, points: int) -> int:
+        record("rate", topic)
+        return points * 2
+
+    def explode(topic: str) -> str:
+        record("explode", topic)
+        raise ValueError(f"no {topic} today")
+
+    @flows.tool()
+    async def research(topic: str, concurrency: int | None, ctx: Context) -> str:
+        verdict = await ctx.sample(  # type: ignore[attr-defined]
+            f"Research {topic}",
+            system_prompt="judge",
+            tools=[lookup, rate, explode],
+            tool_concurrency=concurrency,
+            result_type=Verdict,
+        )
+        await mrtr.step("file", record, "file", topic)
+        return f"{topic}: {verdict.result.score} {verdict.result.reason} ({len(verdict.history)} messages)"
+
+    @flows.tool()
+    async def stepwise(topic: str, ctx: mrtr.fastmcp.FlowsContext) -> str:
+        messages: Any = f"Stepwise {topic}"
+        while True:
+            step = await ctx.sample_step(messages, tools=[lookup])
+            if not step.is_tool_use:
+                return f"{topic}: {step.text}"
+            messages = step.history
+
+    @flows.tool()
+    async def bare_confirm(topic: str, ctx: Context) -> str:
+        answer = await ctx.elicit(f"Confirm {topic}?", response_type=None)
+        if isinstance(answer, AcceptedElicitation):
+            await mrtr.step("confirmed", record, "confirmed", topic)
+        return f"{topic}: {answer.action} {getattr(answer, 'data', None)!r}"
 
     return mcp
 

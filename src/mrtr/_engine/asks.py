@@ -14,13 +14,16 @@ import hashlib
 import json
 import weakref
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_PARAMS,
     ClientCapabilities,
     CreateMessageRequest,
     CreateMessageRequestParams,
     CreateMessageResult,
+    CreateMessageResultWithTools,
     ElicitationCapability,
     ElicitRequest,
     ElicitRequestFormParams,
@@ -32,14 +35,16 @@ from mcp_types import (
     ListRootsResult,
     RootsCapability,
     SamplingCapability,
+    SamplingToolsCapability,
     UrlElicitationCapability,
 )
-from pydantic import BaseModel, ValidationError
+from mcp_types.version import LATEST_MODERN_VERSION
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from mrtr._errors import FlowDefinitionError
-from mrtr._sdk import FORM_FIELD
+from mrtr._sdk import FORM_FIELD, client_result_schema
 
 AskKind = Literal["elicit", "elicit_url", "sample", "roots"]
 
@@ -48,7 +53,51 @@ Capability = Literal["elicitation", "elicitation.form", "elicitation.url", "samp
 
 
 class BadAnswer(Exception):
-    """The client's answer does not fit the question; the question is asked again."""
+    """A person's form answer does not fit the question; the question is asked again.
+
+    Only forms are re-asked: a person can read why and answer again. A sampling or roots
+    answer comes from the client's code, which would send the same thing again, so one
+    that does not fit is a `MalformedAnswer` instead.
+    """
+
+
+class MalformedAnswer(MCPError):
+    """A client answered a sampling or roots request with something its protocol version does not allow.
+
+    -32602 naming the `inputResponses` key, the field and what the field must hold (in the
+    message, and as `data`), so the client's author can fix the client. Never re-asked: a
+    client sends the same answer again, and the flow would only reach its round cap.
+    """
+
+    def __init__(self, key: str, method: str, version: str, field: str, expected: str, got: str) -> None:
+        where = f"inputResponses[{key!r}] is not" if key else "the answer is not"
+        super().__init__(
+            code=INVALID_PARAMS,
+            message=f"{where} a valid {method} result under {version}: {field} must be {expected}{got}",
+            data={"inputKey": key, "method": method, "field": field, "expected": expected},
+        )
+        self.key = key
+        self.field = field
+
+
+_EXPECTED: dict[str, str] = {
+    "content": (
+        "a text, image, audio, tool_use or tool_result content block, or a list of them "
+        "(a list is valid since 2025-11-25)"
+    ),
+    "role": '"user" or "assistant"',
+    "model": "a string naming the model",
+    "stopReason": "a string",
+    "roots": "a list of roots, each {uri, name?} with a file:// uri",
+}
+
+_ELICIT_EXPECTED: dict[str, str] = {
+    "action": '"accept", "decline" or "cancel"',
+    "content": "an object of the form's fields (strings, numbers, booleans or lists of strings)",
+}
+
+_SAMPLING_RESULT = TypeAdapter[Any](cast(Any, CreateMessageResult | CreateMessageResultWithTools))
+"""The SDK's own model for a sampling answer: one block, else the array-capable form (arm order matters)."""
 
 
 class Ask:
@@ -60,6 +109,7 @@ class Ask:
 
     __slots__ = (
         "_build",
+        "_capability",
         "_fields",
         "_request",
         "allow_preanswer",
@@ -80,6 +130,7 @@ class Ask:
         schema: type[BaseModel] | None = None,
         validator: Callable[[dict[str, Any]], object] | None = None,
         fields: frozenset[str] | None = None,
+        capability: Capability | None = None,
     ) -> None:
         if allow_preanswer and explicit_key is None:
             raise TypeError("allow_preanswer=True needs an explicit key=: a client can only pre-answer a key it knows")
@@ -93,6 +144,7 @@ class Ask:
         self.validator = validator
         """Validates a form's content when the form is a rendered JSON schema, not a model."""
         self._fields = fields if fields is not None else _field_names(schema) if schema is not None else frozenset()
+        self._capability = capability
 
     @property
     def request(self) -> InputRequest:
@@ -103,7 +155,7 @@ class Ask:
 
     @property
     def capability(self) -> Capability:
-        return _CAPABILITY[self.kind]
+        return self._capability or _CAPABILITY[self.kind]
 
     def derived_key(self, occurrence: int) -> str:
         """Stable wire key: kind + question digest, + a counter when asked again in one run."""
@@ -113,12 +165,18 @@ class Ask:
     def wire_request(self) -> dict[str, Any]:
         return self.request.model_dump(mode="json", by_alias=True, exclude_none=True)
 
-    def accept(self, answer: Any) -> Any:
+    def accept(self, answer: Any, *, key: str = "", version: str | None = None) -> Any:
         """Validate a wire answer and return the JSON to journal: what the question asked for, no more.
 
+        `key` is the answer's `inputResponses` key and `version` the protocol version in use
+        (the newest when not given: journaled rounds are 2026-07-28), for sampling and roots.
+
         Raises:
-            BadAnswer: The answer is of the wrong kind or fails the requested schema.
+            BadAnswer: A form answer is of the wrong kind or fails the requested schema (re-asked).
+            MalformedAnswer: A sampling or roots answer that its protocol version does not allow.
         """
+        if self.kind in ("sample", "roots"):
+            return _client_result(self.kind, answer, key, version or LATEST_MODERN_VERSION)
         if self.kind == "elicit" and type(answer) is dict and answer.get("action") == "accept":
             # The usual answer: a form accepted with just the form's fields. The form's own
             # schema admits only values the wire's ElicitResult admits, so one validation does.
@@ -134,6 +192,8 @@ class Ask:
             if result.action != "accept" or self.kind == "elicit_url":
                 return {"action": result.action}
             if result.content is None:
+                if self.kind == "elicit" and not self._fields and self.validator is not None:
+                    return {"action": "accept", "content": {}}  # an empty form (a bare confirmation)
                 raise BadAnswer("accepted without content")
             validated = self._validate_form(result.content)
             # Journal the fields the form asked for: junk the client added stays out. Content
@@ -145,25 +205,77 @@ class Ask:
                 else:
                     content = {k: v for k, v in content.items() if k in self._fields}
             return {"action": "accept", "content": content}
-        model = CreateMessageResult if self.kind == "sample" else ListRootsResult
-        try:
-            parsed = model.model_validate(answer)
-        except ValidationError:
-            raise BadAnswer(f"not a {model.__name__}") from None
-        return parsed.model_dump(mode="json", by_alias=True, exclude_none=True)
+        raise AssertionError(f"unknown ask kind {self.kind!r}")  # pragma: no cover
 
     def _validate_form(self, content: dict[str, Any]) -> object:
-        if self.validator is not None:
-            try:
-                return self.validator(content)
-            except (ValidationError, ValueError, TypeError) as exc:
-                raise BadAnswer(f"content does not match the requested schema ({exc})") from None
-        assert self.schema is not None
         try:
+            if self.validator is not None:
+                return self.validator(content)
+            assert self.schema is not None
             return self.schema.model_validate(content)
-        except ValidationError as exc:
-            fields = ", ".join(str(e["loc"][0]) for e in exc.errors() if e["loc"]) or "the form"
-            raise BadAnswer(f"content does not match the requested schema ({fields})") from None
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise BadAnswer(human_reason(exc, self._form_fields())) from None
+
+    def _form_fields(self) -> dict[str, Any]:
+        params = getattr(self.request, "params", None)
+        schema = getattr(params, "requested_schema", None) or {}
+        properties: dict[str, Any] = schema.get("properties") or {}
+        return properties
+
+
+def human_reason(exc: Exception, fields: dict[str, Any]) -> str:
+    """Why a form answer was not taken, for the person who answers it again: short, in the form's words.
+
+    The re-asked question carries it (`(Asked again: ...)`), so it names fields by the titles
+    the form showed and says what each needs ("Age must be a whole number"), not pydantic's
+    report (model names, error codes, URLs). FastMCP's wrapped scalar (`value`) is "the answer".
+    """
+    if not isinstance(exc, ValidationError):  # a validator's own words (FastMCP's: a missing value)
+        return str(exc).rstrip(".") or "The answer does not fit the form"
+    reasons: list[str] = []
+    for error in exc.errors()[:3]:
+        name = next((str(part) for part in error["loc"] if isinstance(part, str) and part in fields), None)
+        if name is None and error["loc"]:
+            name = str(error["loc"][0])
+        field = fields.get(name or "") or {}
+        # FastMCP wraps a scalar answer in one `value` field: that one is just "the answer".
+        wrapped = name == "value" and len(fields) == 1
+        title = "" if wrapped else str(field.get("title") or (name or "").replace("_", " ").capitalize())
+        reason = _needs(error, field)
+        reasons.append(f"{title or 'The answer'} {reason}")
+    more = exc.error_count() - len(reasons)
+    return "; ".join(reasons) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _needs(error: Any, field: dict[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "is required"
+    if kind.startswith("int_"):
+        return "must be a whole number"
+    if kind.startswith(("float_", "decimal_")):
+        return "must be a number"
+    if kind.startswith("bool_"):
+        return "must be yes or no"
+    if kind in ("literal_error", "enum"):
+        choices = (
+            field.get("enum")
+            or field.get("items", {}).get("enum")
+            or [option.get("const") for option in field.get("oneOf") or field.get("anyOf") or [] if "const" in option]
+        )
+        return f"must be one of: {', '.join(map(str, choices))}" if choices else "must be one of the choices"
+    if kind.startswith(("string_", "str_")) and "pattern" not in kind:
+        return "must be text" if kind == "string_type" else _plain(error["msg"])
+    if kind in ("list_type", "set_type"):
+        return "must be a list of choices"
+    return _plain(error["msg"])
+
+
+def _plain(message: str) -> str:
+    """Pydantic's message for the rest ("Input should be ..."), as the rest of the sentence."""
+    message = message.removeprefix("Value error, ")
+    message = message.replace("Input should be", "must be").replace("String should", "must")
+    return message[0].lower() + message[1:] if message else "does not fit"
 
 
 _CAPABILITY: dict[AskKind, Capability] = {
@@ -248,7 +360,52 @@ def sample_ask(params: CreateMessageRequestParams, key: str | None, allow_preans
     rendered = json.dumps(
         request.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True, separators=(",", ":")
     )
-    return Ask("sample", lambda: request, _digest(b"sample", rendered.encode()), key, allow_preanswer, None)
+    capability: Capability = "sampling.tools" if params.tools or params.tool_choice else "sampling"
+    digest = _digest(b"sample", rendered.encode())
+    return Ask("sample", lambda: request, digest, key, allow_preanswer, None, capability=capability)
+
+
+def _client_result(kind: AskKind, answer: Any, key: str, version: str) -> Any:
+    """A sampling or roots answer checked against its version's wire schema, as the SDK's model dumps it."""
+    method = "sampling/createMessage" if kind == "sample" else "roots/list"
+    try:
+        client_result_schema(method, version).validate_python(answer, by_name=False)
+        parsed = (_SAMPLING_RESULT if kind == "sample" else _ROOTS_RESULT).validate_python(answer, by_name=False)
+    except ValidationError as exc:
+        raise malformed(kind, exc, answer, key, version) from None
+    dumped: Any = parsed.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped
+
+
+_ROOTS_RESULT = TypeAdapter[Any](ListRootsResult)
+
+
+def client_result(key: str, method: str, answer: Any, version: str = LATEST_MODERN_VERSION) -> Any:
+    """A sampling or roots answer outside a round (a task's `tasks/update`), checked as `Ask.accept` checks it."""
+    return _client_result("sample" if method == "sampling/createMessage" else "roots", answer, key, version)
+
+
+def malformed(kind: AskKind, exc: ValidationError, answer: Any, key: str, version: str) -> MalformedAnswer:
+    """The `MalformedAnswer` for an answer that failed its wire schema with `exc`."""
+    method = {"sample": "sampling/createMessage", "roots": "roots/list"}.get(kind, "elicitation/create")
+    field, got = _first_problem(exc, answer)
+    expected = (_ELICIT_EXPECTED if kind == "elicit" else _EXPECTED).get(field) or exc.errors()[0]["msg"].lower()
+    return MalformedAnswer(key, method, version, field, expected, got)
+
+
+def _first_problem(exc: ValidationError, answer: Any) -> tuple[str, str]:
+    """The top-level field the first error is in, and a short view of what came instead."""
+    error = exc.errors()[0]
+    loc = [part for part in error["loc"] if isinstance(part, str | int)]
+    if not loc:
+        return "the answer", f" (got {type(answer).__name__})"
+    field = str(loc[0])
+    if not isinstance(answer, dict):
+        return field, ""
+    if field not in answer:
+        return field, " (missing)"
+    value = repr(answer[field])
+    return field, f" (got {value if len(value) <= 60 else value[:57] + '...'})"
 
 
 _ROOTS = ListRootsRequest()
@@ -332,11 +489,13 @@ def render_form_schema(schema: type[BaseModel]) -> dict[str, Any]:
     rendered = schema.model_json_schema(schema_generator=_FormJsonSchema)
     definitions = rendered.pop("$defs", {})
     properties: dict[str, Any] = rendered.get("properties", {})
+    fields = {field.alias or name: field for name, field in schema.model_fields.items()}  # properties are by alias
     for name, prop in properties.items():
         prop = properties[name] = _inline(prop, definitions)
         if "items" in prop:
             prop["items"] = _inline(prop["items"], definitions)
-        prop.setdefault("title", schema.model_fields[name].title or name.replace("_", " ").title())
+        field = fields.get(name)
+        prop.setdefault("title", (field.title if field is not None else None) or name.replace("_", " ").title())
         try:
             FORM_FIELD.validate_python(prop)
             if "enum" in prop.get("items", prop) and prop.get("items", prop).get("type") != "string":
@@ -387,7 +546,7 @@ def required_capability(capability: Capability) -> dict[str, Any]:
         "elicitation.form": ClientCapabilities(elicitation=ElicitationCapability(form=FormElicitationCapability())),
         "elicitation.url": ClientCapabilities(elicitation=ElicitationCapability(url=UrlElicitationCapability())),
         "sampling": ClientCapabilities(sampling=SamplingCapability()),
-        "sampling.tools": ClientCapabilities(sampling=SamplingCapability()),
+        "sampling.tools": ClientCapabilities(sampling=SamplingCapability(tools=SamplingToolsCapability())),
         "roots": ClientCapabilities(roots=RootsCapability()),
     }[capability]
     return required.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -395,11 +554,15 @@ def required_capability(capability: Capability) -> dict[str, Any]:
 
 __all__ = [
     "form_ask",
+    "human_reason",
     "SUPPORTED_FIELDS",
     "Ask",
     "AskKind",
     "BadAnswer",
     "Capability",
+    "MalformedAnswer",
+    "client_result",
+    "malformed",
     "elicit_ask",
     "elicit_url_ask",
     "not_a_model",

@@ -8,33 +8,108 @@ become ordinary server-to-client requests through the SDK session, and steps sim
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
 from mcp_types import (
+    AudioContent,
     CreateMessageRequestParams,
     CreateMessageResult,
+    CreateMessageResultWithTools,
+    ImageContent,
     IncludeContext,
     ListRootsResult,
     ModelPreferences,
     Root,
     SamplingMessage,
     TextContent,
+    Tool,
+    ToolChoice,
 )
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from mrtr._engine.asks import Ask, Capability, elicit_ask, elicit_url_ask, form_ask, roots_ask, sample_ask
 from mrtr._engine.steps import StepInfo, current_step, typed_result
 from mrtr._engine.waits import check_event_name, seconds
-from mrtr._errors import Cancelled, Declined, EventTimeout
+from mrtr._errors import Cancelled, Declined, EventTimeout, FlowDefinitionError
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
 
 logger = logging.getLogger("mrtr.context")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def tracked(method: F) -> F:
+    """Remember the coroutine each call of an async `ctx` method makes, so one never awaited is caught.
+
+    `url = ctx.callback_url("ci")` (no `await`) hands the flow a coroutine object where it
+    expects a URL: nothing was minted, and Python says so only as a warning when the object
+    is collected, if ever. The flow's context keeps a reference to every such coroutine
+    (`FlowContext.unawaited`): when the flow ends, or a step is handed one, a coroutine still
+    unstarted is an error naming the call. Keeping the reference also stops Python's own
+    warning from firing in some other place and time. Every replay makes these calls again,
+    so the bookkeeping is one append, and finished coroutines are let go in batches.
+    """
+
+    @functools.wraps(method)
+    def call(self: FlowContext, /, *args: Any, **kwargs: Any) -> Any:
+        coro = method(self, *args, **kwargs)
+        made = self._made
+        made.append(coro)
+        if len(made) > self._prune_at:
+            self.prune()
+        return coro
+
+    return cast(F, call)
+
+
+def tracked_by_flow(method: F) -> F:
+    """`tracked` for an adapter's context (`mrtr.fastmcp.FlowsContext`): remembered by its `.flow`."""
+
+    @functools.wraps(method)
+    def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        coro = method(self, *args, **kwargs)
+        self.flow.remember(coro)
+        return coro
+
+    return cast(F, call)
+
+
+def _module_tracked(function: F) -> F:
+    """`tracked` for `mrtr.step` / `mrtr.gather`: remembered by the running flow's context, if any."""
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        coro = function(*args, **kwargs)
+        flow = current_flow_context.get()
+        if flow is not None:
+            flow.remember(coro)
+        return coro
+
+    return cast(F, call)
+
+
+def describe_call(coro: Any) -> str:
+    """`ctx.callback_url('ci')`: how a flow wrote the call that made `coro` (its first argument shown)."""
+    code = coro.cr_code
+    frame = coro.cr_frame
+    names = code.co_varnames[: code.co_argcount]  # positional: how calls are written
+    values = frame.f_locals if frame is not None else {}
+    owner = "ctx" if names[:1] == ("self",) else "mrtr"
+    shown = [name for name in names if name != "self"][:1]
+    first = repr(values[shown[0]]) if shown and shown[0] in values else ""
+    first = first if len(first) <= 40 else first[:37] + "..."
+    return f"{owner}.{code.co_name}({first})"
+
+
+_SAMPLING_ANSWER = TypeAdapter[Any](cast(Any, CreateMessageResult | CreateMessageResultWithTools))
 
 M = TypeVar("M", bound=BaseModel)
 P = ParamSpec("P")
@@ -89,6 +164,46 @@ class FlowContext:
     def __init__(self, driver: Driver, request: Context[Any, Any] | None) -> None:
         self._driver = driver
         self._request = request
+        self._made: list[Coroutine[Any, Any, Any]] = []
+        self._prune_at = 64
+
+    # -- coroutines never awaited (see `tracked`) --------------------------------------------
+
+    def remember(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Keep `coro`, made by a `ctx` call, until it has started (see `tracked`)."""
+        self._made.append(coro)
+        if len(self._made) > self._prune_at:
+            self.prune()
+
+    def prune(self) -> None:
+        """Let go of finished coroutines (no frame left); keep the rest for `unawaited`."""
+        made = self._made
+        made[:] = [c for c in made if getattr(c, "cr_frame", None) is not None]
+        self._prune_at = max(64, 2 * len(made))
+
+    def unawaited(self) -> list[str]:
+        """The calls whose coroutines never started (each closed now, so Python does not warn again)."""
+        calls = []
+        for coro in self._made:
+            if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+                calls.append(describe_call(coro))
+                coro.close()
+        self._made.clear()
+        return calls
+
+    def check_awaited(self, flow: str, error: BaseException | None) -> None:
+        """At the flow's end: a `ctx` call never awaited is the bug to report (also when it led to `error`).
+
+        Raises:
+            FlowDefinitionError: Naming the call and what to write instead.
+        """
+        calls = self.unawaited()
+        if not calls:
+            return
+        raise FlowDefinitionError(
+            f"flow {flow!r}: {', '.join(calls)} was never awaited, so it did nothing (the flow got a coroutine "
+            f"object, not its value); write `await {calls[0]}`"
+        ) from error
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
@@ -118,6 +233,7 @@ class FlowContext:
         """
         return self._driver.supports(capability)
 
+    @tracked
     async def elicit(
         self, message: str, schema: type[M], *, key: str | None = None, allow_preanswer: bool = False
     ) -> M:
@@ -131,6 +247,7 @@ class FlowContext:
         _raise_if_refused(answer, message, wire_key)
         return schema.model_validate(answer["content"])
 
+    @tracked
     async def ask_form(
         self,
         message: str,
@@ -148,6 +265,7 @@ class FlowContext:
         _, answer = await self._driver.ask(form_ask(message, schema, validate, key))
         return dict(answer)
 
+    @tracked
     async def elicit_url(self, message: str, url: str, *, key: str | None = None) -> None:
         """Send the user to `url` (URL-mode elicitation). Returns once they consent.
 
@@ -157,6 +275,7 @@ class FlowContext:
         wire_key, answer = await self._driver.ask(elicit_url_ask(message, url, key))
         _raise_if_refused(answer, message, wire_key)
 
+    @overload
     async def sample(
         self,
         prompt: str | Sequence[SamplingMessage | dict[str, Any]],
@@ -168,10 +287,57 @@ class FlowContext:
         model_preferences: ModelPreferences | None = None,
         include_context: IncludeContext | None = None,
         metadata: dict[str, Any] | None = None,
+        tools: None = None,
+        tool_choice: None = None,
         key: str | None = None,
         allow_preanswer: bool = False,
-    ) -> CreateMessageResult:
-        """Ask the client's LLM for a completion (`sampling/createMessage`)."""
+    ) -> CreateMessageResult: ...
+    @overload
+    async def sample(
+        self,
+        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        *,
+        max_tokens: int,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: list[str] | None = None,
+        model_preferences: ModelPreferences | None = None,
+        include_context: IncludeContext | None = None,
+        metadata: dict[str, Any] | None = None,
+        tools: Sequence[Tool],
+        tool_choice: ToolChoice | None = None,
+        key: str | None = None,
+        allow_preanswer: bool = False,
+    ) -> CreateMessageResultWithTools: ...
+
+    @tracked
+    async def sample(
+        self,
+        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        *,
+        max_tokens: int,
+        system_prompt: str | None = None,
+        temperature: float | None = None,
+        stop_sequences: list[str] | None = None,
+        model_preferences: ModelPreferences | None = None,
+        include_context: IncludeContext | None = None,
+        metadata: dict[str, Any] | None = None,
+        tools: Sequence[Tool] | None = None,
+        tool_choice: ToolChoice | None = None,
+        key: str | None = None,
+        allow_preanswer: bool = False,
+    ) -> CreateMessageResult | CreateMessageResultWithTools:
+        """Ask the client's LLM for a completion (`sampling/createMessage`).
+
+        With `tools` (which needs the client's `sampling.tools` capability) the answer is a
+        `CreateMessageResultWithTools`: its content may be a list of blocks, `tool_use` ones
+        among them. Without, a `CreateMessageResult` of one block, as the SDK's
+        `create_message` returns. A one-block list is taken as that block.
+
+        Raises:
+            MalformedAnswer: The client's answer is not a valid sampling result (-32602).
+            TypeError: Without `tools`, the client answered with several blocks or a tool call.
+        """
         if isinstance(prompt, str):
             messages = [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))]
         else:
@@ -185,10 +351,41 @@ class FlowContext:
             model_preferences=model_preferences,
             include_context=include_context,
             metadata=metadata,
+            tools=list(tools) if tools is not None else None,
+            tool_choice=tool_choice,
         )
-        _, answer = await self._driver.ask(sample_ask(params, key, allow_preanswer))
-        return CreateMessageResult.model_validate(answer)
+        result = await self.create_message(params, key=key, allow_preanswer=allow_preanswer)
+        if tools is not None:
+            return CreateMessageResultWithTools.model_validate(result.model_dump(by_alias=True))
+        if isinstance(result, CreateMessageResult):
+            return result
+        content = result.content_as_list
+        if len(content) == 1 and isinstance(content[0], TextContent | ImageContent | AudioContent):
+            return CreateMessageResult(
+                role=result.role, content=content[0], model=result.model, stop_reason=result.stop_reason
+            )
+        kinds = ", ".join(block.type for block in content) or "no blocks"
+        raise TypeError(
+            f"the client answered a sampling request without tools with {kinds}, which a CreateMessageResult cannot "
+            "hold; call ctx.create_message(...) (or ctx.sample(..., tools=[...])) to take any valid answer"
+        )
 
+    @tracked
+    async def create_message(
+        self, params: CreateMessageRequestParams, *, key: str | None = None, allow_preanswer: bool = False
+    ) -> CreateMessageResult | CreateMessageResultWithTools:
+        """One `sampling/createMessage` with exactly these params; any answer its protocol version allows.
+
+        The SDK's model of the answer: `CreateMessageResult` for one text, image or audio
+        block, else `CreateMessageResultWithTools` (lists, `tool_use`). Tools in `params`
+        need the client's `sampling.tools` capability. For adapters (`mrtr.fastmcp`'s tool
+        loop) and flows that take whatever the model sends; most flows call `sample`.
+        """
+        _, answer = await self._driver.ask(sample_ask(params, key, allow_preanswer))
+        parsed: CreateMessageResult | CreateMessageResultWithTools = _SAMPLING_ANSWER.validate_python(answer)
+        return parsed
+
+    @tracked
     async def sample_text(
         self,
         prompt: str | Sequence[SamplingMessage | dict[str, Any]],
@@ -219,6 +416,7 @@ class FlowContext:
             raise TypeError(f"the client's completion is {result.content.type!r} content, not text; use ctx.sample()")
         return result.content.text
 
+    @tracked
     async def list_roots(self, *, key: str | None = None, allow_preanswer: bool = False) -> list[Root]:
         """The client's roots (`roots/list`)."""
         _, answer = await self._driver.ask(roots_ask(key, allow_preanswer))
@@ -229,6 +427,7 @@ class FlowContext:
     @overload
     async def step(self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
 
+    @tracked
     async def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` at most once per flow and journal its result.
 
@@ -239,6 +438,14 @@ class FlowContext:
         value that does not match the annotation raises `mrtr.StepResultError` (a `ToolError`).
         Inside `fn`, `mrtr.current_step().idempotency_key` names this step stably.
         """
+        for value in (*args, *kwargs.values()):
+            if inspect.iscoroutine(value):
+                call = describe_call(value)
+                value.close()
+                raise FlowDefinitionError(
+                    f"step {name!r} was handed {call}, a coroutine: that call was never awaited, so it did "
+                    f"nothing; write `await {call}` and pass its value"
+                )
         value = await self._driver.step(name, fn, args, kwargs)
         return typed_result(name, fn, value)
 
@@ -259,6 +466,7 @@ class FlowContext:
         """
         return self._driver.patched(patch_id)
 
+    @tracked
     async def continue_as_task(self) -> None:
         """Mark where a task-enabled flow stops asking inline and continues as a durable task.
 
@@ -270,6 +478,7 @@ class FlowContext:
         """
         await self._driver.continue_as_task()
 
+    @tracked
     async def sleep(self, delay: float | timedelta) -> None:
         """Wait `delay` (seconds or a `timedelta`) durably, in a task only.
 
@@ -284,6 +493,7 @@ class FlowContext:
         """
         await self._driver.wait("timer", None, seconds(delay, "ctx.sleep's delay"))
 
+    @tracked
     async def wait_for_event(self, name: str, timeout: float | timedelta | None = None) -> Any:
         """Park the task until event `name` is delivered to it; returns the event's JSON payload.
 
@@ -305,6 +515,7 @@ class FlowContext:
             raise EventTimeout(name, limit or 0.0)
         return outcome.get("data")
 
+    @tracked
     async def callback_url(self, name: str, *, expires: float | timedelta = timedelta(days=7)) -> str:
         """An unguessable URL that delivers a POSTed JSON body to this task as event `name`.
 
@@ -318,6 +529,7 @@ class FlowContext:
         check_event_name(name)
         return await self._driver.callback_url(name, seconds(expires, "callback_url's expires"))
 
+    @tracked
     async def checkpoint(self) -> None:
         """Offer a shed point: an overloaded instance may end the round here and hand the
         journal to the client, whose retry carries on (maybe elsewhere). No-op otherwise."""
@@ -342,6 +554,7 @@ class FlowContext:
     @overload
     async def gather(self, *aws: Awaitable[T]) -> list[T]: ...
 
+    @tracked
     async def gather(self, *aws: Awaitable[Any]) -> Any:
         """Await several asks/steps at once; every unanswered ask goes out in one round.
 
@@ -371,11 +584,13 @@ async def step(name: str, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwa
 async def step(name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
 
 
+@_module_tracked
 async def step(name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """`ctx.step(...)` of the running flow: for flows that take FastMCP's `Context`, not a `FlowContext`."""
     return await current_flow().step(name, fn, *args, **kwargs)
 
 
+@_module_tracked
 async def gather(*aws: Awaitable[Any]) -> list[Any]:
     """`ctx.gather(...)` of the running flow: every unanswered ask goes out in one round."""
     return await current_flow().gather(*aws)

@@ -19,13 +19,14 @@ from mcp.shared.message import ServerMessageMetadata
 from mcp_types import (
     INVALID_PARAMS,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
-    CreateMessageResult,
+    CreateMessageResultWithTools,
     ElicitResult,
     ListRootsResult,
 )
+from pydantic import ValidationError
 
 from mrtr._engine import tracing
-from mrtr._engine.asks import Ask, BadAnswer, Capability, required_capability, supports
+from mrtr._engine.asks import Ask, BadAnswer, Capability, malformed, required_capability, supports
 from mrtr._engine.branches import outside_branch
 from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
@@ -258,13 +259,22 @@ class LiveDriver:
         key = ask.explicit_key or ask.derived_key(1)
         if not self.supports(ask.capability):
             raise missing_capability(ask.capability)
-        result_type = {"sample": CreateMessageResult, "roots": ListRootsResult}.get(ask.kind, ElicitResult)
+        # A sampling answer may hold a list of blocks (2025-11-25): the array-capable model takes both.
+        result_type = {"sample": CreateMessageResultWithTools, "roots": ListRootsResult}.get(ask.kind, ElicitResult)
         metadata = ServerMessageMetadata(related_request_id=self._wire.request_id)
+        version = self._wire.session.protocol_version
         for _ in range(_LEGACY_REASK_LIMIT):
             logger.debug("flow %s: asking %r over the legacy session", self._flow, key)
-            result = await self._wire.session.send_request(ask.request, result_type, metadata=metadata)
             try:
-                return key, ask.accept(result.model_dump(mode="json", by_alias=True, exclude_none=True))
+                result = await self._wire.session.send_request(ask.request, result_type, metadata=metadata)
+            except ValidationError as exc:  # the SDK checked it against the session's version first
+                if ask.kind == "elicit":
+                    continue
+                raise malformed(ask.kind, exc, None, key, version) from None
+            try:
+                return key, ask.accept(
+                    result.model_dump(mode="json", by_alias=True, exclude_none=True), key=key, version=version
+                )
             except BadAnswer:
                 continue
         raise MCPError(code=INVALID_PARAMS, message=f"The client answered {_LEGACY_REASK_LIMIT} times off-schema")

@@ -192,7 +192,7 @@ class Replay:
             logger.info("flow %s: ignoring an answer to %r: that question was not asked", self.flow, key)
             return None
         try:
-            accepted = ask.accept(self._incoming[key])
+            accepted = ask.accept(self._incoming[key], key=key)  # a malformed sampling/roots answer raises
         except BadAnswer as exc:
             logger.info("flow %s: re-asking %r: %s", self.flow, key, exc)
             self.reasked[key] = str(exc)
@@ -435,7 +435,7 @@ class Replay:
             task.cancel()
 
     root_task: asyncio.Task[Any]
-    """The task the flow function itself runs in (the request's: see `mrtr._engine.engine._run`)."""
+    """The task the flow function itself runs in (the request's: see `mrtr._engine.run._run`)."""
 
     async def close(self) -> None:
         """Cancel and await everything the flow started: nothing of it runs after the round."""

@@ -80,11 +80,14 @@ class AnswerBook:
 
     entries: dict[str, Any]
 
-    def lookup(self, key: str | None, question: str) -> tuple[bool, Any]:
+    def lookup(self, key: str | None, question: str, *, patterns: bool = True) -> tuple[bool, Any]:
+        """The entry for `key`, else for `question`, else (with `patterns`) the first `*` pattern matching it."""
         if key is not None and key in self.entries:
             return True, self.entries[key]
         if question in self.entries:
             return True, self.entries[question]
+        if not patterns:
+            return False, None
         for pattern, value in self.entries.items():
             if any(c in pattern for c in "*?[") and fnmatch.fnmatchcase(question, pattern):
                 return True, value

@@ -88,8 +88,8 @@ class CallSession:
 
     # -- answering --------------------------------------------------------------------------
 
-    def _scripted(self, key: str | None, question: str) -> tuple[bool, Any]:
-        return self.book.lookup(key, question) if self.book is not None else (False, None)
+    def _scripted(self, key: str | None, question: str, *, patterns: bool = True) -> tuple[bool, Any]:
+        return self.book.lookup(key, question, patterns=patterns) if self.book is not None else (False, None)
 
     def _need_person(self, what: str, legacy: bool = False) -> None:
         """No scripted answer: ask the person, or end the run when there is none to ask."""
@@ -159,7 +159,9 @@ class CallSession:
     async def sample(self, params: t.CreateMessageRequestParams, legacy: bool = False) -> t.CreateMessageResult:
         text = prompt_text(params)
         key = self.view.key_for("sampling/createMessage", text)
-        found, value = self._scripted(key, text)
+        # An explicit --sampling echo|cmd:... answers sampling; a `*` pattern meant for questions
+        # that happens to match the prompt must not override it (an exact key or prompt still does).
+        found, value = self._scripted(key, text, patterns=self.sampling in ("ask", "none"))
         if found:
             completion = value.get("text") if isinstance(value, dict) else value
             if not isinstance(completion, str):

@@ -26,7 +26,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("mrtr.fastmcp needs the fastmcp extra: pip install 'mrtr[fastmcp]'") from exc
 
-from mrtr.fastmcp._context import FlowsContext, SamplingResult
+from mrtr.fastmcp._context import FlowsContext
 from mrtr.fastmcp._flows import Flows
+from mrtr.fastmcp._sampling import SampleStep, SamplingResult, SamplingTool
 
-__all__ = ["Flows", "FlowsContext", "SamplingResult"]
+__all__ = ["Flows", "FlowsContext", "SampleStep", "SamplingResult", "SamplingTool"]

@@ -30,8 +30,9 @@ from mcp_types import CallToolRequestParams, CallToolResult
 from starlette.applications import Starlette
 from typing_extensions import Unpack
 
+from mrtr import _answer_edge as answer_edge
 from mrtr._engine.context import FlowContext
-from mrtr._engine.engine import run_flow
+from mrtr._engine.inline import run_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
 from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._host.adapter import Host, Running
@@ -43,6 +44,7 @@ from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions
 from mrtr._host.registration import entry_point, refused_as_client_error, reject_bare_use
 from mrtr._wire import TASKS_EXTENSION
 from mrtr.fastmcp import _internals as internals
+from mrtr.fastmcp._client_errors import quiet_tool_error
 from mrtr.fastmcp._context import FlowsContext
 from mrtr.fastmcp._tasks import FastMCPTasks, TaskStartedResult, serve_listen
 from mrtr.tasks._extension import TasksExtension
@@ -76,6 +78,7 @@ class Flows(BaseFlows):
         self._host = _FastMCPHost(mcp)
         self._core = HostCore(self._host, resolved)
         mcp.add_middleware(_ProtocolErrors(self._core.specs))
+        answer_edge.install(internals.lowlevel_server(mcp))  # issue #35: a malformed answer is named
 
     def http_app(self, **options: Any) -> Starlette:
         """`mcp.http_app(**options)`, with the `X-Mrtr-Instance` header (`instance_name=`).
@@ -185,6 +188,11 @@ class Flows(BaseFlows):
                 outcome = await run_flow(spec, ctx, kwargs, services, wire=wire, state_security=security)
             except InputRefused as exc:
                 raise refused(exc) from None
+            except MCPError as exc:  # issue #35: a client's mistake is one INFO line (mrtr.engine), no traceback
+                quiet = quiet_tool_error(exc) if refused is _refused_as_tool_error else None
+                if quiet is None:
+                    raise
+                raise quiet from exc  # FastMCP logs it quietly; `_ProtocolErrors` puts `exc` itself on the wire
             return TaskStartedResult(outcome) if isinstance(outcome, TaskStarted) else outcome
 
         return entry_point(fn, spec, run)
@@ -263,7 +271,7 @@ def _tool_result(tool: FunctionTool, value: Any) -> CallToolResult:
 
 
 def _refused_as_tool_error(exc: InputRefused) -> Exception:
-    return ToolError(str(exc))
+    return quiet_tool_error(exc) or ToolError(str(exc))  # a user who said no: INFO, not ERROR
 
 
 __all__ = ["Flows"]

@@ -51,6 +51,26 @@ def has_extension(mcp: FastMCP[Any], identifier: str) -> bool:
     return identifier in extensions
 
 
+async def component_auth_allows(component: Any) -> bool:
+    """Whether a FastMCP component's own `auth` admits the current request, decided as FastMCP decides it
+    for a direct call (stdio trusted, else the request's access token through `run_auth_checks`)."""
+    from fastmcp.server import server as fastmcp_server
+
+    allows = getattr(fastmcp_server, "_component_auth_allows", None)
+    if allows is None:
+        raise FastMCPChanged("fastmcp.server.server._component_auth_allows (a component's auth check)")
+    allowed: bool = await allows(component)
+    return allowed
+
+
+def lowlevel_server(mcp: FastMCP[Any]) -> Any:
+    """The SDK low-level `Server` FastMCP wraps (`FastMCP._mcp_server`), for its server middleware."""
+    lowlevel = getattr(mcp, "_mcp_server", None)
+    if lowlevel is None or not isinstance(getattr(lowlevel, "middleware", None), list):
+        raise FastMCPChanged("FastMCP._mcp_server.middleware (the SDK low-level server's middleware)")
+    return lowlevel
+
+
 def add_request_handler(mcp: FastMCP[Any], method: str, params_type: Any, handler: Any) -> None:
     """Serve a spec method FastMCP does not serve, through the SDK's public `Server.add_request_handler`
     on the low-level server FastMCP wraps (`FastMCP._mcp_server`). Extension `MethodBinding`s
@@ -61,4 +81,13 @@ def add_request_handler(mcp: FastMCP[Any], method: str, params_type: Any, handle
     lowlevel.add_request_handler(method, params_type, handler)
 
 
-__all__ = ["EXPECTED", "FastMCPChanged", "add_request_handler", "has_extension", "request_wire", "state_security"]
+__all__ = [
+    "EXPECTED",
+    "FastMCPChanged",
+    "add_request_handler",
+    "component_auth_allows",
+    "has_extension",
+    "lowlevel_server",
+    "request_wire",
+    "state_security",
+]

@@ -39,8 +39,8 @@ from mcp_types import (
 )
 from pydantic import BaseModel, ValidationError
 
-from mrtr._engine.engine import declares_tasks
-from mrtr._wire import TASKS_EXTENSION, TaskRequestParams, UpdateTaskParams
+from mrtr._engine.asks import client_result
+from mrtr._wire import TASKS_EXTENSION, TaskRequestParams, UpdateTaskParams, declares_tasks
 from mrtr.tasks._records import detailed_task, same_owner
 from mrtr.tasks._seam import TaskEngine, TaskView, idempotency_key, unknown_task, valid_idempotency_key
 
@@ -173,6 +173,8 @@ class TasksExtension(Extension):
 def _checked_answer(key: str, request: dict[str, Any], answer: Any) -> Any:
     """Validate one `tasks/update` answer against the request it answers; -32602 if it does not fit."""
     method = request.get("method")
+    if method in ("sampling/createMessage", "roots/list"):  # the version's wire schema; names the field
+        return client_result(key, method, answer)
     models: dict[str | None, type[BaseModel]] = {
         "elicitation/create": ElicitResult,
         "sampling/createMessage": CreateMessageResult,

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine import metrics, tracing
-from mrtr._engine.engine import Outcome, RunOptions, execute
 from mrtr._engine.journal import Journal, JournalFromNewerVersion
+from mrtr._engine.run import Outcome, RunOptions, execute
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowDefinitionError
 from mrtr._wire import HistoryEntry, TaskView

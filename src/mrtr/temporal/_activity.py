@@ -30,8 +30,8 @@ from temporalio.exceptions import ApplicationError
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine import tracing
-from mrtr._engine.engine import RunOptions, execute
 from mrtr._engine.journal import JournalFromNewerVersion
+from mrtr._engine.run import RunOptions, execute
 from mrtr._engine.spec import FlowSpec
 from mrtr._engine.waits import taken_events
 from mrtr._errors import FlowDefinitionError

@@ -1,51 +1,52 @@
-"""Run a flow: one request of an ephemeral flow, or one run of a durable task.
+"""One run of a flow against its journal: what every engine uses.
 
-request -> `run_flow` (the request read once into a `Round`, its journal loaded) -> the
-instance's round policies (`Services.policies`: replay guard, load shedding) -> the round
-body -> `execute` (a `Replay` of the journal, served by a `JournalDriver`) -> flow function
--> the value, an `InputRequiredResult` whose `requestState` is the encoded journal (the
-SDK's `RequestStateBoundary` seals it on the way out and verifies it on the way back in),
-or — for a task-enabled call — a durable task that takes over.
+`execute` runs the flow once from the top against a journal (a `Replay` of it, served by a
+`JournalDriver`) until it ends or settles on asks and waits: for an inline request
+(`mrtr._engine.inline`), for a durable task's run on the lease runtime
+(`mrtr.tasks._worker`) and for a step of a task on Temporal (`mrtr.temporal._activity`).
+`close_round` counts a round that ends waiting for the client and `wire_asks` shapes its
+asks, for all of them alike; `check_deadline` and `as_protocol_error` are the same flow
+limits and errors everywhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.server.mcpserver import Context
-from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequiredResult
-from mcp_types.version import is_version_at_least
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
 
-from mrtr._engine import branches, metrics, sealing, tracing
-from mrtr._engine import journal as journal_codec
-from mrtr._engine.asks import Ask, supports
-from mrtr._engine.context import FlowContext, current_flow_context
-from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver, LiveDriver, missing_capability
-from mrtr._engine.journal import Journal, JournalFormatError
+from mrtr._engine import branches, metrics, tracing
+from mrtr._engine.asks import Ask
+from mrtr._engine.context import FlowContext, current_flow_context, describe_call
+from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver
+from mrtr._engine.journal import Journal
 from mrtr._engine.replay import Replay
-from mrtr._engine.round import Round, Services, chain
-from mrtr._engine.spec import FlowSpec, ShedCheck, TaskStarted
+from mrtr._engine.round import Round
+from mrtr._engine.spec import FlowSpec, ShedCheck
 from mrtr._engine.waits import WaitSource
-from mrtr._errors import FlowError, FlowExpired, NondeterminismError, TooManyRounds
-from mrtr._wire import TASKS_EXTENSION, Wait
+from mrtr._errors import FlowDefinitionError, FlowError, FlowExpired, NondeterminismError, TooManyRounds
+from mrtr._wire import Wait
 
 logger = logging.getLogger("mrtr.engine")
 replay_logger = logging.getLogger("mrtr.replay")
 
-_STATELESS_VERSION = "2026-07-28"
-
 __all__ = [
     "Outcome",
     "RunOptions",
+    "as_protocol_error",
+    "call_flow",
+    "check_deadline",
+    "close_round",
     "execute",
-    "run_flow",
+    "wire_asks",
 ]
 
 
@@ -92,72 +93,9 @@ class RunOptions:
 _PLAIN_RUN = RunOptions()
 
 
-async def run_flow(
-    spec: FlowSpec,
-    request: Any,
-    arguments: Mapping[str, Any],
-    services: Services | None = None,
-    *,
-    wire: Any = None,
-    state_security: Callable[[], RequestStateSecurity | None] | None = None,
-) -> Any:
-    """Run one request of `spec`; returns the flow's value, an `InputRequiredResult`, or `TaskStarted`.
-
-    `services` are what the instance lends the flow (task creation, replay guard, load
-    shedding); the engine only knows their shapes (`mrtr._engine.spec`).
-    """
-    services = services or _NO_SERVICES
-    round = Round.read(spec, request, arguments, wire, state_security)
-    version, capabilities = round.protocol_version, round.capabilities
-    modern = version is not None and is_version_at_least(version, _STATELESS_VERSION)
-    for capability in spec.requires:  # in round 1, before the user answers anything
-        if not supports(capabilities, capability):
-            raise missing_capability(capability)
-    probe = False
-    if spec.task != "never":
-        declared = modern and declares_tasks(capabilities)
-        if spec.task == "required" and not declared:
-            raise MCPError(
-                code=-32021,
-                message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
-                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
-            )
-        if declared and not spec.mrtr_first:
-            return await start_task(spec, services, round, Journal.start())
-        probe = declared
-    if not modern:
-        return await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
-    round.probe = probe
-    # `params` already passed the SDK's validation (malformed inputResponses are -32602
-    # before we run) and the boundary's unsealing (requestState is our plaintext).
-    handler = services.handler
-    if handler is None:
-        handler = services.handler = chain(services.policies, lambda round: _round_body(services, round))
-    try:
-        round.journal = _load_journal(spec, round.state)
-        return await handler(round)
-    except FlowError as exc:
-        raise as_protocol_error(spec, exc) from exc
-
-
-_NO_SERVICES = Services()
-
-
-async def start_task(spec: FlowSpec, services: Services, round: Round, journal: Journal) -> TaskStarted:
-    """The call becomes a durable task, created for the request's own principal and idempotency key."""
-    if services.tasks is None:
-        raise RuntimeError(f"flow {spec.name!r} can become a task, but no task engine was given")
-    created = await services.tasks.start(spec, round.arguments, round.capabilities, journal, round.wire)
-    return TaskStarted(created)
-
-
 def as_protocol_error(spec: FlowSpec, exc: FlowError) -> MCPError:
     code = INVALID_PARAMS if isinstance(exc, FlowExpired | TooManyRounds) else INTERNAL_ERROR
     return MCPError(code=code, message=str(exc), data={"reason": exc.reason, "flow": spec.name})
-
-
-def declares_tasks(capabilities: ClientCapabilities | None) -> bool:
-    return capabilities is not None and TASKS_EXTENSION in (capabilities.extensions or {})
 
 
 async def call_flow(spec: FlowSpec, ctx: FlowContext, arguments: Mapping[str, Any]) -> Any:
@@ -166,9 +104,21 @@ async def call_flow(spec: FlowSpec, ctx: FlowContext, arguments: Mapping[str, An
         kwargs[spec.ctx_param] = ctx if spec.wrap_context is None else spec.wrap_context(ctx)
     token = current_flow_context.set(ctx)  # `mrtr.step` / `mrtr.gather` find it here
     try:
-        return await spec.fn(**kwargs)
+        value = await spec.fn(**kwargs)
+    except Exception as exc:
+        ctx.check_awaited(spec.name, exc)  # a never-awaited ctx call is the cause to report
+        raise
+    except BaseException:  # the round ended (settled, handed over): not the flow's end
+        ctx.unawaited()
+        raise
     finally:
         current_flow_context.reset(token)
+    if inspect.iscoroutine(value):
+        call = describe_call(value)
+        ctx.unawaited()
+        raise FlowDefinitionError(f"flow {spec.name!r} returned {call} unawaited; write `return await {call}`")
+    ctx.check_awaited(spec.name, None)
+    return value
 
 
 async def execute(
@@ -307,64 +257,12 @@ async def _run(
     await replay.close()
 
 
-async def _round_body(services: Services, round: Round) -> Any:
-    """The engine's part of a round, behind the instance's policies: run, then answer."""
-    spec, journal, state = round.spec, round.journal, round.state
-    assert journal is not None  # loaded by `run_flow` before any policy runs
-    outcome = await execute(
-        spec,
-        journal,
-        round.answers,
-        round.capabilities,
-        round.arguments,
-        RunOptions(
-            round=round,
-            probe=round.probe,
-            budget=journal_budget(round),
-            state_cap=spec.limits.max_state_bytes,
-            base_size=journal_codec.embedded_length(state) if state else None,
-            shed=round.shed,
-        ),
-    )
-    if outcome.parked:
-        return _input_required(round, outcome.replay)
-    if outcome.became_task:
-        return await start_task(spec, services, round, journal)
-    if outcome.error is not None:
-        raise outcome.error
-    return outcome.value
-
-
-def _load_journal(spec: FlowSpec, state: str | None) -> Journal:
-    if not state:
-        return Journal.start()
-    try:
-        journal = journal_codec.decode(state)
-    except JournalFormatError as exc:
-        raise MCPError(
-            code=INVALID_PARAMS,
-            message="requestState is not a journal this server can read; start the call again without it",
-            data={"reason": "incompatible_request_state", "flow": spec.name},
-        ) from exc
-    check_deadline(spec, journal)
-    return journal
-
-
 def check_deadline(spec: FlowSpec, journal: Journal) -> None:
     """The flow's deadline counts from its first round and is never renewed (inline and task alike)."""
     if time.time() > journal.started_at + spec.limits.deadline:
         raise FlowExpired(
             f"flow {spec.name!r} passed its {spec.limits.deadline:g}s deadline; start the call again without state"
         )
-
-
-def _input_required(round: Round, replay: Replay) -> InputRequiredResult:
-    journal = replay.journal
-    close_round(round.spec, replay)
-    state = sealing.state_within_cap(journal, round)
-    if metrics.enabled():
-        metrics.state_size(round.spec.name, sealing.sealed_size(state, round))
-    return InputRequiredResult(input_requests=wire_asks(replay), request_state=state)
 
 
 def close_round(spec: FlowSpec, replay: Replay) -> None:
@@ -428,23 +326,3 @@ def wire_asks(replay: Replay) -> dict[str, Any]:
             request = request.model_copy(update={"params": request.params.model_copy(update=update)})
         asks[key] = request
     return asks
-
-
-def journal_budget(round: Round) -> int:
-    """Bytes the encoded journal may take so that the sealed state stays under the cap.
-
-    An eighth of the cap stays free for what the round adds after the flow ran (the
-    pending asks, the round counter), so the final check never fails after steps ran.
-    """
-    spec = round.spec
-    cap = spec.limits.max_state_bytes
-    key = (spec.name, spec.audience, round.method, cap)
-    budget = _budgets.get(key)
-    if budget is None:  # the envelope is the same for every round of a flow, but for its target
-        if len(_budgets) > 1024:
-            _budgets.clear()
-        budget = _budgets[key] = (cap - sealing.sealed_size("", round, target="")) * 3 // 4 - cap // 8
-    return budget - len(round.target) * 2  # escaped, as the envelope holds it
-
-
-_budgets: dict[tuple[str, str, str, int], int] = {}
