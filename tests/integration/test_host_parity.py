@@ -334,6 +334,24 @@ async def test_task_records_are_sealed_at_rest_unless_opted_out_on_both_hosts(
     assert len(plain_lines) == (0 if sealed else 1), "opting out is said once at start-up"
 
 
+async def test_without_a_shared_key_task_records_stay_plain_on_both_hosts(host: Host, tmp_path: Any) -> None:
+    """A key only this process holds would leave the records unreadable after a restart: nothing is sealed."""
+    from mrtr._engine.journal import Journal
+
+    store = mrtr.SQLiteStore(str(tmp_path / "t.db"))
+    flows = host.flows(host.server(key=None), store=store)
+
+    @flows.tool(task="required")
+    async def remember(note: str, ctx: mrtr.FlowContext) -> str:
+        return await ctx.step("keep", lambda: note)
+
+    started = await flows.runtime.start(flows.runtime.flows["remember"][0], {"note": "N1"}, None, Journal.start())
+    await flows.runtime.close()
+    raw = await store.load(started["taskId"], time.time())
+    await store.close()
+    assert raw is not None and not raw.sealed and raw.arguments == {"note": "N1"}
+
+
 # -- runtime: the same wire, over real HTTP ---------------------------------------------------------------------
 
 
