@@ -27,6 +27,7 @@ import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.server.request_state import RequestStateSecurity
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 import mrtr
@@ -374,8 +375,11 @@ async def test_an_instance_whose_ring_cannot_open_a_task_leaves_it_for_one_that_
     store = open_store(f"sqlite:///{path}")
     blind = booking_flows(store, [other])
     try:
-        with pytest.raises(RecordSealed, match="no key of the ring opens it"):
+        with pytest.raises(MCPError) as refused:
             await blind.runtime.get("orphan")
+        assert refused.value.error.data == {"reason": "task_sealed"}, "retryable, never an empty task"
+        with pytest.raises(RecordSealed, match="no key of the ring opens it"):
+            await blind.runtime.store.load("orphan", time.time())
         assert await blind.runtime.worker.scan_once() == 0, "not claimed, not failed"
         untouched = await store.load("orphan", time.time())
         assert untouched is not None and untouched.version == 0 and untouched.sealed

@@ -28,7 +28,7 @@ from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
-from mrtr.stores._sealed import RecordSeal, SealedStore
+from mrtr.stores._sealed import RecordSeal, RecordSealed, SealedStore
 from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import deliver, new_event
@@ -126,7 +126,18 @@ class TaskRuntime(StateChanges):
         self.ensure_scanning()
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        return await self.store.load(task_id, self.now())
+        try:
+            return await self.store.load(task_id, self.now())
+        except RecordSealed as exc:
+            # A deployment problem (this instance's ring lacks the key the task was sealed
+            # with), not the client's: logged here, and retryable, since another instance may
+            # hold the key. Never an empty task shown as if it were the task.
+            logger.warning("%s; answering a retryable error", exc)
+            raise MCPError(
+                code=INTERNAL_ERROR,
+                message="this task cannot be read on this server instance; retry",
+                data={"reason": "task_sealed"},
+            ) from None
 
     async def update(
         self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskView | None = None
