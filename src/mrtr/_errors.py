@@ -110,7 +110,8 @@ class EventNotDelivered(Exception):
     """`Flows.send_event` (or `mrtr tasks event`) could not deliver: `reason` says why.
 
     `"unknown_task"` (no such task, or past its TTL), `"task_finished"` (completed, failed or
-    cancelled: nothing will ever wait again), `"busy"` (kept losing a race; send again).
+    cancelled: nothing will ever wait again), `"busy"` (kept losing a race; send again),
+    `"sealed"` (the task's record is sealed at rest and the sender holds no key that opens it).
     """
 
     def __init__(self, message: str, *, reason: str, task_id: str) -> None:

@@ -38,6 +38,7 @@ import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mcp.server.request_state import InvalidRequestState
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, InputRequiredResult
 
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
     from mrtr._engine.journal import Journal
     from mrtr._engine.round import CallNext, Round
     from mrtr._engine.spec import FlowSpec
+    from mrtr.stores._sealed import RecordSeal
+
+_OUTCOME = "mrtr/round-outcome/v1"
 
 FORKED = "request_state_forked"
 CONSUMED = "request_state_consumed"
@@ -103,6 +107,10 @@ class ReplayGuard:
         max_outcome_bytes: Largest outcome kept for resends (JSON bytes).
         state_ttl: Seconds a round's state is accepted at all (the SDK's
             `RequestStateSecurity.ttl`); `Flows` fills it in from the server.
+
+    The outcome kept for resends is the flow's answer (its result, its next asks): with
+    `seal` set (`Flows` gives the server's key ring unless `seal_at_rest=False`), it is
+    stored sealed, bound to its round, so the ledger holds no plain answer either.
     """
 
     def __init__(
@@ -121,6 +129,8 @@ class ReplayGuard:
         self.max_wait = max_wait
         self.max_outcome_bytes = max_outcome_bytes
         self.state_ttl = state_ttl
+        self.seal: RecordSeal | None = None
+        """Seals the outcomes kept for resends (`mrtr.stores.RecordSeal`); None: kept as plain JSON."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._claims = 0
 
@@ -188,7 +198,7 @@ class ReplayGuard:
             if verdict == "forked":
                 raise _refused(spec, FORKED, "this round was already answered differently; the flow cannot fork")
             if verdict == "done":
-                return json.loads(stored) if stored else {"k": "consumed"}
+                return self._open(round_id, stored) if stored else {"k": "consumed"}
             if verdict == "busy":
                 remaining = give_up - time.monotonic()
                 if remaining <= 0:
@@ -208,11 +218,32 @@ class ReplayGuard:
         text = json.dumps(outcome, separators=(",", ":"))
         if len(text.encode()) > self.max_outcome_bytes:
             text = '{"k":"consumed"}'
+        codec = None if self.seal is None else self.seal.codec
+        if codec is not None:
+            text = codec.seal(json.dumps({"k": _OUTCOME, "r": round_id, "o": text}, separators=(",", ":")).encode())
         try:
             await self.ledger.finish_round(round_id, self.owner, text)
         except Exception:
             # The round ran: answer it. A resend takes the round over once the lease lapses.
             logger.exception("replay guard: recording the outcome of round %s failed", round_id)
+
+    def _open(self, round_id: str, stored: str) -> dict[str, Any]:
+        """A stored outcome: plain JSON as before sealing, or sealed; one no key opens counts as not kept."""
+        if stored.startswith("{"):
+            outcome: dict[str, Any] = json.loads(stored)
+            return outcome
+        codec = None if self.seal is None else self.seal.codec
+        try:
+            if codec is None:
+                raise InvalidRequestState("no key ring")
+            sealed = json.loads(codec.unseal(stored))
+            if not isinstance(sealed, dict) or sealed.get("k") != _OUTCOME or sealed.get("r") != round_id:
+                raise InvalidRequestState("not this round's outcome")
+            opened: dict[str, Any] = json.loads(sealed["o"])
+            return opened
+        except (InvalidRequestState, ValueError, KeyError, TypeError):
+            logger.warning("replay guard: the kept outcome of round %s does not open; its resend is refused", round_id)
+            return {"k": "consumed"}
 
     async def close(self) -> None:
         await self.ledger.close()

@@ -53,6 +53,11 @@ def test_fleet_push_quick_drops_nothing_on_redis() -> None:
     assert len(rows) == 2 and all(row[-2] == "0" for row in rows), f"events dropped at a steady rate: {out}"
 
 
+def test_sealing_quick_measures_the_sqlite_store() -> None:
+    out = _run("benchmarks/sealing.py", "--quick", "--stores", "sqlite")
+    assert "cpu only: seal" in out and "sqlite" in out and "per state change" in out, out
+
+
 def test_sampling_quick_measures_the_tool_loop_next_to_a_plain_sample() -> None:
     out = _run("benchmarks/sampling.py", "--quick")
     assert "3 tools           3" in out and "3 turns           5" in out and "plain             2" in out, out

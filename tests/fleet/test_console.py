@@ -31,8 +31,9 @@ from pydantic import BaseModel
 import mrtr
 from mrtr.client import TasksClient, update_task
 from mrtr.console import app as console_app
+from mrtr.stores import RecordSeal, SealedStore, TaskRecord
 from mrtr.stores._sqlite import SQLiteStore
-from tests.support.flowkit import ROOT_DIR, new_server, task_state
+from tests.support.flowkit import ROOT_DIR, SHARED_KEY, new_server, task_state
 
 pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
@@ -204,7 +205,7 @@ async def test_the_console_in_a_browser(tmp_path: Path, browser_ready: None) -> 
         await wait_status(client.session, ids["review"], "input_required")
         assert asked["inputRequests"]
         async with (
-            serving(console_app(str(f"sqlite:///{fleet.path}"))) as url,
+            serving(console_app(str(f"sqlite:///{fleet.path}"), seal=RecordSeal.from_keys([SHARED_KEY]))) as url,
             async_playwright() as pw,
         ):
             browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -300,6 +301,48 @@ async def test_cross_site_posts_change_nothing(tmp_path: Path) -> None:
             ours = await http.post(cancel, data={"csrf": csrf}, headers={"Origin": url})
             assert ours.status_code == 303
             assert (await task_state(client.session, task_id))["status"] == "cancelled"
+
+
+async def test_a_sealed_task_shows_with_the_key_and_shows_sealed_without_it(tmp_path: Path) -> None:
+    """Records sealed at rest (#36): the console opens them with the fleet's ring, never shows ciphertext."""
+    path, key = tmp_path / "tasks.db", os.urandom(32)
+    now = time.time()
+    secret = f"ARG{os.urandom(4).hex()}"
+    answer = f"RESULT{os.urandom(4).hex()}"
+    writer = SealedStore(SQLiteStore(str(path)), RecordSeal.from_keys([key]))
+    await writer.create(
+        TaskRecord(
+            task_id="sealed-task",
+            flow="book",
+            arguments={"city": secret},
+            capabilities={},
+            status="input_required",
+            created_at=now,
+            updated_at=now,
+            ttl_ms=None,
+            poll_interval_ms=500,
+            journal="",
+            input_requests={"hotel": {"method": "elicitation/create", "params": {"message": f"Hotel? {answer}"}}},
+        )
+    )
+    await writer.close()
+    async with httpx2.AsyncClient() as http:
+        async with serving(console_app(SQLiteStore(str(path)), seal=RecordSeal.from_keys([key]))) as url:
+            listed, page = (await http.get(f"{url}/")).text, (await http.get(f"{url}/tasks/sealed-task")).text
+            assert "answer: hotel" in listed and secret in page and answer in page
+        async with serving(console_app(SQLiteStore(str(path)))) as url:
+            listed, page = (await http.get(f"{url}/")).text, (await http.get(f"{url}/tasks/sealed-task")).text
+            assert "answer: sealed" in listed and "sealed at rest" in page and "book" in page
+            assert secret not in page + listed and answer not in page + listed and "v1." not in page + listed
+            csrf = page.split('name="csrf" value="')[1].split('"')[0]
+            sent = await http.post(f"{url}/tasks/sealed-task/event", data={"csrf": csrf, "name": "paid"})
+            assert sent.status_code == 303 and "sealed+at+rest" in sent.headers["location"], "refused, not crashed"
+            cancelled = await http.post(f"{url}/tasks/sealed-task/cancel", data={"csrf": csrf}, headers={"Origin": url})
+            assert cancelled.status_code == 303 and "cancelled" in cancelled.headers["location"], "no key needed"
+    reader = SealedStore(SQLiteStore(str(path)), RecordSeal.from_keys([key]))
+    kept = await reader.load("sealed-task", time.time())
+    await reader.close()
+    assert kept is not None and kept.status == "cancelled" and kept.arguments == {"city": secret}, "payload intact"
 
 
 @pytest.mark.spawns

@@ -37,6 +37,8 @@ from temporalio.client import Client as TemporalClient
 from temporalio.client import WorkflowExecutionStatus
 
 from mrtr.client import CreatedTask, FlowClient, TasksClient, cancel_task, get_task, update_task
+from mrtr.stores import RecordSeal
+from mrtr.temporal._codec import sealed_client
 from tests.external.conformance.harness import (
     TASKS_ALWAYS_SKIPPED,
     TASKS_FIXED_PACKAGE,
@@ -323,7 +325,9 @@ async def test_cancel_ends_the_workflow_canceled_and_tasks_get_says_cancelled(
     temporal_address: str, tmp_path: Path
 ) -> None:
     fleet = Fleet(temporal_address, tmp_path)
-    temporal = await TemporalClient.connect(temporal_address)
+    # The fleet seals Temporal's payloads (the memo too) with its key ring: read them with it.
+    ring = RecordSeal.from_keys([bytes.fromhex(fleet.env["MRTR_STATE_KEY"])])
+    temporal = sealed_client(await TemporalClient.connect(temporal_address), ring)
     with fleet.run(["A"]) as servers:
         url = servers["A"].url
         async with httpx2.AsyncClient(trust_env=False, timeout=30) as http, client(url) as session:

@@ -177,3 +177,29 @@ async def test_a_sleeping_task_outlives_every_process_of_the_fleet(temporal_addr
             done = await wait_status(on_c.session, task_id, "completed", timeout=30)
     assert done["result"]["content"][0]["text"] == "rested"
     assert len(fleet.steps("nap.before")) == 1 and len(fleet.steps("nap.after")) == 1
+
+
+async def test_temporal_history_holds_no_plaintext_of_a_sealed_task(temporal: TemporalClient) -> None:
+    """Sealed at rest on Temporal (#36): the engine's payload codec seals what Temporal keeps."""
+    tag = secrets.token_hex(5)
+    argument, event, result = f"ARG{tag}", f"EVENT{tag}", f"STEP{tag}"
+    flows = waiting_flows(temporal, Counter())
+
+    @flows.tool(task="required")
+    async def sealed_job(city: str, ctx: mrtr.FlowContext) -> str:
+        stepped = await ctx.step("lookup", lambda: f"STEP{city.removeprefix('ARG')}")
+        paid = await ctx.wait_for_event("paid")
+        return f"{stepped}+{paid}"
+
+    async with Client(flows.server, extensions=[TasksClient(_never)]) as client:
+        task_id = await start(client, "sealed_job", {"city": argument})
+        await asyncio.sleep(0.5)
+        assert await flows.send_event(task_id, "paid", event)
+        done = await wait_status(client.session, task_id, "completed")
+    assert done["result"]["content"][0]["text"] == f"{result}+{event}", "the engine opens what it sealed"
+    raw = temporal.get_workflow_handle(task_id)  # a client without the codec, as `temporal workflow show` reads
+    history = b"".join([e.SerializeToString() async for e in raw.fetch_history_events()])
+    assert b"binary/mrtr-sealed" in history and b"mrtr.task" in history, "what Temporal keeps is the codec's"
+    leaked = [text for text in (argument, event, result) if text.encode() in history]
+    assert leaked == [], f"plain text in Temporal's history: {leaked}"
+    await flows.runtime.close()

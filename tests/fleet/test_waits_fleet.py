@@ -42,7 +42,7 @@ import pytest
 from mcp import Client
 
 from mrtr.client import CreatedTask, TasksClient
-from mrtr.stores import open_store
+from mrtr.stores import RecordSeal, open_store
 from mrtr.tasks import TaskRuntime
 from tests.support.flowkit import task_state
 from tests.support.markers import backends
@@ -236,7 +236,8 @@ async def test_a_sleeping_task_outlives_the_whole_fleet(kind: str, tmp_path: Pat
         # While no instance lives, an event goes straight into the store (as `mrtr tasks event` does).
         store = open_store(fleet.env["MRTR_STORE"], namespace=namespace)
         try:
-            assert await TaskRuntime(store).send_event(hearing, "go", {"sent": "while dead"}, event_id="e-1")
+            ring = RecordSeal.from_keys([bytes.fromhex(fleet.env["MRTR_STATE_KEY"])])  # records are sealed at rest
+            assert await TaskRuntime(store, seal=ring).send_event(hearing, "go", {"sent": "while dead"}, event_id="e-1")
         finally:
             await store.close()
         await asyncio.sleep(max(0.0, began + 2.0 - time.time()))

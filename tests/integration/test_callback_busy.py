@@ -27,13 +27,15 @@ pytestmark = pytest.mark.anyio
 
 
 class ContendedStore(SQLiteStore):
-    """While `contended`, another writer updates a task just before every save that grows its inbox."""
+    """While `contended`, another writer updates a task just before every save that delivers an event.
+
+    It looks at `event_ids`, which stays clear at rest (the inbox itself is sealed)."""
 
     contended = False
     rival_writes = 0
 
     async def save(self, record: TaskRecord) -> bool:
-        if self.contended and record.inbox:
+        if self.contended and record.event_ids:
             current = await self.load(record.task_id, time.time())
             if current is not None and await super().save(current.copy(updated_at=time.time())):
                 self.rival_writes += 1

@@ -41,7 +41,8 @@ def test_a_server_without_a_shared_key_warns_at_start_up(caplog: pytest.LogCaptu
     assert [r.getMessage() for r in caplog.records if r.name == "mrtr.fleet"] == [
         "mrtr: server 'booking' has no request_state_security, so its requestState is sealed with a key only this "
         "process holds: a second instance (or this one after a restart) rejects every flow in flight with "
-        "'Invalid or expired requestState', after the user answered. Give every instance the same key ring: "
+        "'Invalid or expired requestState', after the user answered; and durable task records are stored unsealed "
+        "(nothing to seal them with). Give every instance the same key ring: "
         "MCPServer(..., request_state_security=RequestStateSecurity(keys=[...]))"
     ]
 

@@ -8,6 +8,7 @@ version of these tests, with real HTTP instances and Redis, is in tests/fleet/te
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections import Counter
 from typing import Any
 
@@ -32,9 +33,9 @@ class Confirm(BaseModel):
     yes: bool
 
 
-def deploy_server(runs: Counter[str], guard: Any) -> Any:
+def deploy_server(runs: Counter[str], guard: Any, **options: Any) -> Any:
     server = new_server()
-    flows = mrtr.Flows(server, replay_guard=guard)
+    flows = mrtr.Flows(server, replay_guard=guard, **options)
 
     async def apply(env: str) -> str:
         runs[env] += 1
@@ -96,6 +97,23 @@ async def test_replays_of_a_round_run_its_steps_once_and_get_the_same_outcome() 
         again = await _send(client, results[3].request_state, {"keep": accept(yes=True)})
         assert isinstance(again, t.CallToolResult) and text_of(again) == "applied@prod kept=True"
     assert runs == Counter({"prod": 1})
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+async def test_kept_outcomes_are_sealed_at_rest_and_a_resend_still_gets_them(tmp_path: Any, sealed: bool) -> None:
+    """The ledger keeps each round's answer for resends: sealed with the server's ring, bound to its round."""
+    runs: Counter[str] = Counter()
+    path, env = tmp_path / "rounds.db", f"PROD{secrets.token_hex(4)}"
+    guard = ReplayGuard(SQLiteStore(str(path)))
+    async with manual_client(deploy_server(runs, guard, seal_at_rest=sealed)) as client:
+        _, state = await _round_two(client)
+        asked = await _send(client, state, {"where": accept(env=env)})
+        final = await _send(client, asked.request_state, {"keep": accept(yes=True)})
+        again = await _send(client, asked.request_state, {"keep": accept(yes=True)})
+        assert text_of(final) == text_of(again) == f"applied@{env} kept=True", "the kept outcome opens"
+    assert runs == Counter({env: 1})
+    dump = b"".join(f.read_bytes() for f in tmp_path.iterdir() if f.name.startswith("rounds.db"))
+    assert (f"applied@{env}".encode() in dump) is not sealed, "sealed: no answer in plain text in the ledger"
 
 
 async def test_a_forked_round_is_refused_before_any_flow_code_runs() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import time
 import typing
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -306,6 +307,49 @@ def test_a_task_flow_without_a_context_is_one_step_on_both_hosts(host: Host, tmp
 
     assert flows.specs["nightly"].fn is not nightly, "wrapped as one step"
     assert flows.specs["stepped"].fn is stepped
+
+
+@pytest.mark.parametrize("sealed", [True, False])
+async def test_task_records_are_sealed_at_rest_unless_opted_out_on_both_hosts(
+    host: Host, sealed: bool, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from mrtr._engine.journal import Journal
+
+    store = mrtr.SQLiteStore(str(tmp_path / "t.db"))
+    with caplog.at_level(logging.DEBUG, logger="mrtr.fleet"):
+        flows = host.flows(store=store, seal_at_rest=sealed)
+
+        @flows.tool(task="required")
+        async def remember(note: str, ctx: mrtr.FlowContext) -> str:
+            return await ctx.step("keep", lambda: note)
+
+        spec = flows.runtime.flows["remember"][0]
+        started = await flows.runtime.start(spec, {"note": "NOTE42"}, None, Journal.start())
+        await flows.runtime.close()
+    raw = await store.load(started["taskId"], time.time())
+    await store.close()
+    assert raw is not None and raw.flow == "remember"
+    assert raw.sealed is sealed and ("NOTE42" in raw.to_json()) is not sealed
+    plain_lines = [r for r in caplog.records if "in plain text (Flows(seal_at_rest=False))" in r.getMessage()]
+    assert len(plain_lines) == (0 if sealed else 1), "opting out is said once at start-up"
+
+
+async def test_without_a_shared_key_task_records_stay_plain_on_both_hosts(host: Host, tmp_path: Any) -> None:
+    """A key only this process holds would leave the records unreadable after a restart: nothing is sealed."""
+    from mrtr._engine.journal import Journal
+
+    store = mrtr.SQLiteStore(str(tmp_path / "t.db"))
+    flows = host.flows(host.server(key=None), store=store)
+
+    @flows.tool(task="required")
+    async def remember(note: str, ctx: mrtr.FlowContext) -> str:
+        return await ctx.step("keep", lambda: note)
+
+    started = await flows.runtime.start(flows.runtime.flows["remember"][0], {"note": "N1"}, None, Journal.start())
+    await flows.runtime.close()
+    raw = await store.load(started["taskId"], time.time())
+    await store.close()
+    assert raw is not None and not raw.sealed and raw.arguments == {"note": "N1"}
 
 
 # -- runtime: the same wire, over real HTTP ---------------------------------------------------------------------

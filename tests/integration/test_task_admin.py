@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -15,10 +16,10 @@ from mcp import Client
 
 import mrtr
 from mrtr.client import TasksClient
-from mrtr.stores import TaskQuery
+from mrtr.stores import RecordSeal, SealedStore, TaskQuery
 from mrtr.stores._sqlite import SQLiteStore
 from mrtr.tasks import TaskAdmin
-from tests.support.flowkit import new_server, task_state
+from tests.support.flowkit import SHARED_KEY, new_server, task_state
 
 pytestmark = pytest.mark.anyio
 
@@ -55,9 +56,13 @@ def flaky_server(path: Path, runs: Counter[str], marker: Path) -> Any:
     return server
 
 
-def cli(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(path: Path, *args: str, key: bytes | None = SHARED_KEY) -> subprocess.CompletedProcess[str]:
+    """`mrtr tasks ...` on the store, with the servers' key ring in `MRTR_STATE_KEY` (None: without it)."""
     command = [sys.executable, "-m", "mrtr.cli", "tasks", *args, "--store", f"sqlite:///{path}"]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    env = {k: v for k, v in os.environ.items() if k != "MRTR_STATE_KEY"}
+    if key is not None:
+        env["MRTR_STATE_KEY"] = key.hex()
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env)
 
 
 async def wait_status(session: Any, task_id: str, status: str, timeout: float = 10.0) -> dict[str, Any]:
@@ -81,6 +86,8 @@ async def test_rerun_a_failed_task_keeps_its_finished_steps(tmp_path: Path) -> N
         refused = await asyncio.to_thread(cli, path, "rerun", "nope")
         assert refused.returncode == 2 and "no task 'nope'" in refused.stderr
         marker.unlink()  # the outside world is fixed
+        keyless = await asyncio.to_thread(lambda: cli(path, "rerun", task_id, key=None))
+        assert keyless.returncode == 2 and "sealed at rest" in keyless.stderr, keyless.stdout + keyless.stderr
         rerun = await asyncio.to_thread(cli, path, "rerun", task_id)
         assert rerun.returncode == 0 and "attempt 2 queued" in rerun.stdout, rerun.stdout + rerun.stderr
         done = await wait_status(client.session, task_id, "completed")
@@ -90,7 +97,7 @@ async def test_rerun_a_failed_task_keeps_its_finished_steps(tmp_path: Path) -> N
         again = await asyncio.to_thread(cli, path, "rerun", task_id)
         assert again.returncode == 2 and "only failed tasks re-run" in again.stderr
     assert runs == Counter(prepare=1, deploy=2), "the finished step is not run again; the failed one is"
-    store = SQLiteStore(str(path))
+    store = SealedStore(SQLiteStore(str(path)), RecordSeal.from_keys([SHARED_KEY]))
     record = await store.load(task_id, time.time())
     await store.close()
     assert record is not None and record.attempt == 2

@@ -25,8 +25,9 @@ from mrtr.client import (
     get_task,
     update_task,
 )
+from mrtr.stores import RecordSeal, TaskRecord
 from mrtr.stores._sqlite import SQLiteStore
-from tests.support.flowkit import accept, new_server, sampled, task_state
+from tests.support.flowkit import SHARED_KEY, accept, new_server, sampled, task_state
 
 pytestmark = pytest.mark.anyio
 
@@ -337,6 +338,11 @@ async def test_seed_dialect_is_off_by_default_and_works_when_asked() -> None:
         assert final["content"][0]["text"] == "deleted e"
 
 
+def opened(record: TaskRecord) -> TaskRecord:
+    """A record as the store holds it (sealed at rest with the server's key), opened to look inside."""
+    return RecordSeal.from_keys([SHARED_KEY]).open(record)
+
+
 class _SlowSaves:
     """A real store whose writes take a while, recording any write cancelled half-way."""
 
@@ -355,7 +361,7 @@ class _SlowSaves:
             self.cancelled_writes += 1
             raise
         saved = await self._inner.save(record)
-        if saved and any(key.endswith("lookup") for key in decode(record.journal).steps):
+        if saved and any(key.endswith("lookup") for key in decode(opened(record).journal).steps):
             self.step_writes += 1
         return saved
 
@@ -399,7 +405,7 @@ class _CountedSaves:
     async def save(self, record: Any) -> bool:
         saved = await self._inner.save(record)
         if saved and record.status == "working" and record.lease_owner is not None:
-            self.saved_steps.append(sorted(decode(record.journal).steps))
+            self.saved_steps.append(sorted(decode(opened(record).journal).steps))
         return saved
 
 
@@ -420,7 +426,8 @@ async def test_a_step_followed_by_the_end_is_written_once_with_the_end() -> None
     assert done["result"]["content"][0]["text"] == "done" and runs == Counter(work=1)
     record = await store.load(created.task_id, time.time())
     assert record is not None
-    assert [key.split("/")[-1] for key in decode(record.journal).steps] == ["work"], "the final write carries it"
+    steps = decode(opened(record).journal).steps
+    assert [key.split("/")[-1] for key in steps] == ["work"], "the final write carries it"
     assert store.saved_steps == [], f"no write between the step and the final one: {store.saved_steps}"
 
 
@@ -445,10 +452,11 @@ async def test_a_finished_step_is_stored_before_the_flow_waits_on_anything() -> 
         await asyncio.sleep(0.1)  # well inside the sleep
         record = await store.load(created.task_id, time.time())
         assert record is not None and record.status == "working"
-        assert [key.split("/")[-1] for key in decode(record.journal).steps] == ["first"], "stored while it sleeps"
+        steps = decode(opened(record).journal).steps
+        assert [key.split("/")[-1] for key in steps] == ["first"], "stored while it sleeps"
         done = await wait_for(client.session, created.task_id, "completed")
     assert done["result"]["content"][0]["text"] == "one two"
-    assert store.saved_steps[0] == sorted(decode(record.journal).steps), "one checkpoint, before the sleep"
+    assert store.saved_steps[0] == sorted(decode(opened(record).journal).steps), "one checkpoint, before the sleep"
 
 
 async def test_an_instance_shutting_down_keeps_the_steps_that_finished() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections import Counter
 from typing import Any
@@ -19,7 +20,7 @@ import mrtr
 from mrtr._engine.journal import decode
 from mrtr.client import TasksClient, cancel_task
 from mrtr.stores._sqlite import SQLiteStore
-from tests.support.flowkit import new_server, task_state
+from tests.support.flowkit import SHARED_KEY, new_server, task_state
 
 pytestmark = pytest.mark.anyio
 
@@ -247,7 +248,7 @@ async def test_waits_are_journaled() -> None:
         await asyncio.sleep(0.2)
         await flows.send_event(task_id, "ci", {"status": "green"}, event_id="e1")
         await wait_status(client.session, task_id, "completed")
-    record = await store.load(task_id, time.time())
+    record = await flows.runtime.get(task_id)  # opened: the store holds it sealed at rest
     assert record is not None and record.inbox == [] and record.event_ids == ["e1"]
     steps = decode(record.journal).steps
     assert steps["@event.ci"][1] == {"due": None, "done": 1, "id": "e1", "data": {"status": "green"}}
@@ -330,7 +331,8 @@ async def test_the_cli_delivers_events_from_another_process(tmp_path: Any) -> No
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "mrtr.cli", "tasks", *args, "--store", f"sqlite:///{path}"]
-        return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        env = os.environ | {"MRTR_STATE_KEY": SHARED_KEY.hex()}  # the servers' ring: records are sealed at rest
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, env=env)
 
     async with tasks_client(server) as client:
         task_id = await start(client, "await_ci", {})
@@ -366,8 +368,8 @@ async def test_check_replay_reads_journals_with_waits() -> None:
         await asyncio.sleep(0.2)
         await flows.send_event(done_id, "ci", {"status": "green"})
         await wait_status(client.session, done_id, "completed")
-    finished = await store.load(done_id, time.time())
-    parked = await store.load(parked_id, time.time())
+    finished = await flows.runtime.get(done_id)  # opened: the store holds them sealed at rest
+    parked = await flows.runtime.get(parked_id)
     assert finished is not None and parked is not None
     report = await check_replay(flows, "await_ci", finished.journal)
     assert report.ok and report.finished, report.explain()

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.extension import MethodBinding
-from mcp.server.request_state import authenticated_principal
+from mcp.server.request_state import RequestStateCodec, authenticated_principal
 from mcp.server.subscriptions import SubscriptionBus
 
 from mrtr._engine.asks import Capability
@@ -36,6 +36,7 @@ from mrtr._host.options import FlowOptions, HostOptions
 from mrtr._host.registration import checked_capabilities, flow_limits, one_step
 from mrtr._shedding import LoadShedder
 from mrtr.buses._base import BrokerBus
+from mrtr.stores._sealed import RecordSeal
 from mrtr.tasks._callbacks import PATH as CALLBACK_PATH
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._callbacks import endpoint as callback_endpoint
@@ -65,6 +66,9 @@ class HostCore:
         self.limits = Limits(max_rounds=opts.max_rounds, deadline=opts.deadline, max_state_bytes=opts.max_state_bytes)
         self.specs: dict[str, FlowSpec] = {}
         fleet.check_state_key(host, required=opts.require_shared_key)
+        self.record_seal = self._record_seal()
+        """The server's key ring for what this instance keeps at rest (task records, kept round
+        outcomes); None with `seal_at_rest=False`."""
         if opts.require_shared_store:
             self._require_shared_store()
         self.callbacks = None if opts.public_url is None else CallbackUrls(opts.public_url, host.state_security)
@@ -123,6 +127,8 @@ class HostCore:
         else:
             guard = open_guard(value) if isinstance(value, str) else value
             where = fleet.redacted(value) if isinstance(value, str) else type(guard.ledger).__name__
+        if guard.seal is None:
+            guard.seal = self.record_seal
         if guard.state_ttl is None:
             security = self.host.state_security()
             guard.state_ttl = float(security.ttl) if security is not None else None
@@ -250,7 +256,22 @@ class HostCore:
             poll_interval=opts.task_poll_interval,
             bind_principal=self.bind_principal(),
             callbacks=self.callbacks,
+            seal=self.record_seal,
         )
+
+    def _record_seal(self) -> RecordSeal | None:
+        """The server's key ring for records at rest (read on first use: the SDK installs its
+        policy late); None with `seal_at_rest=False`, which is said once at start-up."""
+        host = self.host
+        fleet.log_sealing(host, self.options.seal_at_rest)
+        if not self.options.seal_at_rest:
+            return None
+
+        def codec() -> RequestStateCodec | None:
+            security = host.state_security()
+            return security.codec if security is not None and host.shares_state_key() else None
+
+        return RecordSeal(codec)
 
     def bind_principal(self) -> PrincipalBinder:
         """Who sent a request, as the server's `RequestStateSecurity` binds it (the SDK's default if

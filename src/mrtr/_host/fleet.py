@@ -45,7 +45,8 @@ def check_state_key(host: Host, *, required: bool) -> None:
     logger.warning(
         "mrtr: server %r has no request_state_security, so its requestState is sealed with a key only this "
         "process holds: a second instance (or this one after a restart) rejects every flow in flight with "
-        "'Invalid or expired requestState', after the user answered. Give every instance the same key ring: %s",
+        "'Invalid or expired requestState', after the user answered; and durable task records are stored unsealed "
+        "(nothing to seal them with). Give every instance the same key ring: %s",
         host.name,
         fix,
     )
@@ -84,6 +85,18 @@ def log_guard(host: Host, where: str | None) -> None:
         )
     else:
         logger.info("mrtr: server %r makes every round single-use fleet-wide (replay guard on %s)", host.name, where)
+
+
+def log_sealing(host: Host, sealed: bool) -> None:
+    """Say at start-up whether durable task records are sealed at rest (`Flows(seal_at_rest=...)`)."""
+    if sealed:
+        logger.debug("mrtr: server %r seals durable task records at rest with its key ring", host.name)
+    else:
+        logger.warning(
+            "mrtr: server %r stores durable task records in plain text (Flows(seal_at_rest=False)): arguments, "
+            "answers, step results and results are readable by anyone who can read the store or its backups",
+            host.name,
+        )
 
 
 def choose_bus(
@@ -187,6 +200,7 @@ __all__ = [
     "choose_bus",
     "log_guard",
     "redacted",
+    "log_sealing",
     "refuse_unshared_store",
     "shared",
     "warn_about_default_store",

@@ -97,6 +97,12 @@ class FlowsOptions(TypedDict, total=False):
     """Also serve the seeds' pre-standard wire shapes (`"sketch"`, `"draft"`, `"incomplete"`,
     `"saga"`, `"sep-2322-tasks"`). `MCPServer` only: they are endpoints and middleware of the
     SDK's own HTTP app."""
+    seal_at_rest: bool
+    """Seal each durable task record's payload (arguments, journal, answers, results, errors,
+    history, events) with the server's key ring before it reaches the store (True), as the
+    journal is sealed on the wire; ids, status, flow, times and lease stay clear for indexes.
+    Without a shared key ring there is nothing to seal with (the start-up key warning says so).
+    `False` stores them in plain text, logged at start-up."""
     strict: bool
     """Log every replay of a flow's body at WARNING on logger `mrtr.replay` (DEBUG otherwise)."""
 
@@ -126,6 +132,7 @@ class HostOptions:
     instance_name: str | None = None
     public_url: str | None = None
     dialects: Sequence[str] = ()
+    seal_at_rest: bool = True
     strict: bool = False
 
     @classmethod

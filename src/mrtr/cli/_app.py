@@ -5,7 +5,7 @@ import sys
 import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from mrtr.cli._errors import (
     EXIT_UNREACHABLE,
     CliError,
 )
+
+if TYPE_CHECKING:
+    from mrtr.stores import RecordSeal
 
 _SHUTDOWN_TIMEOUT = 5.0
 
@@ -218,6 +221,20 @@ NamespaceOption = Annotated[
     typer.Option(envvar="MRTR_STORE_NAMESPACE", help="Redis key prefix / PostgreSQL table, as given to open_store"),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output")]
+KeyFileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--key-file",
+        help="A file of hex keys (newest first) opening records sealed at rest; default: $MRTR_STATE_KEY",
+    ),
+]
+
+
+def _ring(key_file: str | None) -> "RecordSeal | None":
+    """The ring of `--key-file`, else `$MRTR_STATE_KEY`, else None (read inside `run`: a bad key is a usage error)."""
+    from mrtr.cli._storeview import key_ring
+
+    return key_ring(key_file)
 
 
 @tasks_app.command("ls")
@@ -231,12 +248,13 @@ def tasks_ls(
     expired: Annotated[bool, typer.Option(help="Include tasks past their TTL (not yet purged)")] = False,
     limit: Annotated[int, typer.Option(min=1, max=100_000)] = 100,
     as_json: JsonOption = False,
+    key_file: KeyFileOption = None,
 ) -> None:
     """List tasks, newest first (read-only)."""
     from mrtr.cli._taskadmin import Filters, list_tasks
 
     filters = Filters(status=status or [], flow=flow, older_than=older_than, newer_than=newer_than, expired=expired)
-    run(lambda: list_tasks(store, namespace, filters, limit, as_json, Console(highlight=False)))
+    run(lambda: list_tasks(store, namespace, filters, limit, as_json, Console(highlight=False), _ring(key_file)))
 
 
 @tasks_app.command("show")
@@ -245,11 +263,12 @@ def tasks_show(
     store: StoreOption,
     namespace: NamespaceOption = None,
     as_json: JsonOption = False,
+    key_file: KeyFileOption = None,
 ) -> None:
     """Show one task: status, lease, its journal's asks, answers and steps (read-only)."""
     from mrtr.cli._taskadmin import show_task
 
-    run(lambda: show_task(store, namespace, task_id, as_json, Console(highlight=False)))
+    run(lambda: show_task(store, namespace, task_id, as_json, Console(highlight=False), _ring(key_file)))
 
 
 @tasks_app.command("cancel")
@@ -257,11 +276,12 @@ def tasks_cancel(
     task_id: Annotated[str, typer.Argument(help="The task id")],
     store: StoreOption,
     namespace: NamespaceOption = None,
+    key_file: KeyFileOption = None,
 ) -> None:
     """Cancel a task cooperatively, as tasks/cancel does: a running flow stops at its next await."""
     from mrtr.cli._taskadmin import cancel_task
 
-    run(lambda: cancel_task(store, namespace, task_id, Console(highlight=False)))
+    run(lambda: cancel_task(store, namespace, task_id, Console(highlight=False), _ring(key_file)))
 
 
 @tasks_app.command("purge")
@@ -281,11 +301,29 @@ def tasks_rerun(
     task_id: Annotated[str, typer.Argument(help="The task id")],
     store: StoreOption,
     namespace: NamespaceOption = None,
+    key_file: KeyFileOption = None,
 ) -> None:
     """Re-run a failed task from its journal: finished steps are kept, the failed step runs again."""
     from mrtr.cli._taskadmin import rerun_task
 
-    run(lambda: rerun_task(store, namespace, task_id, Console(highlight=False)))
+    run(lambda: rerun_task(store, namespace, task_id, Console(highlight=False), _ring(key_file)))
+
+
+@tasks_app.command("reseal")
+def tasks_reseal(
+    store: StoreOption,
+    namespace: NamespaceOption = None,
+    key_file: KeyFileOption = None,
+    batch: Annotated[int, typer.Option(min=1, max=10_000, help="Records per page and per progress line")] = 200,
+) -> None:
+    """Seal every task record under the ring's first key (plain ones, and those under older keys).
+
+    Safe beside a live fleet: each rewrite is a compare-and-set on the record's version. Once it
+    reports nothing left, the older keys can leave the ring.
+    """
+    from mrtr.cli._taskadmin import reseal_tasks
+
+    run(lambda: reseal_tasks(store, namespace, _ring(key_file), batch, Console(highlight=False), err_console()))
 
 
 @tasks_app.command("event")
@@ -298,11 +336,12 @@ def tasks_event(
     event_id: Annotated[
         str | None, typer.Option("--event-id", help="Deliver at most once under this id (resends change nothing)")
     ] = None,
+    key_file: KeyFileOption = None,
 ) -> None:
     """Deliver an event to a durable task; one parked on it resumes on the fleet's next scan."""
     from mrtr.cli._events import send_event
 
-    run(lambda: send_event(store, namespace, task_id, name, data, event_id, Console(highlight=False)))
+    run(lambda: send_event(store, namespace, task_id, name, data, event_id, Console(highlight=False), _ring(key_file)))
 
 
 # -- mrtr console -------------------------------------------------------------------------------
@@ -325,6 +364,7 @@ def console(
         str | None, typer.Option("--token", envvar="MRTR_CONSOLE_TOKEN", help="Require this bearer token / login")
     ] = None,
     redact: Annotated[bool, typer.Option("--redact", help="Hide answers and step results in the timeline")] = False,
+    key_file: KeyFileOption = None,
 ) -> None:
     """Serve the web console for the store's durable tasks (http://127.0.0.1:8765 by default)."""
     from mrtr.cli._errors import UsageError
@@ -341,7 +381,12 @@ def console(
     except ImportError as exc:
         err_console().print(f"mrtr: the console needs its extra: pip install 'mrtr[console]' ({exc.name} is missing)")
         raise typer.Exit(UsageError.exit_code) from None
-    web = console_app(store, bus=bus, token=token, redact=redact, namespace=namespace)
+    try:
+        ring = _ring(key_file)
+    except UsageError as exc:
+        err_console().print(f"mrtr: {exc}")
+        raise typer.Exit(UsageError.exit_code) from None
+    web = console_app(store, bus=bus, token=token, redact=redact, namespace=namespace, seal=ring)
     err_console().print(f"mrtr console on http://{host}:{port}/ ({'token required' if token else 'no login'})")
     uvicorn.run(web, host=host, port=port, log_level="warning")
 
@@ -387,6 +432,7 @@ __all__ = [
     "tasks_event",
     "tasks_ls",
     "tasks_purge",
+    "tasks_reseal",
     "tasks_rerun",
     "tasks_show",
 ]

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from mrtr._errors import EventNotDelivered
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
-from mrtr.stores import open_store
+from mrtr.stores import RecordSeal, SealedStore, TaskStore, open_store
 from mrtr.tasks._inbox import deliver, new_event
 
 
@@ -29,7 +29,14 @@ def parse_data(text: str | None) -> object:
 
 
 async def send_event(
-    url: str, namespace: str | None, task_id: str, name: str, data: str | None, event_id: str | None, out: Console
+    url: str,
+    namespace: str | None,
+    task_id: str,
+    name: str,
+    data: str | None,
+    event_id: str | None,
+    out: Console,
+    seal: RecordSeal | None = None,
 ) -> int:
     payload = parse_data(data)
     try:
@@ -37,11 +44,18 @@ async def send_event(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     try:
-        store = open_store(url, namespace=namespace)
+        store: TaskStore = open_store(url, namespace=namespace)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if seal is not None:
+        store = SealedStore(store, seal, strict=False)
     try:
-        delivered, record = await deliver(store, task_id, event, time.time())
+        known = await store.load(task_id, time.time())
+        if known is not None and known.sealed:  # its inbox is sealed: an event goes in only with the key
+            raise CliError(
+                f"task {task_id!r} is sealed at rest: give the key ring (MRTR_STATE_KEY or --key-file) to deliver"
+            )
+        delivered, record = await deliver(store, task_id, event, time.time(), known=known)
     except EventNotDelivered as exc:
         raise CliError(str(exc)) from None
     finally:

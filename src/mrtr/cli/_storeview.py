@@ -9,6 +9,7 @@ store behind), and a store that cannot be reached is one line with exit code 3.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from mrtr.cli._errors import Unreachable, UsageError
-from mrtr.stores import TaskQuery, TaskRecord, TaskStore, open_store
+from mrtr.stores import RecordSeal, SealedStore, TaskQuery, TaskRecord, TaskStore, open_store
 
 T = TypeVar("T")
 _PAGE = 500
@@ -58,8 +59,42 @@ class OpenedStore:
         await self.store.close()
 
 
-def open_view(url: str, namespace: str | None) -> OpenedStore:
-    """The store a URL names; a bad URL, or a SQLite file that is no task store, is a `UsageError`."""
+KEY_ENV = "MRTR_STATE_KEY"
+
+
+def key_ring(key_file: str | None, *, env: str = KEY_ENV) -> RecordSeal | None:
+    """The fleet's key ring, to open records sealed at rest: `--key-file` if given, else `$MRTR_STATE_KEY`.
+
+    Either holds hex keys, newest first, separated by commas (or, in a file, lines): the first
+    seals (`reseal`), every one opens. None when neither is set: records then show their
+    metadata, and "sealed" where their payload would be.
+    """
+    if key_file is not None:
+        try:
+            raw = Path(key_file).read_text()
+        except OSError as exc:
+            raise UsageError(f"cannot read --key-file {key_file}: {exc.strerror or exc}") from None
+        where = f"--key-file {key_file}"
+    else:
+        raw = os.environ.get(env, "")
+        where = env
+    parts = [part.strip() for part in raw.replace("\n", ",").split(",") if part.strip()]
+    if not parts:
+        if key_file is not None:
+            raise UsageError(f"{where} holds no key")
+        return None
+    try:
+        return RecordSeal.from_keys([bytes.fromhex(part) for part in parts])
+    except ValueError as exc:
+        raise UsageError(f"{where} must hold hex keys of at least 32 bytes, newest first: {exc}") from None
+
+
+def open_view(url: str, namespace: str | None, seal: RecordSeal | None = None) -> OpenedStore:
+    """The store a URL names; a bad URL, or a SQLite file that is no task store, is a `UsageError`.
+
+    With `seal`, records sealed at rest are opened as they are read (`SealedStore`, lenient: a
+    record no key opens reads with its metadata only, `record.sealed`).
+    """
     if url.startswith("sqlite:///"):
         path = url.removeprefix("sqlite:///")
         if path in ("", ":memory:"):
@@ -87,7 +122,7 @@ def open_view(url: str, namespace: str | None) -> OpenedStore:
         raise UsageError(f"cannot open the store: {exc}") from None
     if url.startswith(("redis://", "rediss://")):
         _short_timeouts(store)
-    return OpenedStore(store, label)
+    return OpenedStore(store if seal is None else SealedStore(store, seal, strict=False), label)
 
 
 def _check_sqlite(path: str) -> None:
@@ -112,4 +147,4 @@ def _short_timeouts(store: TaskStore) -> None:
         pool.connection_kwargs.update(socket_connect_timeout=5, socket_timeout=5)
 
 
-__all__ = ["OpenedStore", "open_view"]
+__all__ = ["KEY_ENV", "OpenedStore", "key_ring", "open_view"]

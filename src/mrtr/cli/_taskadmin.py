@@ -24,13 +24,17 @@ from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
 from mrtr.cli._storeview import open_view
-from mrtr.stores import TaskQuery, TaskRecord
-from mrtr.tasks._admin import TaskAdmin, TaskUnknown
+from mrtr.stores import RecordSeal, TaskQuery, TaskRecord
+from mrtr.stores._sealed import PAYLOAD_FIELDS
+from mrtr.tasks._admin import TaskAdmin, TaskSealed, TaskUnknown
 from mrtr.tasks._records import waiting_wire
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
+SEALED_TEXT = "sealed"
+"""What stands where a record's payload would be when no key given opens it: never its ciphertext."""
+NO_KEY = "sealed at rest: give the key ring (MRTR_STATE_KEY, hex keys newest first, or --key-file) to see it"
 
 
 @dataclass
@@ -102,8 +106,16 @@ _STATUS_STYLE = {
 }
 
 
-async def list_tasks(url: str, namespace: str | None, filters: Filters, limit: int, as_json: bool, out: Console) -> int:
-    opened = open_view(url, namespace)
+async def list_tasks(
+    url: str,
+    namespace: str | None,
+    filters: Filters,
+    limit: int,
+    as_json: bool,
+    out: Console,
+    seal: RecordSeal | None = None,
+) -> int:
+    opened = open_view(url, namespace, seal)
     try:
         now = time.time()
         unknown = [s for s in filters.status if s not in STATUSES]
@@ -121,7 +133,8 @@ async def list_tasks(url: str, namespace: str | None, filters: Filters, limit: i
     for column in ("task", "flow", "status", "created", "updated", "lease", "asks / message"):
         table.add_column(column, overflow="fold")
     for r in shown:
-        note = ", ".join(r.input_requests) if r.status == "input_required" else (r.status_message or "")
+        asks = SEALED_TEXT if r.sealed else ", ".join(r.input_requests)
+        note = asks if r.status == "input_required" else (r.status_message or "")
         if r.cancel_requested and not r.terminal:
             note = f"cancel requested {note}".strip()
         style = _STATUS_STYLE.get(r.status, "")
@@ -150,15 +163,27 @@ def summary(record: TaskRecord) -> dict[str, Any]:
         "leaseOwner": record.lease_owner,
         "leaseUntil": iso(record.lease_until) if record.lease_owner else None,
         "cancelRequested": record.cancel_requested,
-        "inputRequests": sorted(record.input_requests),
+        "inputRequests": SEALED_TEXT if record.sealed else sorted(record.input_requests),
         "attempt": record.attempt,
         "waiting": [waiting_wire(wait) for wait in record.waiting],
-        "pendingEvents": [event.get("name") for event in record.inbox],
+        "pendingEvents": SEALED_TEXT if record.sealed else [event.get("name") for event in record.inbox],
+        "sealed": record.sealed,
     }
 
 
-async def _load(url: str, namespace: str | None, task_id: str) -> tuple[Any, TaskRecord]:
-    opened = open_view(url, namespace)
+def record_data(record: TaskRecord) -> dict[str, Any]:
+    """The record as JSON for `show --json`: a payload no key opened is "sealed", never its token."""
+    data = asdict(record)
+    extras = data.pop("extras", {})
+    data.update({k: v for k, v in extras.items() if k != "sealed"})
+    if record.sealed:
+        data.update(dict.fromkeys(PAYLOAD_FIELDS, SEALED_TEXT))
+    data["sealed"] = record.sealed
+    return data
+
+
+async def _load(url: str, namespace: str | None, task_id: str, seal: RecordSeal | None) -> tuple[Any, TaskRecord]:
+    opened = open_view(url, namespace, seal)
     try:
         record = await opened.call(lambda: opened.store.load(task_id, time.time()))
     except BaseException:
@@ -172,6 +197,8 @@ async def _load(url: str, namespace: str | None, task_id: str) -> tuple[Any, Tas
 
 def journal_view(record: TaskRecord) -> dict[str, Any]:
     """The record's journal, decoded for people: answers, steps with idempotency keys, pending asks."""
+    if record.sealed:
+        return {"sealed": NO_KEY}
     try:
         journal = journal_codec.decode(record.journal)
     except JournalFormatError as exc:
@@ -194,14 +221,16 @@ def describe_journal(journal: Journal) -> dict[str, Any]:
     }
 
 
-async def show_task(url: str, namespace: str | None, task_id: str, as_json: bool, out: Console) -> int:
-    opened, record = await _load(url, namespace, task_id)
+async def show_task(
+    url: str, namespace: str | None, task_id: str, as_json: bool, out: Console, seal: RecordSeal | None = None
+) -> int:
+    opened, record = await _load(url, namespace, task_id, seal)
     await opened.close()
     now = time.time()
     journal = journal_view(record)
     if as_json:
-        data = asdict(record)
-        data["journal"] = journal
+        data = record_data(record)
+        data["journal"] = SEALED_TEXT if record.sealed else journal
         out.print_json(json.dumps(data, default=str))
         return EXIT_OK
     style = _STATUS_STYLE.get(record.status, "")
@@ -216,6 +245,9 @@ async def show_task(url: str, namespace: str | None, task_id: str, as_json: bool
     out.print(f"  lease: {escape(lease_text(record, now))}")
     if record.cancel_requested:
         out.print("  [yellow]cancel requested[/]")
+    if record.sealed:
+        out.print(f"  arguments, journal, asks, answers, events, result: [yellow]{NO_KEY}[/]", soft_wrap=True)
+        return EXIT_OK
     out.print(f"  arguments: {escape(json.dumps(record.arguments))}")
     if "error" in journal:
         out.print(f"  [red]journal unreadable: {escape(journal['error'])}[/]")
@@ -269,9 +301,11 @@ def _table(out: Console, title: str, columns: list[str], rows: list[list[str]]) 
     out.print(table)
 
 
-async def cancel_task(url: str, namespace: str | None, task_id: str, out: Console) -> int:
-    """Through `TaskAdmin.cancel`: the same compare-and-set transition as `tasks/cancel`."""
-    opened, record = await _load(url, namespace, task_id)
+async def cancel_task(
+    url: str, namespace: str | None, task_id: str, out: Console, seal: RecordSeal | None = None
+) -> int:
+    """Through `TaskAdmin.cancel`: the same compare-and-set transition as `tasks/cancel` (no key needed)."""
+    opened, record = await _load(url, namespace, task_id, seal)
     try:
         if record.terminal:
             out.print(f"task {escape(task_id)} already {record.status}; nothing to cancel")
@@ -294,12 +328,16 @@ async def cancel_task(url: str, namespace: str | None, task_id: str, out: Consol
         await opened.close()
 
 
-async def rerun_task(url: str, namespace: str | None, task_id: str, out: Console) -> int:
-    """Through `TaskAdmin.rerun`: a failed task back to `working`, its journal kept."""
-    opened, _ = await _load(url, namespace, task_id)
+async def rerun_task(
+    url: str, namespace: str | None, task_id: str, out: Console, seal: RecordSeal | None = None
+) -> int:
+    """Through `TaskAdmin.rerun`: a failed task back to `working`, its journal kept (needs the key if sealed)."""
+    opened, _ = await _load(url, namespace, task_id, seal)
     try:
         try:
             changed = await opened.call(lambda: TaskAdmin(opened.store).rerun(task_id))
+        except TaskSealed:
+            raise CliError(f"task {task_id!r}: {NO_KEY}") from None
         except (ValueError, RuntimeError) as exc:
             raise CliError(str(exc)) from None
         except TaskUnknown:
@@ -329,7 +367,37 @@ async def purge_tasks(url: str, namespace: str | None, yes: bool, out: Console) 
         await opened.close()
 
 
+async def reseal_tasks(
+    url: str, namespace: str | None, seal: RecordSeal | None, batch: int, out: Console, err: Console
+) -> int:
+    """Through `TaskAdmin.reseal`: every live record sealed under the ring's first key, a batch at a time."""
+    if seal is None:
+        raise UsageError("reseal needs the key ring: MRTR_STATE_KEY (hex keys, newest first) or --key-file")
+    opened = open_view(url, namespace)
+    try:
+        admin = TaskAdmin(opened.store, seal=seal)
+
+        def progress(done: Any) -> None:
+            err.print(f"  {done.rewritten} rewritten, {done.current} already current so far")
+
+        done = await opened.call(lambda: admin.reseal(batch=batch, on_batch=progress))
+    finally:
+        await opened.close()
+    out.print(
+        f"resealed {opened.label}: {done.rewritten} rewritten under the first key, {done.current} already were, "
+        f"{done.unreadable} no key of the ring opens, {done.busy} kept changing (a live instance rewrote them)",
+        soft_wrap=True,
+    )
+    if done.unreadable or done.busy:
+        raise CliError(
+            "some records are not sealed under the first key yet: keep the older keys in the ring "
+            "(and run reseal again)"
+        )
+    return EXIT_OK
+
+
 __all__ = [
+    "SEALED_TEXT",
     "STATUSES",
     "Filters",
     "ago",
@@ -340,6 +408,8 @@ __all__ = [
     "lease_text",
     "list_tasks",
     "purge_tasks",
+    "record_data",
+    "reseal_tasks",
     "seconds",
     "select",
     "show_task",

@@ -32,7 +32,7 @@ from mrtr._wire import HistoryEntry, Wait
 from mrtr.buses import BrokerBus, open_bus
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.console._templates import TEMPLATES
-from mrtr.stores import TaskQuery, TaskRecord, TaskStore, open_store
+from mrtr.stores import RecordSeal, TaskQuery, TaskRecord, TaskStore, open_store
 from mrtr.stores._base import STATUSES
 from mrtr.tasks._admin import TaskAdmin, TaskUnknown, failed
 
@@ -40,6 +40,8 @@ COOKIE = "mrtr_console"
 _MISSING = "<!doctype html><title>No such task</title><p>No such task (unknown, or past its TTL).</p>"
 PAGE = 50
 _SHORT = 300
+SEALED_TEXT = "sealed"
+_NO_KEY = "sealed at rest: start the console with the fleet's key ring (MRTR_STATE_KEY or --key-file) to see it"
 
 
 def app(
@@ -49,6 +51,7 @@ def app(
     *,
     redact: bool = False,
     namespace: str | None = None,
+    seal: RecordSeal | None = None,
 ) -> Starlette:
     """The console for `store` (a `TaskStore`, or an `open_store` URL with `namespace`).
 
@@ -58,10 +61,12 @@ def app(
         token: Require this token on every request (bearer header or login cookie). None: no
             login, for a loopback bind or behind your own auth.
         redact: Show answers and step results as `[redacted]` (their keys stay visible).
+        seal: The fleet's key ring (`RecordSeal.from_keys`), to open records sealed at rest.
+            Without it, a sealed record shows its metadata and "sealed" where its payload would be.
     """
     tasks_store = open_store(store, namespace=namespace) if isinstance(store, str) else store
     fleet_bus = open_bus(bus, namespace=namespace) if isinstance(bus, str) else bus
-    console = _Console(TaskAdmin(tasks_store), fleet_bus, token, redact)
+    console = _Console(TaskAdmin(tasks_store, seal=seal), fleet_bus, token, redact)
     routes = [
         Route("/", console.tasks),
         Route("/fragment", console.fragment),
@@ -93,7 +98,7 @@ class _Console:
         self.redact = redact
         self.cookie = None if token is None else hashlib.sha256(b"mrtr-console\0" + token.encode()).hexdigest()
         self.csrf = secrets.token_urlsafe(24)
-        self.label = type(admin.store).__name__
+        self.label = type(getattr(admin.store, "inner", admin.store)).__name__
 
     # -- pages -------------------------------------------------------------------------------
 
@@ -171,7 +176,7 @@ class _Console:
             t=record,
             created=_ago(record.created_at, now),
             updated=_ago(record.updated_at, now),
-            arguments=_json(record.arguments, 2000),
+            arguments=SEALED_TEXT if record.sealed else _json(record.arguments, 2000),
             waits=[_wait_text(w) for w in record.waiting],
             inputs=[
                 {
@@ -259,6 +264,8 @@ class _Console:
         return query, {"status": status, "tool": tool, "q": q}
 
     def _timeline(self, record: TaskRecord) -> tuple[list[dict[str, str]], dict[str, Any], str | None]:
+        if record.sealed:
+            return [], {}, _NO_KEY
         try:
             journal = journal_codec.decode(record.journal)
         except JournalFormatError as exc:
@@ -368,7 +375,7 @@ def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
 
 def _row(record: TaskRecord, now: float) -> dict[str, str]:
     if record.status == "input_required":
-        waits = "answer: " + ", ".join(record.input_requests)
+        waits = "answer: " + (SEALED_TEXT if record.sealed else ", ".join(record.input_requests))
     elif record.waiting:
         waits = "; ".join(_wait_text(w) for w in record.waiting)
     elif record.status == "completed" and record.result and record.result.get("isError"):

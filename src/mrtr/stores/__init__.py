@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from mrtr._wire import TERMINAL, TaskStatus
 from mrtr.stores._base import TaskExists, TaskPage, TaskQuery, TaskRecord, TaskStore, round_verdict
+from mrtr.stores._sealed import RecordSeal, RecordSealed, Resealed, SealedStore, reseal
 
 if TYPE_CHECKING:  # imported lazily below; named here for type checkers and the API reference
     from mrtr.stores._postgres import PostgresStore
@@ -65,6 +66,11 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "TERMINAL",
     "PostgresStore",
+    "RecordSeal",
+    "RecordSealed",
+    "Resealed",
+    "SealedStore",
+    "reseal",
     "RedisStore",
     "SQLiteStore",
     "TaskExists",

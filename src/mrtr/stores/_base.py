@@ -70,6 +70,13 @@ class TaskRecord:
     """Fields written by a newer mrtr that this one does not know: carried through every rewrite."""
 
     @property
+    def sealed(self) -> bool:
+        """The payload (arguments, journal, answers, result, ...) is still sealed: the record was
+        read without a key that opens it (`mrtr.stores.SealedStore`), so those fields are empty
+        here, not empty in the task. Tools show "sealed" for them, and never write it back."""
+        return SEALED in self.extras
+
+    @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
@@ -99,6 +106,9 @@ class TaskRecord:
     def copy(self, **changes: Any) -> TaskRecord:
         return replace(self, **changes)
 
+
+SEALED = "sealed"
+"""The stored record's field holding its sealed payload (`mrtr.stores._sealed`); absent in a plain record."""
 
 HISTORY_KEPT = 200
 """How many `TaskRecord.history` entries a task keeps (the oldest go first)."""
@@ -238,6 +248,7 @@ def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str,
 
 __all__ = [
     "HISTORY_KEPT",
+    "SEALED",
     "STATUSES",
     "WAIT_FOREVER",
     "TaskPage",

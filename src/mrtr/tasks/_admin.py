@@ -16,6 +16,7 @@ from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFormatError
 from mrtr._errors import EventNotDelivered
 from mrtr.stores._base import HISTORY_KEPT, TaskPage, TaskQuery, TaskRecord, TaskStore
+from mrtr.stores._sealed import RecordSeal, Resealed, SealedStore, reseal
 from mrtr.tasks._inbox import deliver, new_event
 
 _CAS_RETRIES = 20
@@ -32,11 +33,12 @@ def cancel_change(record: TaskRecord, now: float) -> tuple[TaskRecord | None, bo
         return None, False  # idempotent, also on finished tasks
     running = record.status == "working" and record.lease_owner is not None and record.lease_until >= now
     changed = record.copy(cancel_requested=True, updated_at=now)
-    changed = changed.copy(history=[*record.history, {"at": round(now, 3), "kind": "cancel"}][-HISTORY_KEPT:])
+    if not record.sealed:  # read without its key (an operator's cancel): its payload stays as sealed
+        changed = changed.copy(history=[*record.history, {"at": round(now, 3), "kind": "cancel"}][-HISTORY_KEPT:])
     if not running:
-        changed = changed.copy(
-            status="cancelled", status_message=None, input_requests={}, waiting=[], lease_owner=None, lease_until=0.0
-        )
+        changed = changed.copy(status="cancelled", status_message=None, waiting=[], lease_owner=None, lease_until=0.0)
+        if not record.sealed:
+            changed = changed.copy(input_requests={})
     return changed, running
 
 
@@ -51,16 +53,27 @@ class TaskUnknown(LookupError):
     """No such task in the store (unknown, or past its TTL)."""
 
 
+class TaskSealed(ValueError):
+    """The change needs the task's payload, which is sealed at rest and no key given opens it."""
+
+
 class TaskAdmin:
     """Operate the tasks of `store` (any `TaskStore`: SQLite, Redis, PostgreSQL, or your own).
 
     Args:
         store: The fleet's store.
         clock: Epoch seconds (the store's clock is the fleet's; the host's is close enough for admin).
+        seal: The fleet's key ring (`RecordSeal.from_keys(...)`), to open records sealed at rest.
+            Without it (or for a record no key of it opens) a record reads with its metadata
+            only (`record.sealed`): listing, reading, cancelling and purging still work; re-runs
+            and events, which change the payload, raise `TaskSealed`.
     """
 
-    def __init__(self, store: TaskStore, *, clock: Callable[[], float] = time.time) -> None:
-        self.store = store
+    def __init__(
+        self, store: TaskStore, *, clock: Callable[[], float] = time.time, seal: RecordSeal | None = None
+    ) -> None:
+        self.store: TaskStore = store if seal is None else SealedStore(store, seal, strict=False)
+        self.seal = seal
         self.clock = clock
 
     async def list_tasks(self, query: TaskQuery | None = None) -> TaskPage:
@@ -113,6 +126,8 @@ class TaskAdmin:
         """
         for _ in range(_CAS_RETRIES):
             record = await self._load(task_id)
+            if record.sealed:
+                raise TaskSealed(f"task {task_id!r} is sealed at rest: re-running it needs the key that opens it")
             if not failed(record):
                 raise ValueError(f"task {task_id!r} is {record.status} without an error: only failed tasks re-run")
             now = self.clock()
@@ -151,8 +166,24 @@ class TaskAdmin:
             ValueError: A malformed name, or a payload that is not JSON or too large.
         """
         now = self.clock()
-        delivered, _ = await deliver(self.store, task_id, new_event(name, payload, event_id, now), now)
+        event = new_event(name, payload, event_id, now)
+        record = await self.get(task_id)
+        if record is not None and record.sealed:
+            raise TaskSealed(f"task {task_id!r} is sealed at rest: delivering an event needs the key that opens it")
+        delivered, _ = await deliver(self.store, task_id, event, now, known=record)
         return delivered
+
+    async def reseal(self, *, batch: int = 200, on_batch: Callable[[Resealed], None] | None = None) -> Resealed:
+        """Seal every live record under the ring's first key: plain ones and those sealed under an
+        older key, so that key can leave the ring. Safe beside a live fleet: each rewrite is a
+        compare-and-set on the record's version (see `mrtr.stores.reseal`).
+
+        Raises:
+            ValueError: No key ring was given.
+        """
+        if self.seal is None:
+            raise ValueError("resealing needs the key ring (TaskAdmin(store, seal=RecordSeal.from_keys(keys)))")
+        return await reseal(self.store, self.seal, self.clock(), batch=batch, on_batch=on_batch)
 
     async def _load(self, task_id: str) -> TaskRecord:
         record = await self.get(task_id)
@@ -161,4 +192,4 @@ class TaskAdmin:
         return record
 
 
-__all__ = ["EventNotDelivered", "TaskAdmin", "TaskUnknown", "cancel_change", "failed"]
+__all__ = ["EventNotDelivered", "TaskAdmin", "TaskSealed", "TaskUnknown", "cancel_change", "failed"]

@@ -73,6 +73,10 @@ async def deliver(
     for attempt in range(_CAS_RETRIES):
         if record is None:
             raise EventNotDelivered(f"no task {task_id!r} (unknown or expired)", reason="unknown_task", task_id=task_id)
+        if record.sealed:  # read without its key: its inbox is sealed, an event put beside it would be lost
+            raise EventNotDelivered(
+                f"task {task_id!r} is sealed at rest and no key given opens it", reason="sealed", task_id=task_id
+            )
         if event["id"] in record.event_ids:
             return False, record
         if record.terminal:

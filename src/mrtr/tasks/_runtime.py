@@ -28,6 +28,7 @@ from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.stores._sealed import RecordSeal, RecordSealed, SealedStore
 from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import deliver, new_event
@@ -57,6 +58,8 @@ class TaskRuntime(StateChanges):
         scan_interval: Seconds between this instance's looks for orphaned work.
         bind_principal: Who sent a request (the SDK's `RequestStateSecurity.bind_principal`,
             by default the authenticated client/issuer/subject); tasks belong to it.
+        seal: Seal every record's payload at rest with this key ring (`mrtr.stores.RecordSeal`);
+            `Flows` gives the server's own unless `seal_at_rest=False`. None: plain records.
 
     Leases are compared on the store's clock (Redis `TIME`, PostgreSQL `clock_timestamp()`,
     the SQLite host's clock): `now()` is this host's clock plus an offset re-measured
@@ -74,8 +77,16 @@ class TaskRuntime(StateChanges):
         poll_interval: float = 0.5,
         scan_interval: float = 1.0,
         bind_principal: PrincipalBinder | None = None,
+        seal: RecordSeal | None = None,
     ) -> None:
-        self.store = store
+        self.plain_store = store
+        """The store as given (its records' payload sealed or not): what the fleet shares."""
+        self.seal: RecordSeal | None = seal
+        # Without a ring of its own the runtime still goes through `SealedStore`: it writes plain
+        # records, and refuses (`RecordSealed`) a sealed one it cannot open rather than run its
+        # flow from an empty journal or write an event beside a payload it cannot see.
+        self.store: TaskStore = SealedStore(store, seal or RecordSeal(None))
+        """The store this runtime reads and writes through: sealing on the way in and out, if any."""
         self.bind_principal = bind_principal or authenticated_principal
         self.local_clock: Callable[[], float] = time.time
         """This host's wall clock (replaceable in tests to simulate a skewed host)."""
@@ -93,13 +104,21 @@ class TaskRuntime(StateChanges):
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
 
+    def use_seal(self, seal: RecordSeal) -> None:
+        """Seal records at rest from now on: every read opens (plain records too), every write seals."""
+        self.seal = seal
+        self.store = SealedStore(self.plain_store, seal)
+
     @property
     def shared_store(self) -> TaskStore:
-        return self.store
+        return self.plain_store
 
     def configure(self, options: EngineOptions) -> None:
-        """Only the callback URLs: a `TaskRuntime` you built keeps the other options you built it with."""
+        """The callback URLs, and the server's key ring to seal records with unless built with one:
+        a `TaskRuntime` you built keeps the other options you built it with."""
         self.callbacks = options.callbacks
+        if self.seal is None and options.seal is not None:
+            self.use_seal(options.seal)
 
     # -- the TaskEngine seam: read, answer and cancel over the store -------------------------
 
@@ -107,7 +126,18 @@ class TaskRuntime(StateChanges):
         self.ensure_scanning()
 
     async def get(self, task_id: str) -> TaskRecord | None:
-        return await self.store.load(task_id, self.now())
+        try:
+            return await self.store.load(task_id, self.now())
+        except RecordSealed as exc:
+            # A deployment problem (this instance's ring lacks the key the task was sealed
+            # with), not the client's: logged here, and retryable, since another instance may
+            # hold the key. Never an empty task shown as if it were the task.
+            logger.warning("%s; answering a retryable error", exc)
+            raise MCPError(
+                code=INTERNAL_ERROR,
+                message="this task cannot be read on this server instance; retry",
+                data={"reason": "task_sealed"},
+            ) from None
 
     async def update(
         self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskView | None = None

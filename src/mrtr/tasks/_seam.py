@@ -28,6 +28,7 @@ from mrtr._engine.spec import FlowSpec
 from mrtr._wire import IDEMPOTENCY_KEY, TaskView
 
 if TYPE_CHECKING:
+    from mrtr.stores._sealed import RecordSeal
     from mrtr.tasks._callbacks import CallbackUrls
 
 ConvertResult = Callable[[Any], CallToolResult | InputRequiredResult]
@@ -51,6 +52,8 @@ class EngineOptions:
     bind_principal: PrincipalBinder
     callbacks: CallbackUrls | None = None
     """Mints `ctx.callback_url` URLs (`Flows(public_url=...)`; None: no callback URLs)."""
+    seal: RecordSeal | None = None
+    """Seals task records at rest with the server's key ring (`Flows(seal_at_rest=...)`; None: plain)."""
 
 
 _MAX_KEY_LENGTH = 200

@@ -26,6 +26,7 @@ from mrtr._errors import FlowDefinitionError
 from mrtr._wire import HistoryEntry, TaskView
 from mrtr.stores import TaskRecord
 from mrtr.stores._base import HISTORY_KEPT, WAIT_FOREVER
+from mrtr.stores._sealed import RecordSealed
 from mrtr.tasks._checkpoints import Checkpoints
 from mrtr.tasks._inbox import settle_inbox
 from mrtr.tasks._outcome import Settled, prologue, settle
@@ -165,7 +166,14 @@ class TaskWorker:
 
     async def try_claim(self, task_id: str) -> bool:
         now = self.runtime.now()
-        record = await self.runtime.store.load(task_id, now)
+        try:
+            record = await self.runtime.store.load(task_id, now)
+        except RecordSealed as exc:
+            # Sealed under a key this instance's ring lacks: an instance with the key runs it. The
+            # others in this scan still get their turn (one unreadable task must not stall them).
+            logger.warning("%s; leaving it for an instance whose key ring opens it", exc)
+            self._foreign[task_id] = now + _FOREIGN_BACKOFF
+            return False
         if record is None or not record.claimable or record.lease_until >= now or task_id in self._running:
             return False
         claimed = record.copy(lease_owner=self.worker_id, lease_until=now + self.runtime.lease, updated_at=now)

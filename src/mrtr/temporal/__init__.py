@@ -15,6 +15,9 @@ The same flow code runs on either engine. Modules:
 - `activity`: the step activity, which advances a flow with mrtr's own replay engine.
 - `shapes`: the dataclasses that cross Temporal.
 - `worker`: `run_worker(flows)`, a worker in a process of its own.
+- `codec`: `SealingCodec`, which seals every payload Temporal keeps with the server's key ring
+  (installed by `TemporalTasks` unless `Flows(seal_at_rest=False)`; also what a codec endpoint
+  for Temporal's UI decodes with).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("mrtr.temporal needs the temporal extra: pip install 'mrtr[temporal]'") from exc
 
+from mrtr.temporal._codec import SealingCodec, sealed_client
 from mrtr.temporal._devserver import dev_server
 from mrtr.temporal._tasks import TemporalTasks
 from mrtr.temporal._worker import run_worker
 
-__all__ = ["TemporalTasks", "dev_server", "run_worker"]
+__all__ = ["SealingCodec", "TemporalTasks", "dev_server", "run_worker", "sealed_client"]

@@ -53,6 +53,7 @@ from mrtr.tasks._inbox import new_event
 from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
 from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges
 from mrtr.temporal._activity import Advancer
+from mrtr.temporal._codec import sealed_client
 from mrtr.temporal._shapes import (
     ANSWER_UPDATE,
     EVENT_UPDATE,
@@ -132,6 +133,7 @@ class TemporalTasks(StateChanges):
         self._terminal: OrderedDict[str, TaskState] = OrderedDict()
         self.callbacks: CallbackUrls | None = None
         """Mints `ctx.callback_url` URLs for the tasks this process's worker runs (`Flows(public_url=...)`)."""
+        self._sealed = False
 
     # -- configuration (from Flows) ------------------------------------------------------
 
@@ -141,6 +143,11 @@ class TemporalTasks(StateChanges):
         return None
 
     def configure(self, options: EngineOptions) -> None:
+        if options.seal is not None and not self._sealed:
+            # Sealed at rest: every payload Temporal keeps (arguments, journal, answers, results,
+            # the state memo) goes through the server's key ring (`mrtr.temporal._codec`).
+            self.client = sealed_client(self.client, options.seal)
+            self._sealed = True
         self.ttl_ms = None if options.ttl is None else int(options.ttl * 1000)
         self.poll_interval_ms = max(1, int(options.poll_interval * 1000))
         self.bind_principal = options.bind_principal
