@@ -50,7 +50,7 @@ from tasks import DEFAULT_URLS, STORES, StoreRun, Unreachable, _drop, make_store
 import mrtr
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal
-from mrtr.stores import TaskRecord, TaskStore
+from mrtr.stores import RecordSeal, SealedStore, TaskRecord, TaskStore
 from mrtr.stores._base import WAIT_FOREVER
 
 KEY_ENV = "MRTR_BENCH_STATE_KEY"
@@ -182,6 +182,8 @@ async def bench_store(kind: str, options: argparse.Namespace, workdir: Path) -> 
     print(f"\n== {run.describe}")
     env = dict(os.environ) | {KEY_ENV: secrets.token_hex(32)}
     store = run.open()
+    # The servers seal what they write (sealed at rest, the default): results are read with their key.
+    opened = SealedStore(store, RecordSeal.from_keys([bytes.fromhex(env[KEY_ENV])]))
     try:
         async with spawn(Path(__file__), [run.kind, run.target, run.namespace], 2, env=env, logdir=workdir) as servers:
             await asyncio.sleep(1.5)  # both scanners up and settled
@@ -211,7 +213,7 @@ async def bench_store(kind: str, options: argparse.Namespace, workdir: Path) -> 
             while time.time() < deadline and len(woke) < len(wakers):
                 await asyncio.sleep(1.0)
                 if time.time() > start + options.window:
-                    woke = await results(store, wakers)
+                    woke = await results(opened, wakers)
             late = [woke[task_id] - due[task_id] for task_id in woke]
             print(
                 f"(2) {options.wake:,} timers due over {options.window:g} s, beside the parked ones, two instances: "
@@ -228,7 +230,7 @@ async def bench_store(kind: str, options: argparse.Namespace, workdir: Path) -> 
                         await asyncio.sleep(0.02)
                 resumed: dict[str, float] = {}
                 for _ in range(30):
-                    resumed = await results(store, waiters)
+                    resumed = await results(opened, waiters)
                     if len(resumed) == len(waiters):
                         break
                     await asyncio.sleep(0.5)

@@ -9,6 +9,7 @@ other tests run `mrtr` as scripts do (no terminal) and check exit codes and one-
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import pexpect
 import pytest
 
 from mrtr._engine import journal as journal_codec
+from mrtr.stores import RecordSeal, SealedStore, SQLiteStore
 from tests.support.servers import ROOT, SERVER_SCRIPT, ServerSpec, http_servers, new_key, spawn_servers
 
 pytestmark = pytest.mark.spawns
@@ -63,11 +66,15 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], code: int, fra
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
+CLI_KEY = new_key()
+"""The module's server's key ring: it seals the task records it writes."""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     workdir = tmp_path_factory.mktemp("cli-server")
     db = workdir / "tasks.db"
-    env = {"MRTR_STATE_KEY": new_key(), "MRTR_STORE": f"sqlite:///{db}"}
+    env = {"MRTR_STATE_KEY": CLI_KEY, "MRTR_STORE": f"sqlite:///{db}"}
     spec = ServerSpec("cli", env, script=CLI_SERVER, ready_prefix="cli-server ready:")
     with spawn_servers([spec], workdir) as servers:
         yield servers["cli"].url, db
@@ -129,10 +136,15 @@ def test_a_person_answers_a_form_a_sampling_request_and_a_task_in_a_terminal(ser
         assert expected in seen, f"{expected!r} not on screen:\n{seen}"
     assert seen.index("round 2") < seen.index("durable task") < seen.index("task completed")
 
-    # The server really kept what the person typed: the task's journal in the store.
+    # The server really kept what the person typed: the task's journal in the store, sealed at rest
+    # (the raw row holds none of it), opened with the server's key.
     rows = [json.loads(r[0]) for r in sqlite3.connect(db).execute("SELECT data FROM mrtr_tasks").fetchall()]
     (task,) = [r for r in rows if r["status"] == "completed"]
-    journal = journal_codec.decode(task["journal"])
+    assert "Ada Lovelace" not in json.dumps(task), "the answer lies sealed in the store"
+    opened = SealedStore(SQLiteStore(str(db)), RecordSeal.from_keys([bytes.fromhex(CLI_KEY)]))
+    record = asyncio.run(opened.load(task["task_id"], time.time()))
+    assert record is not None
+    journal = journal_codec.decode(record.journal)
     typed = {"name": "Ada Lovelace", "age": 36, "team": "data", "newsletter": True}
     assert journal.answers["profile"][1]["content"] == typed
     assert "create_account" in journal.steps
