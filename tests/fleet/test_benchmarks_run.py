@@ -7,6 +7,7 @@ its targets were measured.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -61,3 +62,19 @@ def test_sealing_quick_measures_the_sqlite_store() -> None:
 def test_sampling_quick_measures_the_tool_loop_next_to_a_plain_sample() -> None:
     out = _run("benchmarks/sampling.py", "--quick")
     assert "3 tools           3" in out and "3 turns           5" in out and "plain             2" in out, out
+
+
+@pytest.mark.needs_redis
+def test_fastmcp_tasks_quick_compares_mrtr_with_fastmcp_tasks() -> None:
+    """Builds fastmcp-tasks' venv on first use (benchmarks/.venv-fastmcp-tasks); if it cannot, the script
+    measures mrtr's FlowClient alone and says why, and under CI=true it exits 1 (this test then fails)."""
+    out = _run("benchmarks/fastmcp_tasks.py", "--quick")
+    assert "FAILED" not in out and "cleanup: deleted" in out, out
+    rows = {line.split("  ")[1].strip(): line for line in out.splitlines() if line.startswith("  (")}
+    assert {"(1) one-step task, p50", "(2) task with one answer, p50", "(3) throughput, tasks/s"} <= rows.keys(), out
+    assert "mrtr, FlowClient" in out, out
+    if "SKIPPED" in out:
+        reason = next(line for line in out.splitlines() if "SKIPPED" in line)
+        pytest.skip(f"mrtr measured alone; {reason}")
+    # fastmcp-tasks is the baseline: both mrtr cells of every figure carry their ratio to it
+    assert all(len(re.findall(r"\(\d+\.\d\dx", row)) == 2 for row in rows.values()), out
