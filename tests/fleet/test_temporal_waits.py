@@ -151,7 +151,9 @@ async def test_a_callback_url_delivers_once_on_temporal(temporal: TemporalClient
             path = url.removeprefix("http://temporal-waits.test")
             assert (await http.post(path + "x", json={"status": "passed"})).status_code == 403
             assert (await http.post(path, json={"status": "passed"})).status_code == 202
-            assert (await http.post(path, json={"status": "passed"})).status_code == 409
+            # Refused either way: 409 while the task still runs (the event id is taken), 410 once the
+            # event already finished it (Temporal's worker may complete it before the second POST lands).
+            assert (await http.post(path, json={"status": "passed"})).status_code in (409, 410)
         done = await wait_status(client.session, task_id, "completed")
     assert done["result"]["content"][0]["text"] == "ci says passed"
     await flows.runtime.close()
