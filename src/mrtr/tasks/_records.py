@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import secrets
 from typing import Any
 
 from mrtr._wire import TERMINAL, WAITING, CreateTaskResult, DetailedTask, Task, TaskView, Wait, iso
@@ -80,6 +81,18 @@ def same_owner(stored: str | None, caller: str | None) -> bool:
     return stored is None or (caller is not None and hmac.compare_digest(stored, caller))
 
 
+def new_task_id() -> str:
+    """A fresh task id: 144 random bits, URL-safe, never starting with `-`.
+
+    A leading dash would read as an option on every command line that takes the id
+    (`mrtr tasks show -KQAL...` is "no such option: -K"), one id in 64.
+    """
+    while True:
+        task_id = secrets.token_urlsafe(18)
+        if not task_id.startswith("-"):
+            return task_id
+
+
 def keyed_task_id(owner: str | None, flow: str, key: str) -> str:
     """The task id a (creator, tool, idempotency key) always maps to: 144 bits, like a random one."""
     raw = "\0".join(("mrtr/task-id", owner or "", flow, key)).encode("utf-8", "surrogatepass")
@@ -87,6 +100,7 @@ def keyed_task_id(owner: str | None, flow: str, key: str) -> str:
 
 
 __all__ = [
+    "new_task_id",
     "created_result",
     "detailed_task",
     "detailed_view",

@@ -13,7 +13,6 @@ again, under the same idempotency key.
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,7 +31,7 @@ from mrtr.stores._sealed import RecordSeal, RecordSealed, SealedStore
 from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import deliver, new_event
-from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
+from mrtr.tasks._records import created_result, keyed_task_id, new_task_id, owner_tag
 from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges, TaskView, busy
 from mrtr.tasks._worker import TaskWorker
 
@@ -250,7 +249,7 @@ class TaskRuntime(StateChanges):
         key = who.idempotency_key
         journal.pending = {}
         record = TaskRecord(
-            task_id=secrets.token_urlsafe(18) if key is None else keyed_task_id(who.owner, spec.name, key),
+            task_id=new_task_id() if key is None else keyed_task_id(who.owner, spec.name, key),
             flow=spec.name,
             arguments=dict(arguments),
             capabilities=capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {},

@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -50,7 +49,7 @@ from mrtr._errors import EventNotDelivered
 from mrtr._wire import TaskView, expired, is_terminal
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import new_event
-from mrtr.tasks._records import created_result, keyed_task_id, owner_tag
+from mrtr.tasks._records import created_result, keyed_task_id, new_task_id, owner_tag
 from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges
 from mrtr.temporal._activity import Advancer
 from mrtr.temporal._codec import sealed_client
@@ -175,7 +174,7 @@ class TemporalTasks(StateChanges):
         key = who.idempotency_key
         journal.pending = {}
         now = time.time()
-        task_id = secrets.token_urlsafe(18) if key is None else keyed_task_id(who.owner, spec.name, key)
+        task_id = new_task_id() if key is None else keyed_task_id(who.owner, spec.name, key)
         start = TaskStart(
             task_id=task_id,
             flow=spec.name,
