@@ -69,7 +69,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
@@ -86,8 +85,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.benchkit import loopback_socket, ratio_ci  # noqa: E402
-from benchmarks.fastmcp_tasks_drive import drive, run_load  # noqa: E402
+from benchmarks.benchkit import ratio_ci  # noqa: E402
+from benchmarks.fastmcp_tasks_drive import drive, run_load, serve_app  # noqa: E402
 from fastmcp import Context, FastMCP  # noqa: E402
 from mcp.server.request_state import RequestStateSecurity  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
@@ -149,20 +148,7 @@ def build_mrtr_app(redis_url: str, namespace: str) -> Any:
 
 
 def serve_mrtr(redis_url: str, namespace: str) -> None:
-    import uvicorn
-
-    parent = os.getppid()
-
-    def watch() -> None:  # exit as soon as the benchmark that started us is gone
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True).start()
-    sock = loopback_socket(backlog=512)
-    print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(build_mrtr_app(redis_url, namespace), log_level="warning", access_log=False, lifespan="on")
-    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+    serve_app(build_mrtr_app(redis_url, namespace))
 
 
 # -- the FlowClient driver (child process, our venv) -------------------------------------------

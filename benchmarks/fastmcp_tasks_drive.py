@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import sys
+import threading
 import time
 from contextlib import AsyncExitStack
 from typing import Any
@@ -85,3 +88,29 @@ async def drive(make_driver: Any) -> None:
                     emit(answer)
             except Exception as exc:
                 emit({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def serve_app(app: Any) -> None:
+    """Serve `app` with uvicorn on a free 127.0.0.1 port (printed first), until the parent is gone.
+
+    Both servers run it, each in its own venv: the one of this file's imports that is not the
+    standard library is uvicorn, which both venvs have. IPPROTO_TCP is explicit so asyncio sets
+    TCP_NODELAY on accepted sockets (see `benchmarks.benchkit.loopback_socket`).
+    """
+    import uvicorn
+
+    parent = os.getppid()
+
+    def watch() -> None:  # exit as soon as the benchmark that started us is gone
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(512)
+    print(sock.getsockname()[1], flush=True)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))

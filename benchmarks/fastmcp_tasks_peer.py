@@ -15,10 +15,7 @@ Only the standard library, FastMCP, fastmcp-tasks and uvicorn are imported: noth
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import sys
-import threading
 import time
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -32,7 +29,7 @@ if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
 import mcp_types as t  # noqa: E402
-from benchmarks.fastmcp_tasks_drive import drive, run_load  # noqa: E402
+from benchmarks.fastmcp_tasks_drive import drive, run_load, serve_app  # noqa: E402
 from fastmcp import Client, Context, FastMCP  # noqa: E402  (after the path fix above)
 from fastmcp_tasks import TasksExtension  # noqa: E402
 from mcp.server.elicitation import render_elicitation_schema  # noqa: E402
@@ -89,23 +86,7 @@ def build_app(redis_url: str, name: str) -> Any:
 
 
 def serve(redis_url: str, name: str) -> None:
-    import uvicorn
-
-    parent = os.getppid()
-
-    def watch() -> None:  # exit as soon as the benchmark that started us is gone
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True).start()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY on accept
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(512)
-    print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(build_app(redis_url, name), log_level="warning", access_log=False, lifespan="on")
-    asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+    serve_app(build_app(redis_url, name))
 
 
 # -- driver: FastMCP's own client --------------------------------------------------------------
