@@ -157,7 +157,7 @@ class HistoryEntry(TypedDict, total=False):
     Replay reads the journal, never this."""
 
     at: Required[float]
-    kind: Required[Literal["step", "rerun", "cancel"]]
+    kind: Required[Literal["step", "rerun", "cancel", "fork"]]
     key: str
     """The step's journal key."""
     seconds: float
@@ -165,6 +165,10 @@ class HistoryEntry(TypedDict, total=False):
     """Which run of the task from the top (`TaskAdmin.rerun` counts them)."""
     error: str
     """The step's error, if it raised."""
+    step: str
+    """A fork's step key: that step and the ones after it ran again (`TaskAdmin.rerun(from_step=)`)."""
+    by: str
+    """Who forked it: the tool (`mrtr tasks`, the console) and, where known, the person."""
 
 
 InputRequests = dict[str, dict[str, Any]]

@@ -18,6 +18,12 @@ outside `ctx.step` runs again every round.
     report = await run_rounds(flows, "approve", {"amount": 120}, answers={"Approve?": {"ok": True}}, effects=effects)
     assert report.ok, report.explain()
 
+`replay_export` replays a task exported from production (`mrtr tasks export ID > task.json`)
+against the current code, and raises `ReplayDiverged` (an AssertionError) naming the first
+journal entry the code parts from (see `mrtr._replay_export`):
+
+    await replay_export(flows, "tests/fixtures/deploy-task.json")
+
 The replay runs no step and asks nothing: it reads the journal as far as it goes and
 stops where new work would begin. Divergence is what would go wrong in production: a
 step the journal holds that the new code never reaches (its work would be redone or
@@ -62,6 +68,7 @@ from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal
 from mrtr._engine.run import RunOptions, execute
 from mrtr._flows import Flows
+from mrtr._replay_export import Divergence, ExportReplay, ReplayDiverged, replay_export
 
 _EVERYTHING = ClientCapabilities(
     elicitation=ElicitationCapability(form=FormElicitationCapability(), url=UrlElicitationCapability()),
@@ -377,11 +384,15 @@ def _look_up(key: str, method: str, message: str | None, answers: Mapping[str, A
 __all__ = [
     "Answer",
     "Answers",
+    "Divergence",
     "EffectSource",
     "Effects",
+    "ExportReplay",
+    "ReplayDiverged",
     "ReplayReport",
     "RoundsReport",
     "check_replay",
     "journal_from_state",
+    "replay_export",
     "run_rounds",
 ]

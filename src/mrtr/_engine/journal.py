@@ -51,7 +51,7 @@ def _loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-_KNOWN = frozenset("vftnaspmow")
+_KNOWN = frozenset("vftnaspmowr")
 
 
 class JournalFormatError(ValueError):
@@ -81,6 +81,10 @@ class Journal:
     """explicit ask key -> the concurrent branch that asked it (derived keys carry theirs)."""
     reworded: int = 0
     """Rounds in a row whose answer went unused because the flow asked a different question."""
+    fork_from: str | None = None
+    """A step key an operator forked the task from (`TaskAdmin.rerun(from_step=)`): when the run
+    reaches it, the answers it has not used yet were given after that step, and are dropped
+    (those asks are asked again). Cleared once reached."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Wire fields written by a newer mrtr that this one does not know: kept, not dropped."""
 
@@ -113,6 +117,8 @@ class Journal:
             wire["o"] = self.origins
         if self.reworded:
             wire["w"] = self.reworded
+        if self.fork_from is not None:
+            wire["r"] = self.fork_from
         return wire | self.extras if self.extras else wire
 
     def size(self) -> int:
@@ -139,6 +145,7 @@ class Journal:
                 markers={str(m) for m in markers} if markers else set(),
                 origins={str(k): str(v) for k, v in origins.items()} if origins else {},
                 reworded=int(wire.get("w", 0)),
+                fork_from=None if wire.get("r") is None else str(wire["r"]),
                 extras={} if wire.keys() <= _KNOWN else {k: v for k, v in wire.items() if k not in _KNOWN},
             )
         except JournalFormatError:

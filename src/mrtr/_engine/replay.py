@@ -308,6 +308,8 @@ class Replay:
 
     def recorded_step(self, key: str, arg_digest: str) -> tuple[bool, Any]:
         self._activity += 1
+        if key == self.journal.fork_from:
+            self._forked()
         recorded = self.journal.steps.get(key)
         if recorded is None:
             return False, None
@@ -318,6 +320,17 @@ class Replay:
             )
         self._used_steps.add(key)
         return True, recorded[1]
+
+    def _forked(self) -> None:
+        """The run reached the step an operator forked the task from: that step and everything
+        after it run again. The steps after it are gone from the journal already (`TaskAdmin`
+        cut them); the answers this run has not used were given after it, so they go too."""
+        journal = self.journal
+        journal.fork_from = None
+        for key in [k for k in journal.answers if k not in self._used_answers]:
+            del journal.answers[key]
+            journal.origins.pop(key, None)
+        self._size = None
 
     @property
     def running_steps(self) -> int:

@@ -302,11 +302,36 @@ def tasks_rerun(
     store: StoreOption,
     namespace: NamespaceOption = None,
     key_file: KeyFileOption = None,
+    from_step: Annotated[
+        str | None,
+        typer.Option(
+            "--from-step",
+            help="Fork a finished task from this step (a name, or a journal key like charge#2): the steps before "
+            "it replay, it and the rest run again",
+        ),
+    ] = None,
 ) -> None:
-    """Re-run a failed task from its journal: finished steps are kept, the failed step runs again."""
+    """Re-run a failed task from its journal: finished steps are kept, the failed step runs again.
+
+    With --from-step, fork any finished task (completed, failed or cancelled) from that step instead.
+    """
     from mrtr.cli._taskadmin import rerun_task
 
-    run(lambda: rerun_task(store, namespace, task_id, Console(highlight=False), _ring(key_file)))
+    run(lambda: rerun_task(store, namespace, task_id, Console(highlight=False), _ring(key_file), from_step))
+
+
+@tasks_app.command("export")
+def tasks_export(
+    task_id: Annotated[str, typer.Argument(help="The task id")],
+    store: StoreOption,
+    namespace: NamespaceOption = None,
+    key_file: KeyFileOption = None,
+    output: Annotated[str | None, typer.Option("--output", "-o", help="Write to this file (default: stdout)")] = None,
+) -> None:
+    """Write one task as a JSON document (record, arguments, journal, history, result), for `mrtr replay`."""
+    from mrtr.cli._replay import export_command
+
+    run(lambda: export_command(store, namespace, task_id, output, err_console(), _ring(key_file)))
 
 
 @tasks_app.command("reseal")
@@ -391,6 +416,29 @@ def console(
     uvicorn.run(web, host=host, port=port, log_level="warning")
 
 
+# -- mrtr replay --------------------------------------------------------------------------------
+
+
+@app.command("replay")
+def replay(
+    export: Annotated[str, typer.Argument(help="A task exported with `mrtr tasks export`")],
+    app_target: Annotated[
+        str, typer.Option("--app", help="MODULE:ATTR: your Flows, or the MCPServer / FastMCP server it wraps")
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Replay an exported task against the current code, in process: no network, no side effects.
+
+    Steps return their recorded values, asks are answered from the journal, a step the journal
+    lacks is reported, not run. Exit 0 when the code reaches the point the task had reached (the
+    same asks, waits or result); 1 with the first divergence (the journal entry, what it holds,
+    what the code did); 2 for a bad file or --app.
+    """
+    from mrtr.cli._replay import replay_command
+
+    run(lambda: replay_command(export, app_target, as_json, Console(highlight=False)))
+
+
 # -- mrtr inspect-state -------------------------------------------------------------------------
 
 
@@ -425,11 +473,13 @@ __all__ = [
     "explain",
     "inspect_state",
     "leaf",
+    "replay",
     "run",
     "run_loop",
     "tasks_app",
     "tasks_cancel",
     "tasks_event",
+    "tasks_export",
     "tasks_ls",
     "tasks_purge",
     "tasks_reseal",

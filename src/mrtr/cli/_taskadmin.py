@@ -9,6 +9,7 @@ without `--yes` only counts them.
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
 import time
@@ -329,19 +330,34 @@ async def cancel_task(
 
 
 async def rerun_task(
-    url: str, namespace: str | None, task_id: str, out: Console, seal: RecordSeal | None = None
+    url: str,
+    namespace: str | None,
+    task_id: str,
+    out: Console,
+    seal: RecordSeal | None = None,
+    from_step: str | None = None,
 ) -> int:
-    """Through `TaskAdmin.rerun`: a failed task back to `working`, its journal kept (needs the key if sealed)."""
+    """Through `TaskAdmin.rerun`: a failed task back to `working`, its journal kept (needs the key if sealed);
+    with `from_step`, any finished task forked from that step."""
     opened, _ = await _load(url, namespace, task_id, seal)
     try:
         try:
-            changed = await opened.call(lambda: TaskAdmin(opened.store).rerun(task_id))
+            admin = TaskAdmin(opened.store)
+            changed = await opened.call(lambda: admin.rerun(task_id, from_step=from_step, by=_operator()))
         except TaskSealed:
             raise CliError(f"task {task_id!r}: {NO_KEY}") from None
         except (ValueError, RuntimeError) as exc:
             raise CliError(str(exc)) from None
         except TaskUnknown:
             raise CliError(f"task {task_id!r} disappeared (expired or purged)") from None
+        if from_step is not None:
+            out.print(
+                f"task {escape(task_id)}: forked from step {escape(repr(changed.history[-1].get('step')))}, attempt "
+                f"{changed.attempt} queued; the next scan of an instance serving {escape(changed.flow)!r} replays the "
+                "steps before it and runs it and the rest again",
+                soft_wrap=True,
+            )
+            return EXIT_OK
         out.print(
             f"task {escape(task_id)}: attempt {changed.attempt} queued; the next scan of an instance serving "
             f"{escape(changed.flow)!r} replays it (finished steps are kept, the failed one runs again)",
@@ -350,6 +366,14 @@ async def rerun_task(
         return EXIT_OK
     finally:
         await opened.close()
+
+
+def _operator() -> str:
+    """Who acts, for the task's history: this tool, and the login running it where known."""
+    try:
+        return f"mrtr tasks ({getpass.getuser()})"
+    except (OSError, KeyError, ImportError):
+        return "mrtr tasks"
 
 
 async def purge_tasks(url: str, namespace: str | None, yes: bool, out: Console) -> int:

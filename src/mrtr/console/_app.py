@@ -213,6 +213,10 @@ class _Console:
             elif action == "rerun":
                 changed = await self.admin.rerun(task_id)
                 notice = f"attempt {changed.attempt} queued: the next scan of the fleet replays it"
+            elif action == "fork":
+                changed = await self.admin.rerun(task_id, from_step=str(form.get("step", "")), by="the console")
+                step = changed.history[-1].get("step")
+                notice = f"forked from step {step!r}: attempt {changed.attempt} queued for the fleet's next scan"
             elif action == "event":
                 name, data = str(form.get("name", "")), str(form.get("data", "null") or "null")
                 try:
@@ -401,6 +405,8 @@ def _history_row(entry: HistoryEntry) -> dict[str, str]:
         seconds = entry.get("seconds")
         outcome = f"raised {entry['error']}" if entry.get("error") else "finished"
         what, took = str(entry.get("key", "")), f"{seconds * 1000:.1f} ms" if isinstance(seconds, int | float) else ""
+    elif kind == "fork":
+        what, took, outcome = str(entry.get("step", "")), "", f"forked by {entry.get('by') or 'an operator'}"
     else:
         what, took, outcome = "", "", "by an operator"
     at = entry.get("at")

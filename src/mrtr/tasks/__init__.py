@@ -24,7 +24,9 @@ if TYPE_CHECKING:
         UpdateTaskParams,
     )
     from mrtr.tasks._admin import TaskAdmin, TaskSealed, TaskUnknown
+    from mrtr.tasks._export import export_task
     from mrtr.tasks._extension import TasksExtension
+    from mrtr.tasks._fork import StepUnknown
     from mrtr.tasks._records import detailed_view, task_view
     from mrtr.tasks._runtime import TaskRuntime
     from mrtr.tasks._seam import EngineOptions, TaskEngine, TaskView
@@ -44,6 +46,8 @@ _EXPORTS = {
     "TaskAdmin": "mrtr.tasks._admin",
     "TaskSealed": "mrtr.tasks._admin",
     "TaskUnknown": "mrtr.tasks._admin",
+    "StepUnknown": "mrtr.tasks._fork",
+    "export_task": "mrtr.tasks._export",
     "LeaseLost": "mrtr.tasks._worker",
     "TaskEngine": "mrtr.tasks._seam",
     "TaskView": "mrtr.tasks._seam",
@@ -59,6 +63,7 @@ __all__ = [
     "EngineOptions",
     "IDEMPOTENCY_KEY",
     "LeaseLost",
+    "StepUnknown",
     "TASKS_EXTENSION",
     "TERMINAL",
     "Task",
@@ -73,6 +78,7 @@ __all__ = [
     "TasksExtension",
     "UpdateTaskParams",
     "detailed_view",
+    "export_task",
     "task_view",
 ]
 

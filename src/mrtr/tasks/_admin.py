@@ -17,6 +17,7 @@ from mrtr._engine.journal import JournalFormatError
 from mrtr._errors import EventNotDelivered
 from mrtr.stores._base import HISTORY_KEPT, TaskPage, TaskQuery, TaskRecord, TaskStore
 from mrtr.stores._sealed import RecordSeal, Resealed, SealedStore, reseal
+from mrtr.tasks._fork import StepUnknown, fork_change
 from mrtr.tasks._inbox import deliver, new_event
 
 _CAS_RETRIES = 20
@@ -110,8 +111,13 @@ class TaskAdmin:
                 return changed, running
         raise RuntimeError(f"task {task_id!r} is busy; try again")
 
-    async def rerun(self, task_id: str) -> TaskRecord:
+    async def rerun(self, task_id: str, *, from_step: str | None = None, by: str | None = None) -> TaskRecord:
         """Run a failed task again from its journal: finished steps are kept, the failed one runs again.
+
+        With `from_step`, fork any finished task (completed, failed or cancelled) from that step
+        (a step name, its first run; or a journal key such as `charge#2`): the steps before it
+        replay, it and everything after it run again, later asks are asked again (see
+        `mrtr.tasks._fork`). `by` names who did it in the task's history.
 
         The task goes back to `working` with no worker, so the next scan of any instance that
         serves its flow claims it and replays the journal: steps that finished return their
@@ -122,12 +128,18 @@ class TaskAdmin:
         Raises:
             TaskUnknown: No such task.
             ValueError: The task did not fail (only `failed` tasks, or `completed` with
-                `isError`, can be re-run).
+                `isError`, can be re-run); with `from_step`, it has not finished.
+            StepUnknown: (a `ValueError`) The task has no step `from_step`.
         """
         for _ in range(_CAS_RETRIES):
             record = await self._load(task_id)
             if record.sealed:
                 raise TaskSealed(f"task {task_id!r} is sealed at rest: re-running it needs the key that opens it")
+            if from_step is not None:
+                forked = fork_change(record, from_step, self.clock(), by)
+                if await self.store.save(forked):
+                    return forked
+                continue
             if not failed(record):
                 raise ValueError(f"task {task_id!r} is {record.status} without an error: only failed tasks re-run")
             now = self.clock()
@@ -192,4 +204,4 @@ class TaskAdmin:
         return record
 
 
-__all__ = ["EventNotDelivered", "TaskAdmin", "TaskSealed", "TaskUnknown", "cancel_change", "failed"]
+__all__ = ["EventNotDelivered", "StepUnknown", "TaskAdmin", "TaskSealed", "TaskUnknown", "cancel_change", "failed"]
