@@ -147,7 +147,8 @@ async def replay_document(flows: BaseFlows, document: Mapping[str, Any]) -> Expo
         recorded = Journal.from_wire(document["journal"]["wire"])
     except JournalFormatError as exc:
         raise ExportUnreadable(f"the export's journal cannot be read: {exc}") from None
-    entries = journal_entries(recorded)
+    finished = task.get("status") in ("completed", "failed", "cancelled")
+    entries = journal_entries(recorded, outstanding=not finished)
     report = ExportReplay(str(task.get("taskId", "?")), name, str(task.get("status", "?")), len(entries))
     spec = flows.specs.get(name)
     if spec is None:
@@ -282,6 +283,8 @@ def _judge(
 
 
 def recorded_pending(document: Mapping[str, Any]) -> dict[str, str]:
+    if document["task"].get("status") != "input_required":
+        return {}
     pending = document["journal"]["wire"].get("p") or {}
     return {str(k): str(v) for k, v in pending.items()}
 

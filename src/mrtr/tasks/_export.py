@@ -64,7 +64,7 @@ def export_task(record: TaskRecord, *, now: float | None = None) -> dict[str, An
             "flowId": journal.flow_id,
             "startedAt": _iso(journal.started_at),
             "rounds": journal.rounds,
-            "entries": journal_entries(journal),
+            "entries": journal_entries(journal, outstanding=not record.terminal),
             "wire": journal.to_wire(),
         },
         "history": record.history,
@@ -73,8 +73,9 @@ def export_task(record: TaskRecord, *, now: float | None = None) -> dict[str, An
     }
 
 
-def journal_entries(journal: Journal) -> list[dict[str, Any]]:
-    """The journal's entries for people, numbered from 0: steps, then answers, then outstanding asks.
+def journal_entries(journal: Journal, *, outstanding: bool = True) -> list[dict[str, Any]]:
+    """The journal's entries for people, numbered from 0: steps, then answers, then outstanding asks
+    (`outstanding=False`, for a finished task: none; its journal may still name the last round's).
 
     An answer entry carries its question's digest (`question`) and, when the journal holds more
     about that ask in a table of its own (a newer journal's question texts), that under `recorded`.
@@ -92,7 +93,7 @@ def journal_entries(journal: Journal) -> list[dict[str, Any]]:
         if recorded:
             entry["recorded"] = recorded
         entries.append(entry)
-    for key, digest in journal.pending.items():
+    for key, digest in journal.pending.items() if outstanding else ():
         entries.append({"kind": "ask", "key": key, "question": digest})
     return [{"index": index} | entry for index, entry in enumerate(entries)]
 
