@@ -77,25 +77,34 @@ def journal_entries(journal: Journal, *, outstanding: bool = True) -> list[dict[
     """The journal's entries for people, numbered from 0: steps, then answers, then outstanding asks
     (`outstanding=False`, for a finished task: none; its journal may still name the last round's).
 
-    An answer entry carries its question's digest (`question`) and, when the journal holds more
-    about that ask in a table of its own (a newer journal's question texts), that under `recorded`.
+    Read from the wire form, so an entry shows whatever the journal holds for it: an answer entry
+    carries its question's digest (`question`) and the answer, and under `recorded` anything more
+    the journal keeps about that ask (beside the answer, or in a table of its own keyed by the
+    same key: a newer journal's question text, title, time and principal).
     """
+    wire = journal.to_wire()
     entries: list[dict[str, Any]] = []
-    for key, (digest, value) in journal.steps.items():
+    for key, (digest, value, *_) in (wire.get("s") or {}).items():
         entry: dict[str, Any] = {"kind": step_kind(key), "key": key, "result": value}
         if entry["kind"] == "step":
             entry |= {"arguments": digest, "idempotencyKey": f"{journal.flow_id}:{key}"}
         entries.append(entry)
-    for key, (digest, answer) in journal.answers.items():
+    tables = {name: table for name, table in wire.items() if name not in _PLAIN and isinstance(table, dict)}
+    for key, (digest, answer, *more) in (wire.get("a") or {}).items():
         entry = {"kind": "answer", "key": key, "question": digest, "answer": answer}
-        tables = journal.extras.items()
-        recorded = {name: table[key] for name, table in tables if isinstance(table, dict) and key in table}
+        recorded: dict[str, Any] = {name: table[key] for name, table in tables.items() if key in table}
+        if more:
+            recorded["entry"] = more
         if recorded:
             entry["recorded"] = recorded
         entries.append(entry)
     for key, digest in journal.pending.items() if outstanding else ():
         entries.append({"kind": "ask", "key": key, "question": digest})
     return [{"index": index} | entry for index, entry in enumerate(entries)]
+
+
+_PLAIN = frozenset("vftnaspmow")
+"""Wire fields that hold no per-ask record (version, ids, counters, the answer/step/pending tables, markers)."""
 
 
 def step_kind(key: str) -> str:
