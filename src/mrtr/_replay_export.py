@@ -18,9 +18,11 @@ step, a step called with other arguments, or a changed result does not.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +35,8 @@ from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._engine.run import Outcome, RunOptions, execute
 from mrtr._host.base import BaseFlows
 from mrtr.tasks._export import FORMAT, journal_entries, step_kind
-from mrtr.tasks._outcome import settle
+from mrtr.tasks._outcome import Settled
+from mrtr.tasks._outcome import settle as settle_task
 
 if TYPE_CHECKING:
     from mrtr.tasks._seam import ConvertResult
@@ -280,6 +283,25 @@ def _judge(
         diverge(None, f"ended {settled.status} with {_short(shown)}")
         return
     report.reached = "completes with the same result" if settled is not None else "returns (no result to compare)"
+
+
+def settle(spec: Any, convert: ConvertResult, outcome: Outcome, task_id: str) -> Settled:
+    """The state the run would leave the task in, as every engine records it (`mrtr.tasks._outcome`).
+
+    Quietly: a worker logs a flow's exception with its traceback; a replay reports it in one line.
+    """
+    with _quiet("mrtr.tasks.outcome"):
+        return settle_task(spec, convert, outcome, task_id)
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    was, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = was
 
 
 def recorded_pending(document: Mapping[str, Any]) -> dict[str, str]:

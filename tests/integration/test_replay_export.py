@@ -136,7 +136,7 @@ async def test_reordering_two_asks_replays_cleanly_and_a_changed_result_does_not
         await replay_export(sdk_flows(version(swap=False, suffix="!")), document)
 
 
-async def test_a_task_whose_step_raised_replays_up_to_that_step() -> None:
+async def test_a_task_whose_step_raised_replays_up_to_that_step(caplog: pytest.LogCaptureFixture) -> None:
     def build(flows: mrtr.Flows) -> None:
         def charge() -> str:
             raise RuntimeError("card declined")
@@ -146,12 +146,22 @@ async def test_a_task_whose_step_raised_replays_up_to_that_step() -> None:
             await ctx.step("reserve", lambda: "reserved")
             return str(await ctx.step("charge", charge))
 
+        @flows.tool(task="required")
+        async def crash(ctx: mrtr.FlowContext) -> str:
+            reserved = await ctx.step("reserve", lambda: "reserved")
+            raise RuntimeError(f"bug after {reserved}")
+
     flows = sdk_flows(build)
     task_id = await run_task(flows, "order", {}, {}, "completed")
     document = await exported(flows, task_id)
     assert document["result"]["isError"]
     report = await replay_export(flows, document)
     assert report.ok and "stops before step 'charge', which raised" in report.reached, report.explain()
+    crashed = await exported(flows, await run_task(flows, "crash", {}, {}, "completed"))
+    caplog.clear()
+    report = await replay_export(flows, crashed)
+    assert report.ok and report.reached == "fails with the same tool error", report.explain()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], "a replay reports the error, it logs nothing"
 
 
 @pytest.mark.parametrize("style", ["fastmcp", "mrtr"])
