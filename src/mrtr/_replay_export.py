@@ -254,7 +254,7 @@ def _judge(
             if status in ("cancelled",) and entry is None:
                 report.reached = f"waits on {', '.join(map(repr, waits))}, where it was cancelled"
                 return
-            diverge(entry, f"waits on {', '.join(map(repr, waits))}")
+            diverge(entry, f"waits on {', '.join(map(repr, waits))}" + (" instead" if entry is not None else ""))
             return
         report.reached = f"waits on the same {', '.join(map(repr, waits))}"
         return
@@ -345,7 +345,8 @@ def _holds(entry: dict[str, Any]) -> str:
         return f"an outstanding ask {key!r} (question {entry['question']})"
     if kind == "step":
         return f"step {key!r} with result {_short(entry['result'])}"
-    return f"a {kind} wait {key!r} ({_short(entry['result'])})"
+    article = "an" if kind[0] in "aeiou" else "a"
+    return f"{article} {kind} wait {key!r} ({_short(entry['result'])})"
 
 
 def _end_state(document: Mapping[str, Any]) -> str:

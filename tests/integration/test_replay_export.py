@@ -231,3 +231,28 @@ def test_the_cli_finds_the_flows_from_the_server_it_wraps(
         find_flows(f"{module}:other")
     with pytest.raises(UsageError, match="has no attribute"):
         find_flows(f"{module}:missing")
+
+
+async def test_a_task_parked_on_an_event_replays_to_the_same_wait_and_a_renamed_event_diverges() -> None:
+    def version(event: str) -> Callable[[mrtr.Flows], None]:
+        def build(flows: mrtr.Flows) -> None:
+            @flows.tool(task="required")
+            async def release(ctx: mrtr.FlowContext) -> str:
+                await ctx.step("build", lambda: "built")
+                return str(await ctx.wait_for_event(event))
+
+        return build
+
+    flows = sdk_flows(version("ci"))
+    async with Client(flows.server, extensions=[TasksClient(_never)]) as client:
+        created = await client.session.call_tool("release", {}, allow_claimed=True)
+        async with asyncio.timeout(10):
+            while not (await flows.runtime.store.load(created.task_id, time.time())).waiting:  # type: ignore[attr-defined]
+                await asyncio.sleep(0.05)
+    document = await exported(flows, created.task_id)
+    assert [e["kind"] for e in document["journal"]["entries"]] == ["step", "event"]
+    report = await replay_export(flows, document)
+    assert report.ok and report.reached == "waits on the same '@event.ci'", report.explain()
+    renamed = r"entry 1 \(event '@event.ci'\): the journal holds an event wait .*; the code waits on '@event.deploy' instead"
+    with pytest.raises(ReplayDiverged, match=renamed):
+        await replay_export(sdk_flows(version("deploy")), document)
