@@ -253,6 +253,6 @@ async def test_a_task_parked_on_an_event_replays_to_the_same_wait_and_a_renamed_
     assert [e["kind"] for e in document["journal"]["entries"]] == ["step", "event"]
     report = await replay_export(flows, document)
     assert report.ok and report.reached == "waits on the same '@event.ci'", report.explain()
-    renamed = r"entry 1 \(event '@event.ci'\): the journal holds an event wait .*; the code waits on '@event.deploy' instead"
+    renamed = r"entry 1 \(event '@event.ci'\): the journal holds an event wait .*; the code waits on '@event.deploy' "
     with pytest.raises(ReplayDiverged, match=renamed):
         await replay_export(sdk_flows(version("deploy")), document)
