@@ -62,7 +62,7 @@ class Divergence:
 
     def __str__(self) -> str:
         if self.entry is None:
-            where = "at the task's end"
+            where = "the task's end"
         else:
             where = f"entry {self.index} ({self.entry['kind']} {self.entry['key']!r})"
         return f"{where}: the journal holds {self.journal}; the code {self.code}"
@@ -93,7 +93,7 @@ class ExportReplay:
         head = f"task {self.task_id} (flow {self.flow!r}, {self.status})"
         if self.ok:
             return f"{head} replays: {self.used} of {self.entries} journal entries used; the code {self.reached}"
-        return f"{head} diverges {self.divergence}"
+        return f"{head} diverges at {self.divergence}"
 
 
 class ReplayDiverged(AssertionError):
