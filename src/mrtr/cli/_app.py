@@ -421,7 +421,7 @@ def console(
 
 @app.command("replay")
 def replay(
-    export: Annotated[str, typer.Argument(help="A task exported with `mrtr tasks export`")],
+    export: Annotated[str, typer.Argument(metavar="FILE", help="A task exported with `mrtr tasks export`")],
     app_target: Annotated[
         str, typer.Option("--app", help="MODULE:ATTR: your Flows, or the MCPServer / FastMCP server it wraps")
     ],
