@@ -26,11 +26,13 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as t
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mrtr.client import FlowClient, RetryPolicy, TasksClient
+from tests.support.flowkit import Driver, accept, manual_client, text_of
 from tests.support.markers import backends
 from tests.support.pg_proc import PostgresProcess
 from tests.support.redis_proc import RedisProcess
@@ -189,3 +191,36 @@ async def _while_down(store: _Store, server: ServerProcess) -> None:
             started = time.monotonic()
             health = await http.get(server.url.removesuffix("/mcp") + "/healthz")
             assert health.status_code == 200 and time.monotonic() - started < 1.0
+
+
+@pytest.mark.needs_redis
+async def test_the_replay_guard_fails_closed_while_its_store_is_down(tmp_path: Path) -> None:
+    """A round answered while the guard cannot check it is refused (retryable), not run unguarded;
+    sent again after the store returns, it runs once, and a third send gets the kept outcome."""
+    journal = tmp_path / "audit.jsonl"
+    with _Store("redis", tmp_path) as store:
+        env = {"MRTR_STATE_KEY": secrets.token_hex(32), "MRTR_STORE": store.proc.url, "MRTR_AUDIT": str(journal)}
+        spec = ServerSpec("A", env | {"MRTR_INSTANCE": "A"}, script=SERVER, ready_prefix=READY)
+        with spawn_servers([spec], tmp_path) as servers, anyio.fail_after(60):
+            async with manual_client(servers["A"].url) as client:
+                driver = Driver(client, "ask", {"tag": "g"})
+                assert isinstance(await driver.send(), t.InputRequiredResult)
+                answer = {"z": accept(value=5)}
+                store.proc.kill()
+                with pytest.raises(MCPError) as caught:
+                    await driver.send(answer)
+                data = caught.value.error.data
+                assert data == {
+                    "reason": "replay_guard_unavailable",
+                    "store": "redis",
+                    "retryable": True,
+                    "flow": "ask",
+                }
+                assert not [e for e in audit(journal) if e["step"] == "add"], "the round ran unguarded"
+                store.proc.start()
+                for _ in range(2):  # the retry runs the round; a resend of it gets the kept outcome
+                    done = await driver.send(answer)
+                    assert isinstance(done, t.CallToolResult) and text_of(done) == "g:add:5", done
+            log = servers["A"].log()
+    assert len([e for e in audit(journal) if e["step"] == "add" and e["phase"] == "end"]) == 1
+    assert log.count("Traceback") == 0, log[-4000:]
