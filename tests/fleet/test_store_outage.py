@@ -224,3 +224,54 @@ async def test_the_replay_guard_fails_closed_while_its_store_is_down(tmp_path: P
             log = servers["A"].log()
     assert len([e for e in audit(journal) if e["step"] == "add" and e["phase"] == "end"]) == 1
     assert log.count("Traceback") == 0, log[-4000:]
+
+
+async def test_a_locked_sqlite_file_is_a_retryable_error_never_database_is_locked(tmp_path: Path) -> None:
+    """Two server processes write one SQLite file while a third process holds its write lock
+    past the busy timeout: a client sees the retryable store error (not "database is locked"),
+    and `FlowClient`'s tasks, started before and during the lock, all complete once."""
+    import sqlite3
+
+    journal, db = tmp_path / "audit.jsonl", tmp_path / "tasks.db"
+    env = {"MRTR_STATE_KEY": secrets.token_hex(32), "MRTR_STORE": f"sqlite:///{db}", "MRTR_AUDIT": str(journal)}
+    specs = [ServerSpec(x, env | {"MRTR_INSTANCE": x}, script=SERVER, ready_prefix=READY) for x in "AB"]
+    results: dict[str, str] = {}
+    with spawn_servers(specs, tmp_path) as servers, anyio.fail_after(90):
+        urls = [s.url for s in servers.values()]
+        async with (
+            FlowClient(urls[0], retry=PATIENT, timeout=30, tasks=True) as on_a,
+            FlowClient(urls[1], retry=PATIENT, timeout=30, tasks=True) as on_b,
+        ):
+
+            async def run_job(flows: FlowClient, tag: str) -> None:
+                result = await flows.call_tool("job", {"tag": tag, "slow": 0.0})
+                results[tag] = result.content[0].text  # type: ignore[union-attr]
+
+            async with anyio.create_task_group() as group:
+                for i in range(8):
+                    group.start_soon(run_job, on_a if i % 2 else on_b, f"job{i}")
+                await anyio.sleep(0.3)
+                holder = sqlite3.connect(db, isolation_level=None)
+                holder.execute("BEGIN IMMEDIATE")  # another process's long write transaction
+                try:
+                    for i in range(8, 12):
+                        group.start_soon(run_job, on_a if i % 2 else on_b, f"job{i}")
+                    async with Client(urls[0], extensions=[TasksClient(_never)], elicitation_callback=_never) as raw:
+                        with pytest.raises(MCPError) as caught:
+                            await raw.session.call_tool("job", {"tag": "refused", "slow": 0.0}, allow_claimed=True)
+                    assert caught.value.error.data == {
+                        "reason": "store_unavailable",
+                        "store": "sqlite",
+                        "retryable": True,
+                    }
+                    assert "locked" not in caught.value.error.message
+                finally:
+                    holder.execute("COMMIT")
+                    holder.close()
+        logs = "".join(s.log() for s in servers.values())
+    assert results == {f"job{i}": f"job{i}:done" for i in range(12)}, logs[-6000:]
+    # (The refused call's record may still land once the lock goes: a resend with an idempotency
+    # key, as FlowClient's, would find it; the raw client sent none, so it runs as an orphan.)
+    ones = [e for e in audit(journal) if e["step"] == "one" and e["phase"] == "end" and e["tag"] != "refused"]
+    assert sorted(e["tag"] for e in ones) == sorted(f"job{i}" for i in range(12)), "each task's first step ran once"
+    assert logs.count("Traceback") == 0, logs[-4000:]
