@@ -223,11 +223,9 @@ class TaskWorker:
         try:
             await self._run(record)
         except StoreUnavailable:
-            logger.info(
-                "task %s: run stopped, the store did not answer; it resumes once the store is back", record.task_id
-            )
+            logger.debug("task %s: run stopped, the store did not answer; it resumes when it is back", record.task_id)
         except LeaseLost:
-            logger.warning("task %s: lease lost (it could not be renewed); stopping", record.task_id)
+            logger.debug("task %s: lease lost (it could not be renewed in time); stopping", record.task_id)
 
     async def _run(self, record: TaskRecord) -> None:
         tracing.bind_task(record.task_id)
