@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import socket
@@ -42,6 +43,9 @@ _CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
 _FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
 _LAND_WAIT = 2.0  # seconds a shutting-down run waits for its finished steps' checkpoint
 
+STORE_DOWN = "store unavailable"
+"""`LeaseLost`'s argument when the store, not another worker, took the lease away."""
+
 _STORE_RETRY = (0.1, 1.0)  # first and longest pause between two tries of a write the store refused
 _FINAL_WRITE_FOR = 60.0  # seconds a run's final write keeps trying while the store is down
 
@@ -51,6 +55,9 @@ _SCAN_BATCH = 32
 
 class LeaseLost(BaseException):
     """Another worker owns this task now (our lease ran out); stop without writing.
+
+    `LeaseLost(STORE_DOWN)`: the lease could not be renewed because the store did not answer
+    (logged once per burst by the store, so not again per task).
 
     A control-flow signal, raised through the flow (from a step's checkpoint): a
     `BaseException`, so a flow's `except Exception` cannot swallow it and carry on.
@@ -224,8 +231,8 @@ class TaskWorker:
             await self._run(record)
         except StoreUnavailable:
             logger.debug("task %s: run stopped, the store did not answer; it resumes when it is back", record.task_id)
-        except LeaseLost:
-            logger.debug("task %s: lease lost (it could not be renewed in time); stopping", record.task_id)
+        except LeaseLost as exc:
+            _log_lost(exc, "task %s: lease lost; stopping", record.task_id)
 
     async def _run(self, record: TaskRecord) -> None:
         tracing.bind_task(record.task_id)
@@ -260,7 +267,7 @@ class TaskWorker:
             heartbeat.cancel()
             if held.lease_lost:  # the heartbeat could not renew the lease: stop, write nothing
                 checkpoints.abandon()
-                logger.debug("task %s: its lease could not be renewed (store unavailable); stopping", record.task_id)
+                logger.debug("task %s: its lease could not be renewed; stopping", record.task_id)
                 return
             if held.cancel_seen or await self._cancel_requested(held):
                 with contextlib.suppress(LeaseLost):
@@ -269,9 +276,9 @@ class TaskWorker:
                 return
             await checkpoints.land(_LAND_WAIT)  # finished steps are kept, not run again
             raise  # shutting down: leave the lease to run out so another instance resumes
-        except LeaseLost:
+        except LeaseLost as exc:
             checkpoints.abandon()
-            logger.warning("task %s: lease lost to another worker; stopping", record.task_id)
+            _log_lost(exc, "task %s: lease lost to another worker; stopping", record.task_id)
             return
         finally:
             heartbeat.cancel()
@@ -279,15 +286,15 @@ class TaskWorker:
             # A checkpoint could not be written before the lease ran out: the flow stopped there.
             # Not its outcome: write nothing; the task resumes from its last checkpoint.
             checkpoints.abandon()
-            logger.debug("task %s: stopped, its checkpoint could not be written in its lease", record.task_id)
+            _log_lost(outcome.error, "task %s: lease lost before a checkpoint was saved; stopping", record.task_id)
             return
         try:
             with contextlib.suppress(LeaseLost, StoreUnavailable):  # the final write carries the journal anyway
                 await checkpoints.settle()  # a write in flight lands first; the final write carries the rest
             held.final = True  # the version check fences it: it may keep trying past the lease
             await _landing(self._settle(held, spec, convert, journal, outcome))
-        except LeaseLost:
-            logger.warning("task %s: lease lost before its outcome was saved", record.task_id)
+        except LeaseLost as exc:
+            _log_lost(exc, "task %s: lease lost before its outcome was saved", record.task_id)
 
     async def _settle(
         self, held: _Held, spec: FlowSpec, convert: ConvertResult, journal: Journal, outcome: Outcome
@@ -392,7 +399,7 @@ class TaskWorker:
                 if now + pause >= limit:
                     if held.final:
                         raise
-                    raise LeaseLost from None
+                    raise LeaseLost(STORE_DOWN) from None
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, _STORE_RETRY[1])
         raise LeaseLost
@@ -478,6 +485,12 @@ async def _landing(final_write: Awaitable[None]) -> None:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(write), _LAND_WAIT)
         raise
+
+
+def _log_lost(exc: BaseException, message: str, task_id: str) -> None:
+    """A lost lease, at WARNING; at DEBUG when the store's outage took it (the store logs that once)."""
+    quiet = isinstance(exc, StoreUnavailable) or (isinstance(exc, LeaseLost) and exc.args == (STORE_DOWN,))
+    logger.log(logging.DEBUG if quiet else logging.WARNING, message, task_id)
 
 
 class _Conflict(Exception):
