@@ -37,6 +37,11 @@ Instrument (kind, unit): attributes. What it counts.
   Times a fleet bus told this instance's listeners that events may be missing (`mrtr.reason`:
   `resubscribed`, it reconnected to the broker; `dropped`, a sender's loss notice arrived;
   `lost`, a sender's sequence numbers skipped without a notice).
+- `mrtr.store.errors` (counter, `{call}`): `mrtr.store`, `error.type`.
+  Calls to the task store (or replay guard's ledger) that failed because the store did not
+  answer (`mrtr.store`: `redis`, `postgresql`, `sqlite`; `error.type`: the driver's exception,
+  e.g. `ConnectionError`, `PoolTimeout`, `OperationalError`). Each became a retryable
+  `StoreUnavailable` error; a burst of them is logged as one line with its count.
 
 Details:
 
@@ -70,6 +75,8 @@ from typing import Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, NoOpMeterProvider, Observation
+
+from mrtr._errors import StoreUnavailable
 
 logger = logging.getLogger("mrtr.metrics")
 
@@ -140,6 +147,9 @@ class Instruments:
         )
         self.bus_gaps = meter.create_counter(
             "mrtr.bus.gaps", "{gap}", "Times a fleet bus told its listeners that events may be missing"
+        )
+        self.store_errors = meter.create_counter(
+            "mrtr.store.errors", "{call}", "Task store calls that failed because the store did not answer"
         )
 
     def round_ran(self, flow: str, replay: Any, task: bool, seconds: float, replayed: int, ran: int) -> None:
@@ -297,6 +307,11 @@ def bus_gap(reason: str) -> None:
         found.bus_gaps.add(1, {"mrtr.reason": reason})
 
 
+def store_error(store: str, error_type: str) -> None:
+    if (found := instruments()) is not None:
+        found.store_errors.add(1, {"mrtr.store": store, "error.type": error_type})
+
+
 # -- observed: tasks by status, listen streams ---------------------------------------------
 
 _task_counts: weakref.WeakKeyDictionary[Any, tuple[float, dict[str, int]]] = weakref.WeakKeyDictionary()
@@ -323,6 +338,8 @@ async def refresh_task_counts(store: object, now: float, *, force: bool = False)
         return
     try:
         counts: Mapping[str, int] = await count(now)
+    except StoreUnavailable:  # logged once per burst by the store (`mrtr.store`)
+        return
     except Exception:  # the gauge goes stale, then silent (`_STALE_COUNTS`)
         logger.warning("counting tasks by status for the mrtr.tasks gauge failed", exc_info=True)
         return
@@ -363,6 +380,7 @@ __all__ = [
     "round_outcome",
     "shed",
     "state_size",
+    "store_error",
     "task_status",
     "use_meter_provider",
     "watch_listens",

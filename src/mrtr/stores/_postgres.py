@@ -17,6 +17,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, LiteralString
 
+import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -30,6 +31,7 @@ from mrtr.stores._base import (
     read_cursor,
     round_verdict,
 )
+from mrtr.stores._faults import burst, store_boundary, throttle_logger
 
 if TYPE_CHECKING:
     from mrtr.buses._base import BrokerBus
@@ -38,8 +40,23 @@ if TYPE_CHECKING:
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 
 
+_OUTAGE_WAIT = 0.5  # seconds a call waits for a pooled connection while the store is failing
+
+
+def _transient(exc: BaseException) -> bool:
+    # OperationalError: refused or dropped connections, a server shutting down or starting
+    # up, and the pool's own PoolTimeout; InterfaceError: a connection found closed.
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError))
+
+
+@store_boundary("postgresql", _transient)
 class PostgresStore:
-    """A `TaskStore` in one PostgreSQL table, created if missing."""
+    """A `TaskStore` in one PostgreSQL table, created if missing.
+
+    `timeout` bounds the wait for a pooled connection (and the first connect): while
+    PostgreSQL is down, a call raises `mrtr.StoreUnavailable` after it, well before a client's
+    own timeout; the pool replaces broken connections by itself once PostgreSQL is back.
+    """
 
     def __init__(
         self,
@@ -48,13 +65,15 @@ class PostgresStore:
         table: str = "mrtr_tasks",
         min_size: int = 1,
         max_size: int = 10,
-        timeout: float = 30.0,
+        timeout: float = 5.0,
         **connect_kwargs: Any,
     ) -> None:
         if not _TABLE_NAME.fullmatch(table):
             raise ValueError(f"table must be a plain SQL identifier of at most 48 characters, not {table!r}")
         self.dsn = dsn
         self.table = table
+        # The pool logs a line per connection attempt while PostgreSQL is down: one per template per 30 s.
+        throttle_logger("psycopg.pool")
         self._pool_args: dict[str, Any] = {"min_size": min_size, "max_size": max_size, "timeout": timeout}
         self._connect_kwargs = {**connect_kwargs, "autocommit": True}
         self._pool: AsyncConnectionPool | None = None
@@ -169,7 +188,9 @@ class PostgresStore:
             raise RuntimeError("PostgresStore is closed")
         async with self._open_lock:
             if self._pool is None:
-                pool = AsyncConnectionPool(self.dsn, kwargs=self._connect_kwargs, open=False, **self._pool_args)
+                # A connect that hangs (a store behind a dead route) fails after 5 s unless told otherwise.
+                kwargs = {"connect_timeout": 5} | self._connect_kwargs
+                pool = AsyncConnectionPool(self.dsn, kwargs=kwargs, open=False, **self._pool_args)
                 try:
                     await pool.open(wait=True, timeout=self._pool_args["timeout"])
                     await self._create_schema(pool)
@@ -191,7 +212,10 @@ class PostgresStore:
         self, query: sql.Composed, params: tuple[Any, ...] | dict[str, Any]
     ) -> tuple[int, list[tuple[Any, ...]]]:
         pool = await self._get_pool()
-        async with pool.connection() as conn:
+        # While PostgreSQL is known to be down, a call waits a moment for a connection, not the
+        # whole pool timeout: callers get their retryable error in well under a second.
+        wait = _OUTAGE_WAIT if burst("postgresql").since is not None else self._pool_args["timeout"]
+        async with pool.connection(timeout=wait) as conn:
             cur = await conn.execute(query, params)
             rows = await cur.fetchall() if cur.description is not None else []
             return cur.rowcount, rows
