@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         NondeterminismError,
         StateTooLarge,
         StepResultError,
+        StoreUnavailable,
         TooManyRounds,
     )
     from mrtr._flows import Flows
@@ -75,6 +76,7 @@ _EXPORTS = {
     "StateTooLarge": "mrtr._errors",
     "StepInfo": "mrtr._engine.steps",
     "StepResultError": "mrtr._errors",
+    "StoreUnavailable": "mrtr._errors",
     "TaskRecord": "mrtr.stores",
     "TaskStore": "mrtr.stores",
     "TooManyRounds": "mrtr._errors",
@@ -108,6 +110,7 @@ __all__ = [
     "RedisStore",
     "ReplayGuard",
     "SQLiteStore",
+    "StoreUnavailable",
     "StateTooLarge",
     "StepInfo",
     "StepResultError",

@@ -12,7 +12,11 @@ And one control-flow signal, `FlowSuspended`, which flow code never needs to cat
 
 from __future__ import annotations
 
+from typing import Any
+
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR
 
 
 class InputRefused(Exception):
@@ -120,6 +124,36 @@ class EventNotDelivered(Exception):
         self.task_id = task_id
 
 
+STORE_UNAVAILABLE = "store_unavailable"
+"""`StoreUnavailable`'s `data.reason`."""
+
+
+class StoreUnavailable(MCPError):
+    """The task store (or the replay guard's ledger) did not answer: retry the same call shortly.
+
+    On the wire: JSON-RPC error -32603 whose message names the store and says "retry", with
+    `data = {"reason": "store_unavailable", "store": "redis" | "postgresql" | "sqlite",
+    "retryable": true}` (the replay guard says `"reason": "replay_guard_unavailable"`). A
+    client that sees `data.retryable` may send the same request again: nothing it asked for
+    was done (or, for a write that may have landed, doing it again is safe). `FlowClient`
+    retries these by itself. Raised by mrtr's stores at their boundary, from the driver's
+    connection, timeout and "database is locked" errors (kept as `__cause__`).
+    """
+
+    def __init__(self, store: str, detail: str = "", *, reason: str = STORE_UNAVAILABLE, **data: Any) -> None:
+        message = f"the task store ({store}) is unavailable; retry in a few seconds"
+        super().__init__(
+            code=INTERNAL_ERROR,
+            message=message,
+            data={"reason": reason, "store": store, "retryable": True, **data},
+        )
+        self.store = store
+        self.detail = detail
+
+    def __reduce__(self) -> Any:  # picklable, as exceptions crossing processes are expected to be
+        return (type(self), (self.store, self.detail))
+
+
 class FlowSuspended(BaseException):
     """The round has ended: this run of the flow is unwinding and may not ask, step or journal.
 
@@ -148,5 +182,6 @@ __all__ = [
     "NondeterminismError",
     "StateTooLarge",
     "StepResultError",
+    "StoreUnavailable",
     "TooManyRounds",
 ]

@@ -19,7 +19,9 @@ any flow code runs:
 - The same answers while the first run is still going wait (up to `max_wait`) for its
   outcome, or take the round over once its lease lapsed (the instance died); still busy
   after `max_wait`: -32602, `reason: "request_state_in_flight"` (retry later).
-- The ledger unreachable: -32603, `reason: "replay_guard_unavailable"` (fail closed).
+- The ledger unreachable: -32603, `reason: "replay_guard_unavailable"`, `retryable: true`
+  (fail closed: no round runs because the guard could not check it). A round whose body
+  failed because the store did not answer records no outcome, so its retry runs it then.
 - Entries expire with the flow's deadline or the state's TTL, whichever comes first.
 
 A round with no `requestState` (a flow's first) starts a new flow and is not guarded.
@@ -40,11 +42,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mcp.server.request_state import InvalidRequestState
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, InputRequiredResult
+from mcp_types import INVALID_PARAMS, InputRequiredResult
 
 from mrtr._engine import tracing
 from mrtr._engine.spec import TaskStarted
-from mrtr._errors import Cancelled, Declined, FlowError, InputRefused
+from mrtr._errors import Cancelled, Declined, FlowError, InputRefused, StoreUnavailable
 
 if TYPE_CHECKING:
     from mrtr._engine.journal import Journal
@@ -164,6 +166,8 @@ class ReplayGuard:
             value = await body
         except asyncio.CancelledError:
             raise  # this instance is going away mid-round: the lease lapses, a resend takes over
+        except StoreUnavailable:
+            raise  # not an outcome: the retry it asks for takes the round over once the lease lapses
         except BaseException as exc:
             await self._finish(round_id, _error_outcome(spec, exc))
             raise
@@ -186,12 +190,12 @@ class ReplayGuard:
         for _ in range(10_000):  # bounded by `max_wait` in practice
             try:
                 verdict, stored = await self.ledger.claim_round(round_id, digest, self.owner, self.lease, expires_at)
-            except Exception as exc:  # fail closed, precisely: no round runs unguarded
+            except StoreUnavailable as exc:  # fail closed, precisely: no round runs unguarded
+                raise StoreUnavailable(exc.store, exc.detail, reason=UNAVAILABLE, flow=spec.name) from exc
+            except Exception as exc:  # a ledger of another kind: fail closed all the same
                 logger.exception("replay guard: claiming round %s failed", round_id)
-                raise MCPError(
-                    code=INTERNAL_ERROR,
-                    message="the replay guard's store is unavailable; retry the round",
-                    data={"reason": UNAVAILABLE, "flow": spec.name},
+                raise StoreUnavailable(
+                    type(self.ledger).__name__, str(exc), reason=UNAVAILABLE, flow=spec.name
                 ) from exc
             if verdict == "claimed":
                 return None
@@ -211,8 +215,11 @@ class ReplayGuard:
         interval = self.lease / 3
         while True:
             await asyncio.sleep(interval)
-            if not await self.ledger.renew_round(round_id, self.owner, self.lease):
-                return
+            try:
+                if not await self.ledger.renew_round(round_id, self.owner, self.lease):
+                    return
+            except StoreUnavailable:
+                continue  # logged once per burst by the store; the next beat tries again
 
     async def _finish(self, round_id: str, outcome: dict[str, Any]) -> None:
         text = json.dumps(outcome, separators=(",", ":"))
@@ -223,6 +230,8 @@ class ReplayGuard:
             text = codec.seal(json.dumps({"k": _OUTCOME, "r": round_id, "o": text}, separators=(",", ":")).encode())
         try:
             await self.ledger.finish_round(round_id, self.owner, text)
+        except StoreUnavailable:
+            pass  # the round ran: answer it (logged once per burst by the store); a resend waits out the lease
         except Exception:
             # The round ran: answer it. A resend takes the round over once the lease lapses.
             logger.exception("replay guard: recording the outcome of round %s failed", round_id)

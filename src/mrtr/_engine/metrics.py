@@ -37,6 +37,11 @@ Instrument (kind, unit): attributes. What it counts.
   Times a fleet bus told this instance's listeners that events may be missing (`mrtr.reason`:
   `resubscribed`, it reconnected to the broker; `dropped`, a sender's loss notice arrived;
   `lost`, a sender's sequence numbers skipped without a notice).
+- `mrtr.store.errors` (counter, `{call}`): `mrtr.store`, `error.type`.
+  Calls to the task store (or replay guard's ledger) that failed because the store did not
+  answer (`mrtr.store`: `redis`, `postgresql`, `sqlite`; `error.type`: the driver's exception,
+  e.g. `ConnectionError`, `PoolTimeout`, `OperationalError`). Each became a retryable
+  `StoreUnavailable` error; a burst of them is logged as one line with its count.
 
 Details:
 
@@ -140,6 +145,9 @@ class Instruments:
         )
         self.bus_gaps = meter.create_counter(
             "mrtr.bus.gaps", "{gap}", "Times a fleet bus told its listeners that events may be missing"
+        )
+        self.store_errors = meter.create_counter(
+            "mrtr.store.errors", "{call}", "Task store calls that failed because the store did not answer"
         )
 
     def round_ran(self, flow: str, replay: Any, task: bool, seconds: float, replayed: int, ran: int) -> None:
@@ -297,6 +305,11 @@ def bus_gap(reason: str) -> None:
         found.bus_gaps.add(1, {"mrtr.reason": reason})
 
 
+def store_error(store: str, error_type: str) -> None:
+    if (found := instruments()) is not None:
+        found.store_errors.add(1, {"mrtr.store": store, "error.type": error_type})
+
+
 # -- observed: tasks by status, listen streams ---------------------------------------------
 
 _task_counts: weakref.WeakKeyDictionary[Any, tuple[float, dict[str, int]]] = weakref.WeakKeyDictionary()
@@ -363,6 +376,7 @@ __all__ = [
     "round_outcome",
     "shed",
     "state_size",
+    "store_error",
     "task_status",
     "use_meter_provider",
     "watch_listens",

@@ -9,8 +9,9 @@ stamps `_meta` and routing headers, negotiates and validates results; only the b
 a JSON-RPC request built with `mcp_types`, POSTed with httpx, answered by JSON or SSE (parsed by
 httpx's `EventSource`). A failure is raised to the one caller it hit as a `TransportError` (with
 the HTTP status when there was one); a JSON-RPC error the server sent stays an `MCPError`.
-`resending` resends on retryable `TransportError`s only (connection refused or reset, 502/503/504;
-not a timeout), with bounded, jittered backoff.
+`resending` resends on retryable `TransportError`s (connection refused or reset, 502/503/504;
+not a timeout) and on JSON-RPC errors the server marks `data.retryable` (its task store did not
+answer: `mrtr.StoreUnavailable`), with bounded, jittered backoff.
 """
 
 from __future__ import annotations
@@ -116,17 +117,23 @@ class RetryPolicy:
     attempts: int = 8
     initial_delay: float = 0.1
     max_delay: float = 2.0
+    store_patience: float = 30.0
+    """Seconds a call keeps being resent while the server answers that its store is unavailable
+    (a JSON-RPC error with `data.retryable`), even past `attempts`: a store restart or failover
+    takes seconds, and every resend is safe (the server did nothing the retry would repeat)."""
 
     def delay(self, resend: int) -> float:
         return equal_jitter(resend, self.initial_delay, self.max_delay)
 
 
-NO_RETRY = RetryPolicy(attempts=0)
+NO_RETRY = RetryPolicy(attempts=0, store_patience=0.0)
 """A `RetryPolicy` that never resends: every transport failure reaches the caller at once."""
 
 
 async def resending(policy: RetryPolicy, send: Callable[[], Awaitable[_T]]) -> _T:
-    """Await `send()`, calling it again after a retryable `TransportError`, at most `policy.attempts` more times."""
+    """Await `send()`, calling it again after a retryable `TransportError`, at most `policy.attempts` more times,
+    or after a server's retryable JSON-RPC error (`retryable_error`) for up to `policy.store_patience` seconds."""
+    give_up = anyio.current_time() + policy.store_patience
     for resend in itertools.count():
         try:
             return await send()
@@ -135,6 +142,14 @@ async def resending(policy: RetryPolicy, send: Callable[[], Awaitable[_T]]) -> _
                 raise
             logger.debug("resending %s after %s (resend %d)", error.method, error, resend + 1)
             await anyio.sleep(policy.delay(resend))
+        except MCPError as error:
+            if not retryable_error(error):
+                raise
+            pause = policy.delay(resend)
+            if resend >= policy.attempts and anyio.current_time() + pause > give_up:
+                raise
+            logger.debug("resending after %s (resend %d)", error.error.message, resend + 1)
+            await anyio.sleep(pause)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -300,6 +315,12 @@ class RoundTripDispatcher:
             await self._on_notify(cast(Any, None), notification.method, params)
 
 
+def retryable_error(error: MCPError) -> bool:
+    """The server says resending the same request is safe and may succeed (`data.retryable`)."""
+    data = error.error.data
+    return isinstance(data, dict) and data.get("retryable") is True
+
+
 def _parse_reply(raw: bytes) -> t.JSONRPCResponse | t.JSONRPCError | None:
     try:
         reply = t.jsonrpc_message_adapter.validate_json(raw, by_name=False)
@@ -323,6 +344,7 @@ __all__ = [
     "LoadShed",
     "RetryPolicy",
     "RoundTripDispatcher",
+    "retryable_error",
     "TransportError",
     "TransportTimeout",
     "resending",

@@ -34,7 +34,7 @@ from mrtr import _answer_edge as answer_edge
 from mrtr._engine.context import FlowContext
 from mrtr._engine.inline import run_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
-from mrtr._errors import FlowDefinitionError, InputRefused
+from mrtr._errors import FlowDefinitionError, InputRefused, StoreUnavailable
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
 from mrtr._host.checks import context_param
@@ -44,7 +44,7 @@ from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions
 from mrtr._host.registration import entry_point, refused_as_client_error, reject_bare_use
 from mrtr._wire import TASKS_EXTENSION
 from mrtr.fastmcp import _internals as internals
-from mrtr.fastmcp._client_errors import quiet_prompt_error, quiet_tool_error
+from mrtr.fastmcp._client_errors import QuietClientError, quiet_prompt_error, quiet_tool_error
 from mrtr.fastmcp._context import FlowsContext
 from mrtr.fastmcp._tasks import FastMCPTasks, TaskStartedResult, serve_listen
 from mrtr.tasks._extension import TasksExtension
@@ -190,6 +190,8 @@ class Flows(BaseFlows):
             except InputRefused as exc:
                 error = refused(exc)
                 raise (error if tool else quiet_prompt_error(error, exc)) from None
+            except StoreUnavailable as exc:  # retryable, logged once per burst by the store: no traceback here
+                raise QuietClientError(exc) from None
             except MCPError as exc:  # issue #35: a client's mistake is one INFO line (mrtr.engine), no traceback
                 quiet = quiet_tool_error(exc) if tool else quiet_prompt_error(exc)
                 if quiet is None or quiet is exc:

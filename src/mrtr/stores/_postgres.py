@@ -17,6 +17,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, LiteralString
 
+import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
@@ -30,6 +31,7 @@ from mrtr.stores._base import (
     read_cursor,
     round_verdict,
 )
+from mrtr.stores._faults import store_boundary
 
 if TYPE_CHECKING:
     from mrtr.buses._base import BrokerBus
@@ -38,8 +40,20 @@ if TYPE_CHECKING:
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 
 
+def _transient(exc: BaseException) -> bool:
+    # OperationalError: refused or dropped connections, a server shutting down or starting
+    # up, and the pool's own PoolTimeout; InterfaceError: a connection found closed.
+    return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError))
+
+
+@store_boundary("postgresql", _transient)
 class PostgresStore:
-    """A `TaskStore` in one PostgreSQL table, created if missing."""
+    """A `TaskStore` in one PostgreSQL table, created if missing.
+
+    `timeout` bounds the wait for a pooled connection (and the first connect): while
+    PostgreSQL is down, a call raises `mrtr.StoreUnavailable` after it, well before a client's
+    own timeout; the pool replaces broken connections by itself once PostgreSQL is back.
+    """
 
     def __init__(
         self,
@@ -48,7 +62,7 @@ class PostgresStore:
         table: str = "mrtr_tasks",
         min_size: int = 1,
         max_size: int = 10,
-        timeout: float = 30.0,
+        timeout: float = 5.0,
         **connect_kwargs: Any,
     ) -> None:
         if not _TABLE_NAME.fullmatch(table):
@@ -56,7 +70,7 @@ class PostgresStore:
         self.dsn = dsn
         self.table = table
         self._pool_args: dict[str, Any] = {"min_size": min_size, "max_size": max_size, "timeout": timeout}
-        self._connect_kwargs = {**connect_kwargs, "autocommit": True}
+        self._connect_kwargs = {"connect_timeout": 5, **connect_kwargs, "autocommit": True}
         self._pool: AsyncConnectionPool | None = None
         self._open_lock = asyncio.Lock()
         self._closed = False

@@ -21,8 +21,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 
 from mrtr.stores._base import STATUSES, TaskExists, TaskPage, TaskQuery, TaskRecord, page_cursor, read_cursor
+from mrtr.stores._faults import store_boundary
 
 if TYPE_CHECKING:
     from mrtr.buses._base import BrokerBus
@@ -232,14 +236,43 @@ return 1
 """
 
 
+_TRANSIENT = (
+    redis_errors.ConnectionError,  # refused, reset, and BusyLoadingError (a restart reloading its AOF)
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,  # a replica, for a moment, during a failover
+    redis_errors.TryAgainError,
+    OSError,
+)
+
+
+def _connection_defaults() -> dict[str, Any]:
+    # Bounded well below a client's timeout: a store that does not answer is an error the
+    # client can retry, not a hang. redis-py's own default retries for up to ~10 s per call.
+    return {
+        "socket_connect_timeout": 2.0,
+        "socket_timeout": 5.0,
+        "retry": Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), 2),
+    }
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, _TRANSIENT)
+
+
+@store_boundary("redis", _transient)
 class RedisStore:
-    """A `TaskStore` in Redis; several stores (processes) may share one prefix."""
+    """A `TaskStore` in Redis; several stores (processes) may share one prefix.
+
+    A call made while Redis does not answer raises `mrtr.StoreUnavailable` (after the
+    connection's timeouts: 2 s to connect, 5 s for a reply, unless `redis_kwargs` say
+    otherwise); the connection pool reconnects by itself once Redis is back.
+    """
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, prefix: str = "mrtr:", **redis_kwargs: Any) -> None:
         self.prefix = prefix
         self.url = url
         self._redis_kwargs = redis_kwargs
-        self._redis = aioredis.Redis.from_url(url, decode_responses=True, **redis_kwargs)
+        self._redis = aioredis.Redis.from_url(url, decode_responses=True, **(_connection_defaults() | redis_kwargs))
         self._record_prefix = f"{prefix}task:"
         self._claim_key = f"{prefix}claimable"
         self._expiry_key = f"{prefix}expiry"

@@ -27,6 +27,7 @@ from mrtr.stores._base import (
     read_cursor,
     round_verdict,
 )
+from mrtr.stores._faults import store_boundary
 
 T = TypeVar("T")
 
@@ -101,8 +102,20 @@ WHERE task_id = ? AND version = ? AND (expires_at IS NULL OR expires_at > ?)
 _LOCKED_PAUSE = 0.005
 
 
+def _transient(exc: BaseException) -> bool:
+    # Still locked after the busy timeout (and the retries in `_call`): another process holds
+    # the write lock for longer than it should. The caller may retry; nothing was written.
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+@store_boundary("sqlite", _transient)
 class SQLiteStore:
-    """A `TaskStore` in one SQLite file (or `":memory:"`, private to this object, for tests)."""
+    """A `TaskStore` in one SQLite file (or `":memory:"`, private to this object, for tests).
+
+    Several processes may share the file: a write waits for another's lock (`busy_timeout_ms`,
+    then retries), and one that still finds the file locked raises `mrtr.StoreUnavailable`
+    (retryable), never "database is locked" to a client.
+    """
 
     def __init__(self, path: str = "mrtr-tasks.db", *, busy_timeout_ms: int = 5000) -> None:
         self.path = path

@@ -22,7 +22,7 @@ from mrtr._engine import metrics, tracing
 from mrtr._engine.journal import Journal, JournalFromNewerVersion
 from mrtr._engine.run import Outcome, RunOptions, execute
 from mrtr._engine.spec import FlowSpec
-from mrtr._errors import FlowDefinitionError
+from mrtr._errors import FlowDefinitionError, StoreUnavailable
 from mrtr._wire import HistoryEntry, TaskView
 from mrtr.stores import TaskRecord
 from mrtr.stores._base import HISTORY_KEPT, WAIT_FOREVER
@@ -41,6 +41,9 @@ logger = tracing.get_logger("mrtr.tasks.runtime")
 _CLOCK_SYNC_EVERY = 10  # scans between re-reads of the store's clock
 _FOREIGN_BACKOFF = 30.0  # seconds before this instance looks again at a task it cannot run
 _LAND_WAIT = 2.0  # seconds a shutting-down run waits for its finished steps' checkpoint
+
+_STORE_RETRY = (0.1, 1.0)  # first and longest pause between two tries of a write the store refused
+_FINAL_WRITE_FOR = 60.0  # seconds a run's final write keeps trying while the store is down
 
 _SCAN_BATCH = 32
 """Tasks one scan claims at most; a full batch makes the scanner look again at once."""
@@ -88,7 +91,7 @@ class TaskWorker:
         """Tasks of flows this instance does not serve: task id -> when to look again."""
         self._scanner: asyncio.Task[None] | None = None
         self._again: set[str] = set()
-        self._claims: set[asyncio.Task[bool]] = set()
+        self._claims: set[asyncio.Task[bool | None]] = set()
         self._waiter: asyncio.Future[None] | None = None
         """The scanner's pause; released early when this instance parks a task on a timer."""
 
@@ -112,6 +115,8 @@ class TaskWorker:
                 pause = 0.0 if launched >= _SCAN_BATCH else await self._until_next_wake()
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailable:
+                pause = self.scan_interval  # logged once per burst by the store (mrtr.store)
             except Exception:
                 logger.exception("task scan failed; retrying")
             if pause > 0:
@@ -184,7 +189,7 @@ class TaskWorker:
 
     def launch(self, record: TaskRecord) -> None:
         task_id = record.task_id
-        run = asyncio.get_running_loop().create_task(self._run(record))
+        run = asyncio.get_running_loop().create_task(self._run_guarded(record))
         self._running[task_id] = run
         run.add_done_callback(lambda _: self._ended(task_id))
 
@@ -192,7 +197,7 @@ class TaskWorker:
         self._running.pop(task_id, None)
         if task_id in self._again:  # woken while it ran (an event it now waits for): claim it again
             self._again.discard(task_id)
-            claim = asyncio.get_running_loop().create_task(self.try_claim(task_id))
+            claim = asyncio.get_running_loop().create_task(_quietly(self.try_claim(task_id)))
             self._claims.add(claim)
             claim.add_done_callback(self._claims.discard)
 
@@ -210,6 +215,19 @@ class TaskWorker:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- one run of a task ---------------------------------------------------------------
+
+    async def _run_guarded(self, record: TaskRecord) -> None:
+        """One run; a store that stopped answering ends it quietly (logged once per burst by the
+        store), never as "Task exception was never retrieved". Its lease lapses, and a worker
+        claims the task again once the store is back."""
+        try:
+            await self._run(record)
+        except StoreUnavailable:
+            logger.info(
+                "task %s: run stopped, the store did not answer; it resumes once the store is back", record.task_id
+            )
+        except LeaseLost:
+            logger.warning("task %s: lease lost (it could not be renewed); stopping", record.task_id)
 
     async def _run(self, record: TaskRecord) -> None:
         tracing.bind_task(record.task_id)
@@ -242,6 +260,10 @@ class TaskWorker:
             )
         except asyncio.CancelledError:
             heartbeat.cancel()
+            if held.lease_lost:  # the heartbeat could not renew the lease: stop, write nothing
+                checkpoints.abandon()
+                logger.warning("task %s: its lease could not be renewed (store unavailable); stopping", record.task_id)
+                return
             if held.cancel_seen or await self._cancel_requested(held):
                 with contextlib.suppress(LeaseLost):
                     await checkpoints.settle()
@@ -256,7 +278,9 @@ class TaskWorker:
         finally:
             heartbeat.cancel()
         try:
-            await checkpoints.settle()  # a write in flight lands first; the final write carries the rest
+            with contextlib.suppress(LeaseLost, StoreUnavailable):  # the final write carries the journal anyway
+                await checkpoints.settle()  # a write in flight lands first; the final write carries the rest
+            held.final = True  # the version check fences it: it may keep trying past the lease
             await _landing(self._settle(held, spec, convert, journal, outcome))
         except LeaseLost:
             logger.warning("task %s: lease lost before its outcome was saved", record.task_id)
@@ -295,7 +319,10 @@ class TaskWorker:
             await asyncio.sleep(interval)
             try:
                 await self._write(held)
-            except LeaseLost:
+            except (LeaseLost, StoreUnavailable):
+                # Not renewed before it ran out: another worker may claim the task now, so this
+                # one stops working it (the version check would refuse its writes anyway).
+                held.lease_lost = True
                 if run is not None:
                     run.cancel()
                 return
@@ -342,29 +369,61 @@ class TaskWorker:
         time); `consumed` (the run's journal steps) takes the events the run consumed out of
         the inbox, re-read from the freshest record on every attempt so no delivery is lost.
         """
-        for _ in range(20):
-            now = self.runtime.now()
-            if release:
-                lease = {"lease_owner": None, "lease_until": 0.0 if wake_at is None else wake_at}
-            else:
-                lease = {"lease_until": now + self.runtime.lease}
-            candidate = held.record.copy(**changes, **lease, updated_at=now)
-            if consumed is not None:
-                candidate = settle_inbox(candidate, consumed, now)
-            ran = list(held.ran)
-            if ran:
-                attempt = candidate.attempt
-                history = [*candidate.history, *({"attempt": attempt} | entry for entry in ran)]
-                candidate = candidate.copy(history=history[-HISTORY_KEPT:])
-            if await self.runtime.store.save(candidate):
-                held.record = candidate
-                del held.ran[: len(ran)]
+        pause = _STORE_RETRY[0]
+        started = self.runtime.now()
+        conflicts = 0
+        while conflicts < 20:
+            try:
+                await self._write_once(held, release, wake_at, consumed, changes)
                 return
-            fresh = await self.runtime.store.load(held.record.task_id, now)
-            if fresh is None or fresh.lease_owner != self.worker_id or fresh.terminal:
-                raise LeaseLost
-            held.record = fresh  # someone else wrote (an update, a cancel request): merge and retry
+            except _Conflict:
+                conflicts += 1
+                continue
+            except StoreUnavailable:
+                # Keep trying while the lease is still ours (the store may be back in a moment);
+                # past it, another worker may own the task: stop. A final write is fenced by
+                # the version check whoever claims meanwhile, so it keeps trying a while longer.
+                now = self.runtime.now()
+                limit = started + _FINAL_WRITE_FOR if held.final else held.record.lease_until - pause
+                if now + pause >= limit:
+                    if held.final:
+                        raise
+                    raise LeaseLost from None
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, _STORE_RETRY[1])
         raise LeaseLost
+
+    async def _write_once(
+        self,
+        held: _Held,
+        release: bool,
+        wake_at: float | None,
+        consumed: dict[str, tuple[str, Any]] | None,
+        changes: dict[str, Any],
+    ) -> None:
+        """One compare-and-set of `_write`; `_Conflict` when another write came first (merged)."""
+        now = self.runtime.now()
+        if release:
+            lease = {"lease_owner": None, "lease_until": 0.0 if wake_at is None else wake_at}
+        else:
+            lease = {"lease_until": now + self.runtime.lease}
+        candidate = held.record.copy(**changes, **lease, updated_at=now)
+        if consumed is not None:
+            candidate = settle_inbox(candidate, consumed, now)
+        ran = list(held.ran)
+        if ran:
+            attempt = candidate.attempt
+            history = [*candidate.history, *({"attempt": attempt} | entry for entry in ran)]
+            candidate = candidate.copy(history=history[-HISTORY_KEPT:])
+        if await self.runtime.store.save(candidate):
+            held.record = candidate
+            del held.ran[: len(ran)]
+            return
+        fresh = await self.runtime.store.load(held.record.task_id, now)
+        if fresh is None or fresh.lease_owner != self.worker_id or fresh.terminal:
+            raise LeaseLost
+        held.record = fresh  # someone else wrote (an update, a cancel request): merge and retry
+        raise _Conflict
 
     async def _finish(self, held: _Held, *, status: str, **changes: Any) -> None:
         """Record where this run ended and give up the lease in the same write."""
@@ -417,11 +476,27 @@ async def _landing(final_write: Awaitable[None]) -> None:
         raise
 
 
+class _Conflict(Exception):
+    """Another write came between our read and our compare-and-set: merge and try again."""
+
+
+async def _quietly(claim: Awaitable[bool]) -> bool | None:
+    """A claim made outside the scanner: a store that does not answer leaves it to the next scan."""
+    try:
+        return await claim
+    except StoreUnavailable:
+        return None
+
+
 class _Held:
     """The freshest record this worker wrote or saw, for compare-and-set."""
 
     def __init__(self, record: TaskRecord) -> None:
         self.record = record
+        self.lease_lost = False
+        """The heartbeat could not renew the lease in time: the run stops without writing."""
+        self.final = False
+        """The run's final write is under way (fenced by the version check, not the lease)."""
         self.cancel_seen = False
         self.ran: list[HistoryEntry] = []
         """Steps this run ran that no write has stored in the task's history yet."""
