@@ -115,6 +115,10 @@ class Report:
     """What a client without retries got from a call needing the store, during the fault."""
     fault_started: float = 0.0
     fault_ended: float = 0.0
+    fault_window: tuple[float, float] = (0.0, 0.0)
+    """The fault's start and end on the wall clock (the audit's timestamps are wall clock)."""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """Every step run the audit recorded."""
     completions: dict[str, float] = field(default_factory=dict)
     """Flow label -> when its task's result arrived (monotonic)."""
     same_key: dict[str, int] = field(default_factory=dict)
@@ -355,6 +359,7 @@ class Run:
         await self.half.wait()
         self.faulting = True
         self.report.fault_started = time.monotonic()
+        wall_started = time.time()
         if self.fault == "outage":
             await anyio.to_thread.run_sync(store.kill)
         elif self.fault == "cut":
@@ -365,6 +370,7 @@ class Run:
         elif self.fault == "cut":
             proxies[0].restore()
         self.report.fault_ended = time.monotonic()
+        self.report.fault_window = (wall_started, time.time())
         self.faulting = False
 
 
@@ -417,6 +423,7 @@ async def _raw_store_call(http: httpx2.AsyncClient, url: str) -> str:
 
 def _duplicates(audit: Path, report: Report) -> None:
     records = [json.loads(line) for line in audit.read_text().splitlines() if line.strip()] if audit.exists() else []
+    report.steps = records
     runs = Counter(r["key"] for r in records if r["flow"].startswith("T"))
     report.same_key = {key: count for key, count in runs.items() if count > 1}
     keys: dict[str, set[str]] = {}
@@ -442,9 +449,11 @@ async def run_one(kind: str, fault: str, options: Options, haproxy: str, workdir
             else:
                 run.faulting = True
                 report.fault_started = started
+            wall_started = time.time()
             await run.lanes(url)
             if fault == "slow":
                 report.fault_ended = time.monotonic()
+                report.fault_window = (wall_started, time.time())
                 run.faulting = False
             stop.set()
             run.half.set()
@@ -517,7 +526,7 @@ def table(reports: list[Report]) -> str:
     for r in reports:
         recovery = r.recovery()
         p50 = statistics.median(recovery) if recovery else None
-        keys = ", ".join(sorted({k.split(":")[0] for k in r.same_key})[:3]) or "-"
+        keys = ", ".join(sorted(r.same_key)[:3]) + (" ..." if len(r.same_key) > 3 else "") or "-"
         rows.append(
             f"| {r.store} | {r.fault} {r.options.outage:g} s | {r.tasks_ok}/{r.options.tasks}"
             f" | {sum(r.client_errors.values())} | {_s(p50)} | {_s(recovery[-1] if recovery else None)}"
