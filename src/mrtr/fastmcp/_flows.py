@@ -14,6 +14,7 @@ FastMCP's adapter to it.
 from __future__ import annotations
 
 import functools
+import logging
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -191,6 +192,8 @@ class Flows(BaseFlows):
                 error = refused(exc)
                 raise (error if tool else quiet_prompt_error(error, exc)) from None
             except StoreUnavailable as exc:  # retryable, logged once per burst by the store: no traceback here
+                if tool:  # FastMCP logs the ToolError at DEBUG; `_ProtocolErrors` sends `exc` itself
+                    raise ToolError(exc.error.message, log_level=logging.DEBUG) from exc
                 raise QuietClientError(exc) from None
             except MCPError as exc:  # issue #35: a client's mistake is one INFO line (mrtr.engine), no traceback
                 quiet = quiet_tool_error(exc) if tool else quiet_prompt_error(exc)

@@ -100,6 +100,31 @@ def burst(store: str) -> Burst:
     return found
 
 
+class ThrottledLog(logging.Filter):
+    """Let one record of each message template through per `_REPEAT` seconds (a driver's own
+    per-connection lines while its server is down, e.g. psycopg's pool's "error connecting")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[object, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.exc_info:
+            return True
+        now = time.monotonic()
+        if now - self._last.get(record.msg, -_REPEAT) < _REPEAT:
+            return False
+        self._last[record.msg] = now
+        return True
+
+
+def throttle_logger(name: str) -> None:
+    """Install `ThrottledLog` on the logger `name` once (idempotent)."""
+    target = logging.getLogger(name)
+    if not any(isinstance(f, ThrottledLog) for f in target.filters):
+        target.addFilter(ThrottledLog())
+
+
 def _short(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return text[:200] if text else "no detail"
@@ -154,4 +179,4 @@ def _bounded(
     return call
 
 
-__all__ = ["CALL_TIMEOUT", "Burst", "burst", "store_boundary"]
+__all__ = ["CALL_TIMEOUT", "Burst", "ThrottledLog", "burst", "store_boundary", "throttle_logger"]

@@ -31,7 +31,7 @@ from mrtr.stores._base import (
     read_cursor,
     round_verdict,
 )
-from mrtr.stores._faults import store_boundary
+from mrtr.stores._faults import store_boundary, throttle_logger
 
 if TYPE_CHECKING:
     from mrtr.buses._base import BrokerBus
@@ -69,8 +69,10 @@ class PostgresStore:
             raise ValueError(f"table must be a plain SQL identifier of at most 48 characters, not {table!r}")
         self.dsn = dsn
         self.table = table
+        # The pool logs a line per connection attempt while PostgreSQL is down: one per template per 30 s.
+        throttle_logger("psycopg.pool")
         self._pool_args: dict[str, Any] = {"min_size": min_size, "max_size": max_size, "timeout": timeout}
-        self._connect_kwargs = {"connect_timeout": 5, **connect_kwargs, "autocommit": True}
+        self._connect_kwargs = {**connect_kwargs, "autocommit": True}
         self._pool: AsyncConnectionPool | None = None
         self._open_lock = asyncio.Lock()
         self._closed = False
@@ -183,7 +185,9 @@ class PostgresStore:
             raise RuntimeError("PostgresStore is closed")
         async with self._open_lock:
             if self._pool is None:
-                pool = AsyncConnectionPool(self.dsn, kwargs=self._connect_kwargs, open=False, **self._pool_args)
+                # A connect that hangs (a store behind a dead route) fails after 5 s unless told otherwise.
+                kwargs = {"connect_timeout": 5} | self._connect_kwargs
+                pool = AsyncConnectionPool(self.dsn, kwargs=kwargs, open=False, **self._pool_args)
                 try:
                     await pool.open(wait=True, timeout=self._pool_args["timeout"])
                     await self._create_schema(pool)

@@ -262,7 +262,7 @@ class TaskWorker:
             heartbeat.cancel()
             if held.lease_lost:  # the heartbeat could not renew the lease: stop, write nothing
                 checkpoints.abandon()
-                logger.warning("task %s: its lease could not be renewed (store unavailable); stopping", record.task_id)
+                logger.debug("task %s: its lease could not be renewed (store unavailable); stopping", record.task_id)
                 return
             if held.cancel_seen or await self._cancel_requested(held):
                 with contextlib.suppress(LeaseLost):
