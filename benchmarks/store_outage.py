@@ -461,7 +461,7 @@ async def run_one(kind: str, fault: str, options: Options, haproxy: str, workdir
         report.restarts = sum(server.process.poll() is not None for server in servers.values())
         _duplicates(audit, report)
         report.server_tracebacks = sum(
-            server.log().count("Traceback (most recent call last") for server in servers.values()
+            server.log().count("Traceback (") for server in servers.values()
         )
     return report
 
