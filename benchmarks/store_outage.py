@@ -121,6 +121,8 @@ class Report:
     """Every step run the audit recorded."""
     completions: dict[str, float] = field(default_factory=dict)
     """Flow label -> when its task's result arrived (monotonic)."""
+    durations: list[float] = field(default_factory=list)
+    """Seconds from `tools/call` to the result, per task that completed right."""
     same_key: dict[str, int] = field(default_factory=dict)
     """Idempotency key -> runs, for keys run more than once (a lost checkpoint)."""
     new_key: dict[str, int] = field(default_factory=dict)
@@ -131,6 +133,9 @@ class Report:
     server_tracebacks: int = 0
     restarts: int = 0
     """Server processes that exited during the run (none should)."""
+
+    def task_p50(self) -> float | None:
+        return statistics.median(self.durations) if self.durations else None
 
     def recovery(self) -> list[float]:
         """Seconds from the store's return to each task's completion, for tasks that completed after it."""
@@ -251,6 +256,7 @@ class Run:
     async def job(self, client: FlowClient, number: int) -> None:
         label = f"T{number:05d}"
         self.started += 1
+        called = time.monotonic()
         if self.started * 2 >= self.options.tasks:
             self.half.set()
         try:
@@ -269,6 +275,7 @@ class Run:
         if value == 2 * number + 1:
             self.report.tasks_ok += 1
             self.report.completions[label] = time.monotonic()
+            self.report.durations.append(self.report.completions[label] - called)
         else:
             self.report.tasks_wrong += 1
 
@@ -460,9 +467,7 @@ async def run_one(kind: str, fault: str, options: Options, haproxy: str, workdir
         report.seconds = time.monotonic() - started
         report.restarts = sum(server.process.poll() is not None for server in servers.values())
         _duplicates(audit, report)
-        report.server_tracebacks = sum(
-            server.log().count("Traceback (") for server in servers.values()
-        )
+        report.server_tracebacks = sum(server.log().count("Traceback (") for server in servers.values())
     return report
 
 
@@ -496,7 +501,8 @@ def render(r: Report) -> str:
     lines = [
         f"== {r.store}, fault {r.fault} ({r.options.outage:g} s), {r.options.tasks} tasks,"
         f" {r.options.concurrency} lanes, {r.options.instances} instances, lease {r.options.lease:g} s",
-        f"  tasks completed {r.tasks_ok} / lost {r.tasks_lost} / wrong {r.tasks_wrong}; run {r.seconds:.1f} s",
+        f"  tasks completed {r.tasks_ok} / lost {r.tasks_lost} / wrong {r.tasks_wrong}; run {r.seconds:.1f} s;"
+        f" each task p50 {_s(r.task_p50())}, max {_s(max(r.durations, default=None))}",
         f"  from the store's return to each task's completion: p50 {_s(p50)}, max {_s(worst)}"
         f" ({len(recovery)} tasks completed after it)",
         f"  errors FlowClient callers saw: {sum(r.client_errors.values())} {dict(r.client_errors) or ''}",
