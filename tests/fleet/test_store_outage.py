@@ -26,11 +26,13 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as t
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from mrtr.client import FlowClient, RetryPolicy, TasksClient
+from tests.support.flowkit import Driver, accept, manual_client, text_of
 from tests.support.markers import backends
 from tests.support.pg_proc import PostgresProcess
 from tests.support.redis_proc import RedisProcess
@@ -189,3 +191,87 @@ async def _while_down(store: _Store, server: ServerProcess) -> None:
             started = time.monotonic()
             health = await http.get(server.url.removesuffix("/mcp") + "/healthz")
             assert health.status_code == 200 and time.monotonic() - started < 1.0
+
+
+@pytest.mark.needs_redis
+async def test_the_replay_guard_fails_closed_while_its_store_is_down(tmp_path: Path) -> None:
+    """A round answered while the guard cannot check it is refused (retryable), not run unguarded;
+    sent again after the store returns, it runs once, and a third send gets the kept outcome."""
+    journal = tmp_path / "audit.jsonl"
+    with _Store("redis", tmp_path) as store:
+        env = {"MRTR_STATE_KEY": secrets.token_hex(32), "MRTR_STORE": store.proc.url, "MRTR_AUDIT": str(journal)}
+        spec = ServerSpec("A", env | {"MRTR_INSTANCE": "A"}, script=SERVER, ready_prefix=READY)
+        with spawn_servers([spec], tmp_path) as servers, anyio.fail_after(60):
+            async with manual_client(servers["A"].url) as client:
+                driver = Driver(client, "ask", {"tag": "g"})
+                assert isinstance(await driver.send(), t.InputRequiredResult)
+                answer = {"z": accept(value=5)}
+                store.proc.kill()
+                with pytest.raises(MCPError) as caught:
+                    await driver.send(answer)
+                data = caught.value.error.data
+                assert data == {
+                    "reason": "replay_guard_unavailable",
+                    "store": "redis",
+                    "retryable": True,
+                    "flow": "ask",
+                }
+                assert not [e for e in audit(journal) if e["step"] == "add"], "the round ran unguarded"
+                store.proc.start()
+                for _ in range(2):  # the retry runs the round; a resend of it gets the kept outcome
+                    done = await driver.send(answer)
+                    assert isinstance(done, t.CallToolResult) and text_of(done) == "g:add:5", done
+            log = servers["A"].log()
+    assert len([e for e in audit(journal) if e["step"] == "add" and e["phase"] == "end"]) == 1
+    assert log.count("Traceback") == 0, log[-4000:]
+
+
+async def test_a_locked_sqlite_file_is_a_retryable_error_never_database_is_locked(tmp_path: Path) -> None:
+    """Two server processes write one SQLite file while a third process holds its write lock
+    past the busy timeout: a client sees the retryable store error (not "database is locked"),
+    and `FlowClient`'s tasks, started before and during the lock, all complete once."""
+    import sqlite3
+
+    journal, db = tmp_path / "audit.jsonl", tmp_path / "tasks.db"
+    env = {"MRTR_STATE_KEY": secrets.token_hex(32), "MRTR_STORE": f"sqlite:///{db}", "MRTR_AUDIT": str(journal)}
+    specs = [ServerSpec(x, env | {"MRTR_INSTANCE": x}, script=SERVER, ready_prefix=READY) for x in "AB"]
+    results: dict[str, str] = {}
+    with spawn_servers(specs, tmp_path) as servers, anyio.fail_after(90):
+        urls = [s.url for s in servers.values()]
+        async with (
+            FlowClient(urls[0], retry=PATIENT, timeout=30, tasks=True) as on_a,
+            FlowClient(urls[1], retry=PATIENT, timeout=30, tasks=True) as on_b,
+        ):
+
+            async def run_job(flows: FlowClient, tag: str) -> None:
+                result = await flows.call_tool("job", {"tag": tag, "slow": 0.0})
+                results[tag] = result.content[0].text  # type: ignore[union-attr]
+
+            async with anyio.create_task_group() as group:
+                for i in range(8):
+                    group.start_soon(run_job, on_a if i % 2 else on_b, f"job{i}")
+                await anyio.sleep(0.3)
+                holder = sqlite3.connect(db, isolation_level=None)
+                holder.execute("BEGIN IMMEDIATE")  # another process's long write transaction
+                try:
+                    for i in range(8, 12):
+                        group.start_soon(run_job, on_a if i % 2 else on_b, f"job{i}")
+                    async with Client(urls[0], extensions=[TasksClient(_never)], elicitation_callback=_never) as raw:
+                        with pytest.raises(MCPError) as caught:
+                            await raw.session.call_tool("job", {"tag": "refused", "slow": 0.0}, allow_claimed=True)
+                    assert caught.value.error.data == {
+                        "reason": "store_unavailable",
+                        "store": "sqlite",
+                        "retryable": True,
+                    }
+                    assert "locked" not in caught.value.error.message
+                finally:
+                    holder.execute("COMMIT")
+                    holder.close()
+        logs = "".join(s.log() for s in servers.values())
+    assert results == {f"job{i}": f"job{i}:done" for i in range(12)}, logs[-6000:]
+    # (The refused call's record may still land once the lock goes: a resend with an idempotency
+    # key, as FlowClient's, would find it; the raw client sent none, so it runs as an orphan.)
+    ones = [e for e in audit(journal) if e["step"] == "one" and e["phase"] == "end" and e["tag"] != "refused"]
+    assert sorted(e["tag"] for e in ones) == sorted(f"job{i}" for i in range(12)), "each task's first step ran once"
+    assert logs.count("Traceback") == 0, logs[-4000:]

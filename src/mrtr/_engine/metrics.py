@@ -76,6 +76,8 @@ from typing import Any
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, NoOpMeterProvider, Observation
 
+from mrtr._errors import StoreUnavailable
+
 logger = logging.getLogger("mrtr.metrics")
 
 METER_NAME = "mrtr"
@@ -336,6 +338,8 @@ async def refresh_task_counts(store: object, now: float, *, force: bool = False)
         return
     try:
         counts: Mapping[str, int] = await count(now)
+    except StoreUnavailable:  # logged once per burst by the store (`mrtr.store`)
+        return
     except Exception:  # the gauge goes stale, then silent (`_STALE_COUNTS`)
         logger.warning("counting tasks by status for the mrtr.tasks gauge failed", exc_info=True)
         return

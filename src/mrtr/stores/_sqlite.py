@@ -129,12 +129,16 @@ class SQLiteStore:
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
             raise RuntimeError("SQLiteStore is closed")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn)
-
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        # Runs on the worker thread; opening here (not in __init__) keeps construction free
-        # of I/O and the connection on the one thread that will ever use it.
         deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._call, fn, deadline)
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T], deadline: float) -> T:
+        # Runs on the worker thread; opening here (not in __init__) keeps construction free
+        # of I/O and the connection on the one thread that will ever use it. `deadline` counts
+        # from the call, not from its turn on the thread: calls queued behind a write lock held
+        # by another process fail together (retryable) instead of waiting a busy timeout each.
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError("database is locked (the call waited its busy timeout in the queue)")
         while True:
             try:
                 if self._conn is None:

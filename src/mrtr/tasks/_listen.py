@@ -63,6 +63,7 @@ from mcp_types import (
 
 from mrtr import _sdk as sdk
 from mrtr._engine import metrics
+from mrtr._errors import StoreUnavailable
 from mrtr._wire import SNAPSHOTS, TASK_IDS, TASK_KEYS, TASK_VERSION
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.tasks._extension import valid_idempotency_key
@@ -287,6 +288,8 @@ class ListenHandler:
             return
         try:
             records = [await self.tasks.engine.get(task_id) for task_id in watched]
+        except StoreUnavailable:
+            raise  # ends the stream with the store's retryable error (logged once per burst by the store)
         except Exception as exc:  # the client refetches instead: end the stream
             logger.warning("listen stream %r could not refetch after a bus gap (%s); ending it", ctx.request_id, exc)
             raise MCPError(INTERNAL_ERROR, "events were lost and could not be refetched; re-listen") from exc

@@ -277,6 +277,12 @@ class TaskWorker:
             return
         finally:
             heartbeat.cancel()
+        if isinstance(outcome.error, LeaseLost | StoreUnavailable):
+            # A checkpoint could not be written before the lease ran out: the flow stopped there.
+            # Not its outcome: write nothing; the task resumes from its last checkpoint.
+            checkpoints.abandon()
+            logger.info("task %s: stopped, its checkpoint could not be written in its lease", record.task_id)
+            return
         try:
             with contextlib.suppress(LeaseLost, StoreUnavailable):  # the final write carries the journal anyway
                 await checkpoints.settle()  # a write in flight lands first; the final write carries the rest
