@@ -81,6 +81,8 @@ class Options:
     lease: float = 2.0
     asks: int = 0
     """Inline flows with a question (their answer's round passes the replay guard) run alongside."""
+    listen: bool = True
+    """`FlowClient(listen=...)`: follow tasks by listening (the default) or by polling `tasks/get`."""
     keep_logs: bool = False
 
 
@@ -149,7 +151,7 @@ class Report:
             and not self.tasks_wrong
             and not self.new_key
             and not self.restarts
-            and self.asks_failed == 0
+            and self.asks_ok == self.options.asks
         )
 
 
@@ -295,18 +297,24 @@ class Run:
 
     async def lanes(self, url: str) -> None:
         numbers = iter(range(1, self.options.tasks + 1))
-        asks = iter(range(1, self.options.asks + 1))
 
-        async def lane(index: int) -> None:
-            async with FlowClient(url, tasks=True, elicit=_answer, timeout=60.0) as client:
+        async def lane() -> None:
+            async with FlowClient(url, tasks=True, timeout=60.0, listen=self.options.listen) as client:
                 for number in numbers:
                     await self.job(client, number)
-                    if index % 4 == 0 and (ask := next(asks, None)) is not None:
-                        await self.ask(client, ask)
+
+        async def asking() -> None:
+            """The flows with a question start as the fault does, one every half second."""
+            await self.half.wait()
+            async with FlowClient(url, elicit=_answer, timeout=60.0) as client, anyio.create_task_group() as group:
+                for number in range(1, self.options.asks + 1):
+                    group.start_soon(self.ask, client, number)
+                    await anyio.sleep(0.5)
 
         async with anyio.create_task_group() as group:
-            for index in range(self.options.concurrency):
-                group.start_soon(lane, index)
+            group.start_soon(asking)
+            for _ in range(self.options.concurrency):
+                group.start_soon(lane)
 
     async def probe(self, servers: dict[str, ServerProcess], stop: anyio.Event) -> None:
         """Health and `quick` on each instance directly; a raw store call, its error kept.
@@ -551,6 +559,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--task-seconds", type=float, default=0.5, help="how long each task's middle step sleeps")
     parser.add_argument("--asks", type=int, default=0, help="inline flows with a question run alongside")
     parser.add_argument("--quick", action="store_true", help="a short smoke run: 20 tasks, a 3 s fault")
+    parser.add_argument("--poll", action="store_true", help="clients poll tasks/get instead of listening")
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args(argv)
     stores = tuple(s for s in args.stores.split(",") if s)
@@ -560,7 +569,15 @@ def parse_args(argv: list[str] | None = None) -> Options:
             parser.error(f"unknown {what} {sorted(unknown)}")
     if args.quick:
         return Options(
-            stores, faults, tasks=20, concurrency=8, outage=3.0, task_seconds=0.3, asks=4, keep_logs=args.keep_logs
+            stores,
+            faults,
+            tasks=20,
+            concurrency=8,
+            outage=3.0,
+            task_seconds=0.3,
+            asks=4,
+            listen=not args.poll,
+            keep_logs=args.keep_logs,
         )
     return Options(
         stores,
@@ -570,6 +587,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         outage=args.outage,
         task_seconds=args.task_seconds,
         asks=args.asks,
+        listen=not args.poll,
         keep_logs=args.keep_logs,
     )
 
