@@ -32,8 +32,8 @@ from tests.support.redis_proc import RedisProcess
 pytestmark = [pytest.mark.spawns, pytest.mark.needs_haproxy]
 
 OPTIONS = Options(tasks=16, concurrency=8, outage=5.0, task_seconds=0.3, lease=2.0, asks=4)
-SLOW_TASK_P50 = 8.0
-"""Seconds: a task's median under a 200 ms store, far above its ~2-3 s, below a 10 s client resync."""
+RESYNC = 10.0
+"""Seconds a task follower's quiet listen stream waits before it checks with `tasks/get`."""
 LOOSE = 1.0
 """Seconds: a bound on probe medians that only a stalled instance misses (not a timing target)."""
 
@@ -135,6 +135,7 @@ def test_a_slow_store_completes_everything_and_expires_no_live_lease(kind: str, 
     _common(report)
     assert not report.same_key, f"a step ran twice: a lease expired under a live worker: {render(report)}"
     assert not report.raw_errors or all("Unknown or expired task" in e for e in report.raw_errors), render(report)
-    # A client that missed a task's push would wait for its 10 s resync: half the tasks took ~15 s so.
-    p50 = report.task_p50()
-    assert p50 is not None and p50 < SLOW_TASK_P50, f"tasks waited past their pushes: {render(report)}"
+    # A client that missed a task's push waits for its 10 s resync (issue 37 measured half the tasks
+    # at ~15 s so); followed by polls, these tasks take 2-4 s each under this slow store.
+    slowest = max(report.durations)
+    assert slowest < RESYNC, f"a task waited out a client resync: a push was missed: {render(report)}"
