@@ -534,16 +534,18 @@ def render(r: Report) -> str:
 def table(reports: list[Report]) -> str:
     rows = [
         "| store | fault | tasks completed | errors callers saw | return -> task done, p50 | max "
-        "| duplicate steps (same key) | under which keys | second key |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| each task, p50 | max | duplicate steps (same key) | under which keys | second key |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         recovery = r.recovery()
         p50 = statistics.median(recovery) if recovery else None
         keys = ", ".join(sorted(r.same_key)[:3]) + (" ..." if len(r.same_key) > 3 else "") or "-"
+        fault = f"slow +{SLOW_REPLY * 1000:.0f} ms" if r.fault == "slow" else f"{r.fault} {r.options.outage:g} s"
         rows.append(
-            f"| {r.store} | {r.fault} {r.options.outage:g} s | {r.tasks_ok}/{r.options.tasks}"
+            f"| {r.store} | {fault} | {r.tasks_ok}/{r.options.tasks}"
             f" | {sum(r.client_errors.values())} | {_s(p50)} | {_s(recovery[-1] if recovery else None)}"
+            f" | {_s(r.task_p50())} | {_s(max(r.durations, default=None))}"
             f" | {sum(c - 1 for c in r.same_key.values())} | {keys} | {len(r.new_key)} |"
         )
     return "\n".join(rows)
