@@ -174,6 +174,11 @@ async def test_an_unreachable_guard_store_fails_closed_with_a_precise_error() ->
         with pytest.raises(MCPError) as refused:
             await _send(client, state, {"where": accept(env="prod")})
         assert refused.value.code == -32603
-        assert refused.value.data == {"reason": "replay_guard_unavailable", "flow": "deploy"}
+        assert refused.value.data == {
+            "reason": "replay_guard_unavailable",
+            "store": "redis",
+            "retryable": True,
+            "flow": "deploy",
+        }
     assert runs == Counter(), "no round runs unguarded"
     await guard.close()
