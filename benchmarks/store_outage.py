@@ -502,12 +502,16 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
+def _fault(r: Report) -> str:
+    return f"slow +{SLOW_REPLY * 1000:.0f} ms" if r.fault == "slow" else f"{r.fault} {r.options.outage:g} s"
+
+
 def render(r: Report) -> str:
     recovery = r.recovery()
     p50 = statistics.median(recovery) if recovery else None
     worst = recovery[-1] if recovery else None
     lines = [
-        f"== {r.store}, fault {r.fault} ({r.options.outage:g} s), {r.options.tasks} tasks,"
+        f"== {r.store}, fault {_fault(r)}, {r.options.tasks} tasks,"
         f" {r.options.concurrency} lanes, {r.options.instances} instances, lease {r.options.lease:g} s",
         f"  tasks completed {r.tasks_ok} / lost {r.tasks_lost} / wrong {r.tasks_wrong}; run {r.seconds:.1f} s;"
         f" each task p50 {_s(r.task_p50())}, max {_s(max(r.durations, default=None))}",
@@ -541,9 +545,8 @@ def table(reports: list[Report]) -> str:
         recovery = r.recovery()
         p50 = statistics.median(recovery) if recovery else None
         keys = ", ".join(sorted(r.same_key)[:3]) + (" ..." if len(r.same_key) > 3 else "") or "-"
-        fault = f"slow +{SLOW_REPLY * 1000:.0f} ms" if r.fault == "slow" else f"{r.fault} {r.options.outage:g} s"
         rows.append(
-            f"| {r.store} | {fault} | {r.tasks_ok}/{r.options.tasks}"
+            f"| {r.store} | {_fault(r)} | {r.tasks_ok}/{r.options.tasks}"
             f" | {sum(r.client_errors.values())} | {_s(p50)} | {_s(recovery[-1] if recovery else None)}"
             f" | {_s(r.task_p50())} | {_s(max(r.durations, default=None))}"
             f" | {sum(c - 1 for c in r.same_key.values())} | {keys} | {len(r.new_key)} |"
