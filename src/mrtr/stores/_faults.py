@@ -38,6 +38,7 @@ CALL_TIMEOUT = 15.0
 shorter timeouts of its own; this bounds what they do not, e.g. a connection that stalls)."""
 
 _REPEAT = 30.0  # seconds between two "still unavailable" lines of one burst
+_SETTLE = 1.0  # seconds without a failure before a success ends the burst
 
 C = TypeVar("C", bound=type)
 
@@ -45,17 +46,19 @@ C = TypeVar("C", bound=type)
 class Burst:
     """One store's current run of failures, for logging it once (see the module docstring)."""
 
-    def __init__(self, store: str) -> None:
+    def __init__(self, store: str, *, settle: float = _SETTLE) -> None:
         self.store = store
+        self.settle = settle
         self.since: float | None = None
         self.failed = 0
+        self._last_failure = 0.0
         self._logged_at = 0.0
         self._logged_count = 0
 
     def failure(self, exc: BaseException) -> None:
         error_type = type(exc).__name__
         metrics.store_error(self.store, error_type)
-        now = time.monotonic()
+        now = self._last_failure = time.monotonic()
         self.failed += 1
         if self.since is None:
             self.since = self._logged_at = now
@@ -80,6 +83,8 @@ class Burst:
     def success(self) -> None:
         if self.since is None:
             return
+        if time.monotonic() - self._last_failure < self.settle:
+            return  # a store going down fails some calls and not others for a moment: one burst
         logger.warning(
             "task store %s answers again after %.1f s; %d calls failed meanwhile",
             self.store,

@@ -31,13 +31,16 @@ from mrtr.stores._base import (
     read_cursor,
     round_verdict,
 )
-from mrtr.stores._faults import store_boundary, throttle_logger
+from mrtr.stores._faults import burst, store_boundary, throttle_logger
 
 if TYPE_CHECKING:
     from mrtr.buses._base import BrokerBus
 
 # Room for the "_claimable"/"_expiry" index suffixes inside Postgres's 63-byte names.
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
+
+
+_OUTAGE_WAIT = 0.5  # seconds a call waits for a pooled connection while the store is failing
 
 
 def _transient(exc: BaseException) -> bool:
@@ -209,7 +212,10 @@ class PostgresStore:
         self, query: sql.Composed, params: tuple[Any, ...] | dict[str, Any]
     ) -> tuple[int, list[tuple[Any, ...]]]:
         pool = await self._get_pool()
-        async with pool.connection() as conn:
+        # While PostgreSQL is known to be down, a call waits a moment for a connection, not the
+        # whole pool timeout: callers get their retryable error in well under a second.
+        wait = _OUTAGE_WAIT if burst("postgresql").since is not None else self._pool_args["timeout"]
+        async with pool.connection(timeout=wait) as conn:
             cur = await conn.execute(query, params)
             rows = await cur.fetchall() if cur.description is not None else []
             return cur.rowcount, rows

@@ -23,7 +23,7 @@ from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from mrtr._errors import EventNotDelivered
+from mrtr._errors import EventNotDelivered, StoreUnavailable
 from mrtr.tasks._inbox import MAX_EVENT_BYTES
 
 PATH = "/mrtr/events"
@@ -112,6 +112,8 @@ def endpoint(urls: Callable[[], CallbackUrls | None], deliver: Deliver) -> Calla
                 return _refuse(503, str(exc), headers={"Retry-After": "1"})
             status = {"unknown_task": 404, "task_finished": 410}.get(exc.reason, 409)
             return _refuse(status, str(exc))
+        except StoreUnavailable as exc:  # not delivered, the URL unused: the sender retries (logged by the store)
+            return _refuse(503, exc.error.message, headers={"Retry-After": "2"})
         except ValueError as exc:
             return _refuse(400, str(exc))
         return JSONResponse({"delivered": True, "task": task_id, "event": name}, status_code=202)

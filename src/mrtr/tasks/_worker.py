@@ -223,11 +223,9 @@ class TaskWorker:
         try:
             await self._run(record)
         except StoreUnavailable:
-            logger.info(
-                "task %s: run stopped, the store did not answer; it resumes once the store is back", record.task_id
-            )
+            logger.debug("task %s: run stopped, the store did not answer; it resumes when it is back", record.task_id)
         except LeaseLost:
-            logger.warning("task %s: lease lost (it could not be renewed); stopping", record.task_id)
+            logger.debug("task %s: lease lost (it could not be renewed in time); stopping", record.task_id)
 
     async def _run(self, record: TaskRecord) -> None:
         tracing.bind_task(record.task_id)
@@ -281,7 +279,7 @@ class TaskWorker:
             # A checkpoint could not be written before the lease ran out: the flow stopped there.
             # Not its outcome: write nothing; the task resumes from its last checkpoint.
             checkpoints.abandon()
-            logger.info("task %s: stopped, its checkpoint could not be written in its lease", record.task_id)
+            logger.debug("task %s: stopped, its checkpoint could not be written in its lease", record.task_id)
             return
         try:
             with contextlib.suppress(LeaseLost, StoreUnavailable):  # the final write carries the journal anyway
