@@ -33,7 +33,7 @@ from mrtr._errors import StoreUnavailable
 
 logger = logging.getLogger("mrtr.store")
 
-CALL_TIMEOUT = 15.0
+CALL_TIMEOUT = 10.0
 """Seconds one store call may take before it fails as `StoreUnavailable` (each driver has
 shorter timeouts of its own; this bounds what they do not, e.g. a connection that stalls)."""
 

@@ -246,12 +246,13 @@ _TRANSIENT = (
 
 
 def _connection_defaults() -> dict[str, Any]:
-    # Bounded well below a client's timeout: a store that does not answer is an error the
-    # client can retry, not a hang. redis-py's own default retries for up to ~10 s per call.
+    # Bounded well below a client's timeout (30 s for FlowClient): a store that does not answer
+    # is an error the client can retry, not a hang. redis-py's own default retries 3 times with
+    # up to 10 s of backoff per call; here one quick retry (a dropped connection, reconnected).
     return {
         "socket_connect_timeout": 2.0,
-        "socket_timeout": 5.0,
-        "retry": Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), 2),
+        "socket_timeout": 3.0,
+        "retry": Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), 1),
     }
 
 
@@ -264,7 +265,7 @@ class RedisStore:
     """A `TaskStore` in Redis; several stores (processes) may share one prefix.
 
     A call made while Redis does not answer raises `mrtr.StoreUnavailable` (after the
-    connection's timeouts: 2 s to connect, 5 s for a reply, unless `redis_kwargs` say
+    connection's timeouts: 2 s to connect, 3 s for a reply, unless `redis_kwargs` say
     otherwise); the connection pool reconnects by itself once Redis is back.
     """
 
