@@ -95,3 +95,38 @@ async def test_store_patience_is_bounded() -> None:
     with pytest.raises(StoreUnavailable):
         await resending(policy, down)
     assert time.monotonic() - started < 1.5
+
+
+async def test_a_store_that_accepts_and_never_answers_is_store_unavailable_not_a_hang() -> None:
+    """A paused connection (a route that black-holes replies): the reply timeout turns it into the
+    retryable error; and any call still unanswered at the boundary's own bound fails the same way."""
+    import asyncio
+
+    from mrtr.stores import RedisStore
+    from mrtr.stores._faults import store_boundary
+
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # read nothing, answer nothing
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    store = RedisStore(f"redis://127.0.0.1:{port}/0", socket_timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.load("t", time.time())
+    assert time.monotonic() - started < 3
+    assert caught.value.store == "redis"
+    await store.close()
+    server.close()
+
+    @store_boundary("redis", lambda exc: False, timeout=0.2)
+    class Stalled:
+        async def load(self) -> None:
+            await asyncio.sleep(60)
+
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="retry"):
+        await Stalled().load()
+    assert time.monotonic() - started < 1
