@@ -78,3 +78,13 @@ def test_fastmcp_tasks_quick_compares_mrtr_with_fastmcp_tasks() -> None:
         pytest.skip(f"mrtr measured alone; {reason}")
     # fastmcp-tasks is the baseline: both mrtr cells of every figure carry their ratio to it
     assert all(len(re.findall(r"\(\d+\.\d\dx", row)) == 2 for row in rows.values()), out
+
+
+@pytest.mark.needs_haproxy
+@pytest.mark.needs_redis
+@pytest.mark.needs_postgres
+def test_store_outage_quick_loses_no_task_on_either_store() -> None:
+    """A 3 s outage in the middle of 20 tasks, on a private Redis and a private PostgreSQL."""
+    out = _run("benchmarks/store_outage.py", "--quick", "--stores", "redis,postgres")
+    assert "| redis | outage 3 s | 20/20 |" in out and "| postgres | outage 3 s | 20/20 |" in out, out
+    assert "FAILED" not in out, out
