@@ -280,3 +280,40 @@ async def test_a_locked_sqlite_file_is_a_retryable_error_never_database_is_locke
     assert sorted(tag for tag in keys if tag != "refused") == sorted(f"job{i}" for i in range(12))
     assert all(len(found) == 1 for found in keys.values()), keys
     assert logs.count("Traceback") == 0, logs[-4000:]
+
+
+@pytest.mark.needs_postgres
+async def test_a_postgres_pool_answers_within_a_second_of_the_store_returning(tmp_path: Path) -> None:
+    """psycopg's pool retries a lost connection after 1, 2, 4, 8 s: left alone, a store back
+    after an 8 s outage would wait for the pool's next attempt. The store probes and swaps in
+    a fresh pool instead, so the first call after the return succeeds at once."""
+    from mrtr import StoreUnavailable
+    from mrtr.stores import PostgresStore
+
+    with _Store("postgres", tmp_path) as pg:
+        store = PostgresStore(pg.proc.url)
+        try:
+            await store.open()
+            assert await store.load("absent", time.time()) is None
+            pg.proc.kill()
+            failures = 0
+            stop = time.monotonic() + 8.0  # the pool's own next attempt would come at about 15 s
+            while time.monotonic() < stop:
+                try:
+                    await store.load("absent", time.time())
+                except StoreUnavailable:
+                    failures += 1
+                await anyio.sleep(0.1)
+            assert failures > 0, "the store kept answering while PostgreSQL was killed"
+            pg.proc.start()
+            back = time.monotonic()
+            while True:
+                try:
+                    assert await store.load("absent", time.time()) is None
+                    break
+                except StoreUnavailable:
+                    assert time.monotonic() - back < 10, "the pool did not reconnect within 10 s"
+                    await anyio.sleep(0.05)
+            assert time.monotonic() - back < 1.5, f"first success {time.monotonic() - back:.1f} s after the return"
+        finally:
+            await store.close()
