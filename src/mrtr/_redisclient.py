@@ -1,0 +1,60 @@
+"""Redis URLs, one node or a cluster: `redis://...` and `redis+cluster://host:port[,host:port...]`.
+
+The store, the replay guard and the fleet bus all take the same URL. A cluster URL names one
+or more seed nodes (one is enough: redis-py's cluster client learns the rest from
+`CLUSTER SLOTS`); credentials, TLS (`rediss+cluster://`) and query options apply to every node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+SCHEMES = ("redis://", "rediss://", *CLUSTER_SCHEMES)
+
+
+def is_cluster(url: str) -> bool:
+    """Whether `url` names a Redis Cluster (`redis+cluster://`, `rediss+cluster://`)."""
+    return url.startswith(CLUSTER_SCHEMES)
+
+
+def seed_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """A cluster URL as (the plain `redis://` URL of its first seed, every seed's (host, port)).
+
+    Raises:
+        ValueError: No seed, or a seed without a numeric port.
+    """
+    parts = urlsplit(url)
+    scheme = parts.scheme.removesuffix("+cluster")
+    auth, _, hosts = parts.netloc.rpartition("@")
+    seeds: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not item.strip():
+            continue
+        if not sep or not port.isdigit() or not host:
+            raise ValueError(f"cluster seed {item!r} in {url!r} must be host:port")
+        seeds.append((host.strip("[]"), int(port)))
+    if not seeds:
+        raise ValueError(f"a cluster URL names at least one seed node host:port, not {url!r}")
+    first = f"{seeds[0][0]}:{seeds[0][1]}"
+    netloc = f"{auth}@{first}" if auth else first
+    path = "" if parts.path in ("", "/", "/0") else parts.path
+    if path:
+        raise ValueError(f"a Redis Cluster has one database (0): {url!r} names {parts.path!r}")
+    return urlunsplit((scheme, netloc, "", parts.query, "")), seeds
+
+
+def client(url: str, **kwargs: Any) -> aioredis.Redis | RedisCluster:
+    """A client for `url`: `redis.asyncio.Redis` for one node, `RedisCluster` for a cluster URL."""
+    if not is_cluster(url):
+        return aioredis.Redis.from_url(url, **kwargs)
+    first, seeds = seed_nodes(url)
+    return RedisCluster.from_url(first, startup_nodes=[ClusterNode(host, port) for host, port in seeds], **kwargs)
+
+
+__all__ = ["CLUSTER_SCHEMES", "SCHEMES", "client", "is_cluster", "seed_nodes"]
