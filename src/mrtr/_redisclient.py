@@ -7,14 +7,17 @@ or more seed nodes (one is enough: redis-py's cluster client learns the rest fro
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 SCHEMES = ("redis://", "rediss://", *CLUSTER_SCHEMES)
+SLOTS = 16384
 
 
 def is_cluster(url: str) -> bool:
@@ -49,6 +52,23 @@ def seed_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
     return urlunsplit((scheme, netloc, "", parts.query, "")), seeds
 
 
+@functools.lru_cache(maxsize=32)
+def shard_tags(prefix: str, shards: int) -> tuple[str, ...]:
+    """The hash tags of a cluster store's shards: `{<prefix>NN.j}`, shard `i`'s slot in the `i`-th
+    `1/shards` of the slot range, near its middle (`j` is the first suffix that lands there), so
+    primaries that split the range evenly get an even share of the shards."""
+    tags = []
+    for i in range(shards):
+        low, high = i * SLOTS // shards, (i + 1) * SLOTS // shards
+        eighth = (high - low) * 3 // 8
+        low, high = low + eighth, max(high - eighth, low + eighth + 1)
+        j = 0
+        while not low <= key_slot(f"{prefix}{i:02d}.{j}".encode()) < high:
+            j += 1
+        tags.append(f"{{{prefix}{i:02d}.{j}}}")
+    return tuple(tags)
+
+
 def client(url: str, **kwargs: Any) -> aioredis.Redis | RedisCluster:
     """A client for `url`: `redis.asyncio.Redis` for one node, `RedisCluster` for a cluster URL."""
     if not is_cluster(url):
@@ -57,4 +77,4 @@ def client(url: str, **kwargs: Any) -> aioredis.Redis | RedisCluster:
     return RedisCluster.from_url(first, startup_nodes=[ClusterNode(host, port) for host, port in seeds], **kwargs)
 
 
-__all__ = ["CLUSTER_SCHEMES", "SCHEMES", "client", "is_cluster", "seed_nodes"]
+__all__ = ["CLUSTER_SCHEMES", "SCHEMES", "SLOTS", "client", "is_cluster", "seed_nodes", "shard_tags"]

@@ -24,7 +24,6 @@ keeps its single, unsharded layout (the keys above), so existing data reads as b
 from __future__ import annotations
 
 import asyncio
-import functools
 import heapq
 import math
 import time
@@ -32,9 +31,7 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from redis.crc import key_slot
-
-from mrtr._redisclient import client, is_cluster
+from mrtr._redisclient import client, is_cluster, shard_tags
 from mrtr.stores._base import STATUSES, TaskExists, TaskPage, TaskQuery, TaskRecord, page_cursor, read_cursor
 
 if TYPE_CHECKING:
@@ -248,9 +245,6 @@ return 1
 DEFAULT_SHARDS = 16
 """Shards of a cluster store's indexes (`RedisStore(shards=)`): every instance of a fleet must agree."""
 
-_SLOTS = 16384
-
-
 @dataclass(frozen=True)
 class _Shard:
     """The keys of one shard: every key a script touches for a task of this shard is in one slot."""
@@ -265,23 +259,6 @@ class _Shard:
     @classmethod
     def under(cls, base: str) -> _Shard:
         return cls(f"{base}task:", f"{base}claimable", f"{base}expiry", f"{base}by:")
-
-
-@functools.lru_cache(maxsize=32)
-def shard_tags(prefix: str, shards: int) -> list[str]:
-    """The hash tags of a cluster store's shards: `{<prefix>NN.j}`, shard `i`'s slot in the `i`-th
-    `1/shards` of the slot range, near its middle (`j` is the first suffix that lands there), so
-    primaries that split the range evenly get an even share of the shards."""
-    tags = []
-    for i in range(shards):
-        low, high = i * _SLOTS // shards, (i + 1) * _SLOTS // shards
-        eighth = (high - low) * 3 // 8
-        low, high = low + eighth, max(high - eighth, low + eighth + 1)
-        j = 0
-        while not low <= key_slot(f"{prefix}{i:02d}.{j}".encode()) < high:
-            j += 1
-        tags.append(f"{{{prefix}{i:02d}.{j}}}")
-    return tags
 
 
 class RedisStore:
@@ -601,5 +578,4 @@ class RedisStore:
 __all__ = [
     "DEFAULT_SHARDS",
     "RedisStore",
-    "shard_tags",
 ]
