@@ -8,6 +8,12 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
+def cluster_url(kind: str, request: Any) -> str | None:
+    """The session's private Redis Cluster URL (the `redis_cluster` fixture, started on first use)
+    when `kind` is `"redis-cluster"`, else None."""
+    return str(request.getfixturevalue("redis_cluster")) if kind == "redis-cluster" else None
+
+
 async def drop_namespace(kind: str, namespace: str, *, url: str | None = None) -> None:
     """Delete a test's Redis keys under `namespace:` (and, on a cluster URL, its shards' `{namespace:NN.j}:`)
     or its PostgreSQL tables (`namespace`, `namespace_rounds`)."""
