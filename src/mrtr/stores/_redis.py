@@ -245,6 +245,7 @@ return 1
 DEFAULT_SHARDS = 16
 """Shards of a cluster store's indexes (`RedisStore(shards=)`): every instance of a fleet must agree."""
 
+
 @dataclass(frozen=True)
 class _Shard:
     """The keys of one shard: every key a script touches for a task of this shard is in one slot."""
