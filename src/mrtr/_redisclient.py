@@ -74,6 +74,9 @@ def client(url: str, **kwargs: Any) -> aioredis.Redis | RedisCluster:
     if not is_cluster(url):
         return aioredis.Redis.from_url(url, **kwargs)
     first, seeds = seed_nodes(url)
+    # redis-py's cluster client fails a command outright (MaxConnectionsError) past 100 connections to
+    # one node, where the one-node client just opens another: give a busy server the same room.
+    kwargs.setdefault("max_connections", 1024)
     return RedisCluster.from_url(first, startup_nodes=[ClusterNode(host, port) for host, port in seeds], **kwargs)
 
 

@@ -28,8 +28,9 @@ import heapq
 import math
 import time
 import zlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mrtr._redisclient import client, is_cluster, shard_tags
 from mrtr.stores._base import STATUSES, TaskExists, TaskPage, TaskQuery, TaskRecord, page_cursor, read_cursor
@@ -206,6 +207,7 @@ return n
 """
 
 _PURGE_BATCH = 500
+T = TypeVar("T")
 
 # The replay guard's ledger (mrtr._guard): one hash per round (d digest, o owner, l lease
 # until, r outcome), expired by Redis itself. Leases are on the Redis server's clock (TIME),
@@ -244,6 +246,10 @@ return 1
 
 DEFAULT_SHARDS = 16
 """Shards of a cluster store's indexes (`RedisStore(shards=)`): every instance of a fleet must agree."""
+
+_FANOUT = 64
+"""Per-shard calls (of every fleet-wide read together) one store object has in flight at most: a
+scan asks every shard, and many scans at once must not each take a connection per shard."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +301,7 @@ class RedisStore:
             self._shards = [_Shard.under(f"{tag}:") for tag in shard_tags(prefix, shards)]
         else:
             self._shards = [_Shard.under(prefix)]
+        self._fanout = asyncio.Semaphore(_FANOUT)
         self._indexed = self.cluster  # a cluster store was sharded from its first record: nothing to backfill
         self._create = self._redis.register_script(_CREATE)
         self._save = self._redis.register_script(_SAVE)
@@ -316,6 +323,17 @@ class RedisStore:
         from mrtr.buses._redis import RedisBus
 
         return RedisBus(self.url, prefix=self.prefix)
+
+    async def _each_shard(self, call: Callable[[_Shard], Awaitable[T]]) -> list[T]:
+        """`call` on every shard, concurrently, at most `_FANOUT` at a time for this store object."""
+        if len(self._shards) == 1:
+            return [await call(self._shards[0])]
+
+        async def bounded(shard: _Shard) -> T:
+            async with self._fanout:
+                return await call(shard)
+
+        return list(await asyncio.gather(*(bounded(shard) for shard in self._shards)))
 
     async def _ready(self) -> None:
         """On a cluster, learn the slot map once before any command: redis-py's cluster client,
@@ -386,11 +404,8 @@ class RedisStore:
         if limit <= 0:
             return []
         await self._ready()
-        found = await asyncio.gather(
-            *(
-                self._claimable(keys=[s.claimable, s.expiry], args=[repr(float(now)), str(limit), s.records])
-                for s in self._shards
-            )
+        found = await self._each_shard(
+            lambda s: self._claimable(keys=[s.claimable, s.expiry], args=[repr(float(now)), str(limit), s.records])
         )
         if len(found) == 1:
             return list(found[0])
@@ -406,11 +421,8 @@ class RedisStore:
     async def next_wake(self, now: float) -> float | None:
         """The earliest `lease_until` after `now` of a `working` task (one range read per shard)."""
         await self._ready()
-        found = await asyncio.gather(
-            *(
-                self._redis.zrangebyscore(s.claimable, f"({now!r}", "+inf", start=0, num=1, withscores=True)
-                for s in self._shards
-            )
+        found = await self._each_shard(
+            lambda s: self._redis.zrangebyscore(s.claimable, f"({now!r}", "+inf", start=0, num=1, withscores=True)
         )
         wakes = [float(rows[0][1]) for rows in found if rows]
         return min(wakes) if wakes else None
@@ -425,16 +437,16 @@ class RedisStore:
         after = read_cursor(query.cursor)
         statuses = query.statuses or (None,)
         top, after_id = (repr(after[0]), after[1]) if after is not None else ("+inf", "")
-        pages = await asyncio.gather(
-            *(
-                self._list(
+        pages = [
+            page
+            for status in statuses
+            for page in await self._each_shard(
+                lambda shard, status=status: self._list(  # type: ignore[misc]
                     keys=[self._index_key(shard, status, query.flow)],
                     args=[top, after_id, str(query.limit + 1), repr(now), shard.records, shard.expiry],
                 )
-                for status in statuses
-                for shard in self._shards
             )
-        )
+        ]
         records = [TaskRecord.from_json(data) for page in pages for data in page]
         records.sort(key=lambda r: (r.created_at, r.task_id), reverse=True)
         shown = records[: query.limit]
@@ -448,12 +460,9 @@ class RedisStore:
 
     async def _search(self, query: TaskQuery, now: float) -> TaskPage:
         prefix = query.id_prefix or ""
-        per_shard = await asyncio.gather(
-            *(
-                self._redis.zrangebylex(
-                    f"{shard.index}ids", f"[{prefix}", f"({prefix}\U0010ffff", start=0, num=query.limit * 4
-                )
-                for shard in self._shards
+        per_shard = await self._each_shard(
+            lambda shard: self._redis.zrangebylex(
+                f"{shard.index}ids", f"[{prefix}", f"({prefix}\U0010ffff", start=0, num=query.limit * 4
             )
         )
         ids = list(heapq.merge(*(map(str, found) for found in per_shard)))[: query.limit * 4]
@@ -482,14 +491,12 @@ class RedisStore:
     async def flows(self, now: float) -> list[str]:
         await self._ready()
         await self._index_old_records()
-        found = await asyncio.gather(*(self._redis.smembers(f"{shard.index}flows") for shard in self._shards))
+        found = await self._each_shard(lambda shard: self._redis.smembers(f"{shard.index}flows"))
         return sorted({str(flow) for flows in found for flow in flows})
 
     async def count_expired(self, now: float) -> int:
         await self._ready()
-        found = await asyncio.gather(
-            *(self._redis.zcount(shard.expiry, "-inf", repr(float(now))) for shard in self._shards)
-        )
+        found = await self._each_shard(lambda shard: self._redis.zcount(shard.expiry, "-inf", repr(float(now))))
         return sum(int(n) for n in found)
 
     async def _index_old_records(self) -> None:
@@ -529,7 +536,7 @@ class RedisStore:
                 if n < _PURGE_BATCH:
                     return total
 
-        return sum(await asyncio.gather(*(purge(shard) for shard in self._shards)))
+        return sum(await self._each_shard(purge))
 
     # -- the replay guard's ledger (see mrtr._guard.RoundLedger); Redis's clock ---------------
 
