@@ -25,7 +25,7 @@ import mrtr
 from mrtr.buses import BrokerBus, BusGap, TaskChanged
 from tests.support.markers import backends
 from tests.support.redis_proc import RedisProcess
-from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
+from tests.support.storekit import POSTGRES_DSN, REDIS_URL, cluster_url, drop_namespace, service_problem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
@@ -45,11 +45,12 @@ async def need(kind: str) -> None:
 
 @asynccontextmanager
 async def buses(
-    kind: str, count: int, request: pytest.FixtureRequest, **options: Any
+    kind: str, count: int, request: pytest.FixtureRequest | None = None, **options: Any
 ) -> AsyncIterator[list[BrokerBus]]:
-    """`count` started buses of one fleet (one namespace), closed and cleaned up afterwards."""
+    """`count` started buses of one fleet (one namespace), closed and cleaned up afterwards
+    (`"redis-cluster"` needs the test's `request`: the session's private cluster)."""
     await need(kind)
-    url = request.getfixturevalue("redis_cluster") if kind == "redis-cluster" else URLS[kind]
+    url = cluster_url(kind, request) or URLS[kind]
     namespace = f"mrtr_bus_{secrets.token_hex(4)}"
     async with AsyncExitStack() as stack:
         opened = [mrtr.open_bus(url, namespace=namespace, **options) for _ in range(count)]
