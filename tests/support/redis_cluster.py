@@ -121,7 +121,7 @@ class LocalCluster:
             time.sleep(0.1)
 
     def _replicas_synced(self) -> bool:
-        nodes = cli(self.ports[0], "cluster", "nodes")
+        nodes = cli(self.live_ports()[0], "cluster", "nodes")
         replicas = [line for line in nodes.splitlines() if " slave " in line and "fail" not in line]
         live = set(self.live_ports())
         wanted = sum(1 for line in replicas if int(line.split()[1].split(":")[1].split("@")[0]) in live)
