@@ -44,8 +44,8 @@ def seed_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
         seeds.append((host.strip("[]"), int(port)))
     if not seeds:
         raise ValueError(f"a cluster URL names at least one seed node host:port, not {url!r}")
-    host, port = seeds[0]
-    first = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    first_host, first_port = seeds[0]
+    first = f"[{first_host}]:{first_port}" if ":" in first_host else f"{first_host}:{first_port}"
     netloc = f"{auth}@{first}" if auth else first
     path = "" if parts.path in ("", "/", "/0") else parts.path
     if path:

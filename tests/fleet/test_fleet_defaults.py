@@ -168,4 +168,6 @@ def test_an_engine_whose_workers_run_elsewhere_needs_a_fleet_bus(caplog: pytest.
 
 def test_logged_urls_hide_their_password() -> None:
     assert fleet_policy.redacted("redis://app:s3cret@cache:6379/0") == "redis://app:***@cache:6379/0"
+    cluster = "redis+cluster://app:s3cret@cache-0:6379,cache-1:6379"
+    assert fleet_policy.redacted(cluster) == "redis+cluster://app:***@cache-0:6379,cache-1:6379"
     assert fleet_policy.redacted("postgresql://db/app") == "postgresql://db/app"
