@@ -20,8 +20,8 @@ process used in each, then, for the cluster, where the work went: per primary th
 serves, the task records it holds and the scripts it ran. A fleet serialized on one slot
 would show one primary doing all of it.
 
-    python benchmarks/redis_cluster.py            # N=3000, C=32
-    python benchmarks/redis_cluster.py --quick    # N=300
+    python benchmarks/redis_cluster.py            # N=3000, C=32, 3 interleaved rounds, medians
+    python benchmarks/redis_cluster.py --quick    # N=300, one round
 """
 
 from __future__ import annotations
@@ -182,6 +182,7 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="N=300: a smoke run")
     parser.add_argument("--tasks", type=int, default=3000)
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per target (medians)")
     args = parser.parse_args()
     n = 300 if args.quick else args.tasks
     missing = LocalCluster.available()
@@ -189,31 +190,43 @@ async def main() -> None:
         print(f"SKIPPED: {missing}")
         sys.exit(1 if os.environ.get("CI") else 0)
     print(f"load before: {os.getloadavg()[0]:.2f} (1 min); N={n} tasks, C={args.clients} coroutines, 1 client process")
-    results = []
+    rounds = 1 if args.quick else args.rounds
+    runs: dict[str, list[dict[str, Any]]] = {"one node": [], "3-primary cluster": []}
     with tempfile.TemporaryDirectory(prefix="mrtr-bench-cluster-") as tmp:
         node_dir = Path(tmp) / "single"
         node_dir.mkdir()
-        with RedisProcess(node_dir) as single:
+        with RedisProcess(node_dir) as single, LocalCluster(Path(tmp) / "cluster", primaries=3) as cluster:
             assert single.process is not None
-            results.append(await measure("one node", single.url, [single.process.pid], n, args.clients))
-        with LocalCluster(Path(tmp) / "cluster", primaries=3) as cluster:
-            pids = [process.pid for process in cluster.processes.values()]
-            results.append(await measure("3-primary cluster", cluster.url, pids, n, args.clients))
-            spread = distribution(cluster, results[-1]["store"])
-    base = results[0]
+            targets = [
+                ("one node", single.url, [single.process.pid]),
+                ("3-primary cluster", cluster.url, [process.pid for process in cluster.processes.values()]),
+            ]
+            for round_ in range(rounds):  # interleaved, the order alternating: drift hits both alike
+                for label, url, pids in targets if round_ % 2 == 0 else targets[::-1]:
+                    runs[label].append(await measure(label, url, pids, n, args.clients))
+            spread = distribution(cluster, runs["3-primary cluster"][-1]["store"])
+
+    def med(label: str, key: str, part: int | None = None) -> float:
+        values = [r[key] if part is None else r[key][part] for r in runs[label]]
+        return statistics.median(values)
+
+    base_create, base_complete = med("one node", "create_rate"), med("one node", "complete_rate")
     print()
+    print(f"medians of {rounds} interleaved round(s) per target (range of (2) in brackets):")
     print(
         "| target | (1) create, tasks/s | (2) run to completion, tasks/s | ratio to one node (1) / (2) "
         "| (3) one scan (claimable), p50 | Redis CPU s (1) / (2) | client CPU s (1) / (2) | lost CAS |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for r in results:
+    for label, found in runs.items():
+        spread_2 = f"{min(r['complete_rate'] for r in found):.0f}-{max(r['complete_rate'] for r in found):.0f}"
         print(
-            f"| {r['label']} | {r['create_rate']:.0f} | {r['complete_rate']:.0f} | "
-            f"{r['create_rate'] / base['create_rate']:.2f} / {r['complete_rate'] / base['complete_rate']:.2f} | "
-            f"{r['scan_ms']:.2f} ms | {r['create_cpu'][0]:.2f} / {r['complete_cpu'][0]:.2f} | "
-            f"{r['create_cpu'][1]:.2f} / {r['complete_cpu'][1]:.2f} | "
-            f"{r['conflicts']} |"
+            f"| {label} | {med(label, 'create_rate'):.0f} | {med(label, 'complete_rate'):.0f} ({spread_2}) | "
+            f"{med(label, 'create_rate') / base_create:.2f} / {med(label, 'complete_rate') / base_complete:.2f} | "
+            f"{med(label, 'scan_ms'):.2f} ms | "
+            f"{med(label, 'create_cpu', 0):.2f} / {med(label, 'complete_cpu', 0):.2f} | "
+            f"{med(label, 'create_cpu', 1):.2f} / {med(label, 'complete_cpu', 1):.2f} | "
+            f"{sum(r['conflicts'] for r in found)} |"
         )
     print()
     print("where the cluster's work went (each task's keys on its shard's slot; 16 shards spread over the slot range):")
