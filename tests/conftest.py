@@ -26,6 +26,24 @@ def temporal_address() -> Iterator[str]:
         yield address
 
 
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The `redis+cluster://` URL of a private local Redis Cluster (3 primaries, no replicas) for
+    the session (`tests/support/redis_cluster.py`); started on first use, never the shared Redis.
+    Tests namespace their keys; the failover test starts a cluster of its own."""
+    import os
+
+    from tests.support.redis_cluster import LocalCluster
+
+    reason = LocalCluster.available()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}; CI must run the Redis Cluster tests, not skip them")
+        pytest.skip(reason)
+    with LocalCluster(tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster.url
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse a collection in which a test under tests/fleet or tests/external declares no need,

@@ -54,6 +54,15 @@ def test_fleet_push_quick_drops_nothing_on_redis() -> None:
     assert len(rows) == 2 and all(row[-2] == "0" for row in rows), f"events dropped at a steady rate: {out}"
 
 
+@pytest.mark.needs_redis
+def test_redis_cluster_quick_measures_one_node_and_a_cluster() -> None:
+    """Starts its own redis-server and 3-primary cluster (never the shared Redis)."""
+    out = _run("benchmarks/redis_cluster.py", "--quick")
+    assert "targets measured" in out and "| one node |" in out and "| 3-primary cluster |" in out, out
+    primaries = [line for line in out.splitlines() if line.strip().startswith("primary :")]
+    assert len(primaries) == 3, out  # every primary serves some of the shards: no one slot holds the fleet
+
+
 def test_sealing_quick_measures_the_sqlite_store() -> None:
     out = _run("benchmarks/sealing.py", "--quick", "--stores", "sqlite")
     assert "cpu only: seal" in out and "sqlite" in out and "per state change" in out, out

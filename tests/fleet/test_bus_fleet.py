@@ -30,7 +30,7 @@ from tests.support import buskit
 from tests.support.markers import backends
 from tests.support.redis_proc import RedisProcess
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, spawn_servers
-from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
+from tests.support.storekit import POSTGRES_DSN, REDIS_URL, cluster_url, drop_namespace, service_problem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
@@ -78,16 +78,21 @@ def fleet(
         if bus.startswith("postgresql") or (not bus and (store or "").startswith("postgresql")):
             asyncio.run(drop_namespace("postgres", f"{namespace}_bus"))  # explicit, or derived from the store
         if store is not None:  # the bus's by-reference keys share the store's Redis prefix
-            asyncio.run(drop_namespace("redis" if store.startswith("redis") else "postgres", namespace))
+            kind = "redis-cluster" if "+cluster" in store else "redis" if store.startswith("redis") else "postgres"
+            asyncio.run(drop_namespace(kind, namespace, url=store if kind == "redis-cluster" else None))
 
 
-@pytest.fixture(scope="module", params=backends("redis", "postgres"))
+@pytest.fixture(scope="module", params=backends("redis", "redis-cluster", "postgres"))
 def shared(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """One fleet per broker for the tests that need no special setup: A and B with flows, P without."""
+    """One fleet per broker for the tests that need no special setup: A and B with flows, P without
+    (`redis-cluster`: the session's private cluster, store and sharded bus)."""
     kind = request.param
-    need(kind)
+    url = cluster_url(kind, request)
+    if url is None:
+        need(kind)
+        url = URLS[kind]
     workdir = tmp_path_factory.mktemp(f"bus-{kind}")
-    with fleet(workdir, URLS[kind], store=URLS[kind], labels=("A", "B", "P")) as servers:
+    with fleet(workdir, url, store=url, labels=("A", "B", "P")) as servers:
         yield {label: server.url for label, server in servers.items()}
 
 

@@ -38,7 +38,7 @@ from tests.support.storekit import POSTGRES_DSN, REDIS_URL
 
 pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
-KINDS = backends("redis", "postgres")
+KINDS = backends("redis", "redis-cluster", "postgres")
 
 
 @pytest.fixture
@@ -78,6 +78,15 @@ async def raw_publish(kind: str, bus: BrokerBus, text: str) -> None:
             await client.publish(bus.channel, text)  # type: ignore[attr-defined]
         finally:
             await client.aclose()
+    elif kind == "redis-cluster":  # sharded pub/sub, on the channel the bus itself sends on
+        from mrtr._redisclient import client as redis_client
+
+        cluster: Any = redis_client(bus.url)  # type: ignore[attr-defined]
+        try:
+            await cluster.initialize()
+            await cluster.spublish(bus.channel, text)  # type: ignore[attr-defined]
+        finally:
+            await cluster.aclose()
     else:
         import psycopg
 
@@ -86,8 +95,10 @@ async def raw_publish(kind: str, bus: BrokerBus, text: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_a_burst_goes_out_in_a_few_round_trips_and_arrives_once_in_order(kind: str) -> None:
-    async with buses(kind, 2) as (a, b):
+async def test_a_burst_goes_out_in_a_few_round_trips_and_arrives_once_in_order(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    async with buses(kind, 2, request=request) as (a, b):
         heard: list[Any] = []
         b.subscribe(heard.append)
         await asyncio.gather(*(a.publish(task(n)) for n in range(2000)))  # all queued before the sender runs
@@ -100,8 +111,10 @@ async def test_a_burst_goes_out_in_a_few_round_trips_and_arrives_once_in_order(k
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_a_producer_faster_than_the_sender_is_held_back_instead_of_losing_events(kind: str) -> None:
-    async with buses(kind, 2, max_outbox=8) as (a, b):
+async def test_a_producer_faster_than_the_sender_is_held_back_instead_of_losing_events(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    async with buses(kind, 2, max_outbox=8, request=request) as (a, b):
         heard: list[Any] = []
         b.subscribe(heard.append)
         for n in range(600):  # one at a time, as fast as the loop allows: the sender cannot keep 8 or fewer
@@ -114,9 +127,9 @@ async def test_a_producer_faster_than_the_sender_is_held_back_instead_of_losing_
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_dropped_events_are_counted_logged_and_announced_to_the_listeners_they_concern(
-    kind: str, reader: InMemoryMetricReader, caplog: pytest.LogCaptureFixture
+    kind: str, reader: InMemoryMetricReader, caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest
 ) -> None:
-    async with buses(kind, 2, max_outbox=3, max_publish_wait=0) as (a, b):
+    async with buses(kind, 2, request=request, max_outbox=3, max_publish_wait=0) as (a, b):
         heard: list[Any] = []
         b.subscribe(heard.append)
         events = [task(n) for n in range(100)] + [ResourceUpdated(uri="res://late")]
@@ -152,8 +165,10 @@ async def test_a_broker_that_cannot_be_reached_is_named_as_the_cause(caplog: pyt
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_numbers_skipped_without_a_notice_tell_every_listener_and_repeats_are_dropped(kind: str) -> None:
-    async with buses(kind, 1) as (b,):
+async def test_numbers_skipped_without_a_notice_tell_every_listener_and_repeats_are_dropped(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    async with buses(kind, 1, request=request) as (b,):
         heard: list[Any] = []
         b.subscribe(heard.append)
 

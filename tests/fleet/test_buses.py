@@ -25,7 +25,7 @@ import mrtr
 from mrtr.buses import BrokerBus, BusGap, TaskChanged
 from tests.support.markers import backends
 from tests.support.redis_proc import RedisProcess
-from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
+from tests.support.storekit import POSTGRES_DSN, REDIS_URL, cluster_url, drop_namespace, service_problem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
 
@@ -33,6 +33,8 @@ URLS = {"redis": REDIS_URL, "postgres": POSTGRES_DSN}
 
 
 async def need(kind: str) -> None:
+    if kind == "redis-cluster":
+        return  # the session's private cluster: its fixture started it, or skipped/failed already
     problem = await service_problem(kind)
     if problem is not None:
         message = f"{kind} is not reachable: {problem}"
@@ -42,12 +44,16 @@ async def need(kind: str) -> None:
 
 
 @asynccontextmanager
-async def buses(kind: str, count: int, **options: Any) -> AsyncIterator[list[BrokerBus]]:
-    """`count` started buses of one fleet (one namespace), closed and cleaned up afterwards."""
+async def buses(
+    kind: str, count: int, request: pytest.FixtureRequest | None = None, **options: Any
+) -> AsyncIterator[list[BrokerBus]]:
+    """`count` started buses of one fleet (one namespace), closed and cleaned up afterwards
+    (`"redis-cluster"` needs the test's `request`: the session's private cluster)."""
     await need(kind)
+    url = cluster_url(kind, request) or URLS[kind]
     namespace = f"mrtr_bus_{secrets.token_hex(4)}"
     async with AsyncExitStack() as stack:
-        opened = [mrtr.open_bus(URLS[kind], namespace=namespace, **options) for _ in range(count)]
+        opened = [mrtr.open_bus(url, namespace=namespace, **options) for _ in range(count)]
         for bus in opened:
             await stack.enter_async_context(bus)
         try:
@@ -56,7 +62,7 @@ async def buses(kind: str, count: int, **options: Any) -> AsyncIterator[list[Bro
             if kind == "postgres":
                 await drop_namespace("postgres", f"{namespace}_bus")
             else:
-                await drop_namespace("redis", namespace)
+                await drop_namespace(kind, namespace, url=url)
 
 
 async def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -67,9 +73,11 @@ async def until(predicate: Callable[[], bool], timeout: float, what: str) -> Non
         await asyncio.sleep(0.01)
 
 
-@pytest.mark.parametrize("kind", backends("redis", "postgres"))
-async def test_every_listener_on_every_instance_gets_each_event_exactly_once(kind: str) -> None:
-    async with buses(kind, 3) as fleet:
+@pytest.mark.parametrize("kind", backends("redis", "redis-cluster", "postgres"))
+async def test_every_listener_on_every_instance_gets_each_event_exactly_once(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    async with buses(kind, 3, request) as fleet:
         heard: list[list[Any]] = [[] for _ in range(6)]
         for index, sink in enumerate(heard):
             fleet[index // 2].subscribe(sink.append)  # two listeners per instance
@@ -88,10 +96,10 @@ async def test_every_listener_on_every_instance_gets_each_event_exactly_once(kin
             assert from_zero == [e for e in sent[:-1] if int(e.uri[6:]) % 2 == 0], "one publisher's order is kept"
 
 
-@pytest.mark.parametrize("kind", backends("redis", "postgres"))
-async def test_an_event_too_large_for_the_broker_goes_by_reference(kind: str) -> None:
-    options = {"max_inline": 2000} if kind == "redis" else {}  # PostgreSQL's own NOTIFY cap applies
-    async with buses(kind, 2, **options) as (a, b):
+@pytest.mark.parametrize("kind", backends("redis", "redis-cluster", "postgres"))
+async def test_an_event_too_large_for_the_broker_goes_by_reference(kind: str, request: pytest.FixtureRequest) -> None:
+    options = {"max_inline": 2000} if kind != "postgres" else {}  # PostgreSQL's own NOTIFY cap applies
+    async with buses(kind, 2, request, **options) as (a, b):
         heard: list[Any] = []
         b.subscribe(heard.append)
         big = {"taskId": "t1", "status": "completed", "result": {"content": [{"type": "text", "text": "é" * 30_000}]}}

@@ -29,7 +29,7 @@ from mrtr.cli._app import app
 from mrtr.stores import TaskRecord, TaskStore, open_store
 from tests.support.markers import backends
 from tests.support.servers import ROOT
-from tests.support.storekit import drop_namespace, service_problem
+from tests.support.storekit import cluster_url, drop_namespace, service_problem
 
 pytestmark = pytest.mark.spawns  # the real mrtr process
 
@@ -54,14 +54,22 @@ def _service_problem(backend: str) -> str | None:
 
 
 def _cleanup(target: Target, backend: str) -> None:
-    asyncio.run(drop_namespace(backend, target.namespace))
+    asyncio.run(drop_namespace(backend, str(target.namespace), url=target.url))
 
 
-@pytest.fixture(params=backends("sqlite", "redis", "postgres"))
+@pytest.fixture(params=backends("sqlite", "redis", "redis-cluster", "postgres"))
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     backend = request.param
     if backend == "sqlite":
         yield Target(f"sqlite:///{tmp_path / 'tasks.db'}", None)
+        return
+    cluster = cluster_url(backend, request)
+    if cluster is not None:
+        found = Target(cluster, f"mrtr_cli_{uuid.uuid4().hex[:10]}")
+        try:
+            yield found
+        finally:
+            _cleanup(found, backend)
         return
     problem = _service_problem(backend)
     if problem is not None:
@@ -248,6 +256,7 @@ def test_purge_counts_first_and_deletes_only_with_yes(target: Target) -> None:
         ("mysql://127.0.0.1/x", 2, "unknown task store URL 'mysql://127.0.0.1/x'"),
         ("sqlite:////nonexistent/dir/tasks.db", 2, "no SQLite task store at /nonexistent/dir/tasks.db"),
         ("redis://127.0.0.1:1/0", 3, "cannot read the store"),
+        ("redis+cluster://127.0.0.1:1", 3, "cannot read the store"),
         ("postgresql://postgres@127.0.0.1:1/postgres", 3, "cannot connect to the store"),
     ],
 )

@@ -34,18 +34,22 @@ from mrtr.client import FlowClient
 from tests.fleet.test_bus_fleet import URLS, answer, fleet, follow_across, need, served
 from tests.support import buskit
 from tests.support.markers import backends
-from tests.support.storekit import POSTGRES_DSN, REDIS_URL
+from tests.support.storekit import POSTGRES_DSN, REDIS_URL, cluster_url
 
 pytestmark = pytest.mark.in_process  # unless marked otherwise
 
 KEY = bytes(range(32))
 
 
-@pytest.fixture(params=backends("redis", "postgres"))
+@pytest.fixture(params=backends("redis", "redis-cluster", "postgres"))
 def plain(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """Instances A and B built by the README's plain recipe: a shared store, no `subscriptions=`."""
-    need(request.param)
-    with fleet(tmp_path, "", store=URLS[request.param]) as servers:  # no MRTR_BUS
+    """Instances A and B built by the README's plain recipe: a shared store, no `subscriptions=`
+    (on a Redis Cluster the store brings the sharded bus)."""
+    url = cluster_url(request.param, request)
+    if url is None:
+        need(request.param)
+        url = URLS[request.param]
+    with fleet(tmp_path, "", store=url) as servers:  # no MRTR_BUS
         yield {label: server.url for label, server in servers.items()}
 
 
@@ -164,4 +168,6 @@ def test_an_engine_whose_workers_run_elsewhere_needs_a_fleet_bus(caplog: pytest.
 
 def test_logged_urls_hide_their_password() -> None:
     assert fleet_policy.redacted("redis://app:s3cret@cache:6379/0") == "redis://app:***@cache:6379/0"
+    cluster = "redis+cluster://app:s3cret@cache-0:6379,cache-1:6379"
+    assert fleet_policy.redacted(cluster) == "redis+cluster://app:***@cache-0:6379,cache-1:6379"
     assert fleet_policy.redacted("postgresql://db/app") == "postgresql://db/app"

@@ -42,8 +42,8 @@ def starts(audit: Path) -> list[tuple[str, str]]:
     return [(e["step"], e["instance"]) for e in map(json.loads, lines) if e["phase"] == "start"]
 
 
-def fleet(tmp_path: Path, guard_kind: str, **extra: str) -> Any:
-    guard_url, namespace = _store_url(guard_kind, tmp_path)
+def fleet(tmp_path: Path, guard_kind: str, request: pytest.FixtureRequest | None = None, **extra: str) -> Any:
+    guard_url, namespace = _store_url(guard_kind, tmp_path, request)
     env = {
         "MRTR_STATE_KEY": secrets.token_hex(32),
         "MRTR_STORE": f"sqlite:///{tmp_path / 'tasks.db'}",
@@ -64,10 +64,12 @@ async def _send(peer: Client, state: str | None, answers: dict[str, Any] | None,
     )
 
 
-@pytest.mark.parametrize("guard_kind", backends("redis", "postgres", "sqlite"))
-async def test_replays_and_forks_across_instances(guard_kind: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("guard_kind", backends("redis", "redis-cluster", "postgres", "sqlite"))
+async def test_replays_and_forks_across_instances(
+    guard_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     audit = tmp_path / "audit.jsonl"
-    with fleet(tmp_path, guard_kind) as servers:
+    with fleet(tmp_path, guard_kind, request) as servers:
         async with client(servers["A"].url) as on_a, client(servers["B"].url) as on_b:
             first = await _send(on_a, None, None)
             assert isinstance(first, t.InputRequiredResult)

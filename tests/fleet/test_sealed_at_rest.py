@@ -37,7 +37,7 @@ from mrtr.stores import RecordSeal, RecordSealed, SealedStore, TaskRecord, TaskS
 from mrtr.tasks import TaskAdmin, TaskSealed
 from tests.support.flowkit import task_state
 from tests.support.markers import backends
-from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
+from tests.support.storekit import POSTGRES_DSN, REDIS_URL, cluster_url, drop_namespace, service_problem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spawns]  # the real `mrtr tasks` process
 
@@ -65,13 +65,18 @@ class Backend:
             assert self.path is not None
             files = [self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")]
             return b"".join(f.read_bytes() for f in files if f.exists())
-        if self.kind == "redis":
-            import redis.asyncio as aioredis
+        if self.kind in ("redis", "redis-cluster"):
+            from mrtr._redisclient import client as redis_client
 
-            client = aioredis.Redis.from_url(self.url)
+            client: Any = redis_client(self.url)
             parts: list[bytes] = []
+            keys = [
+                key
+                for pattern in (f"{self.namespace}:*", f"{{{self.namespace}:*")
+                async for key in client.scan_iter(match=pattern)
+            ]
             try:
-                async for key in client.scan_iter(match=f"{self.namespace}:*"):
+                for key in keys:
                     kind = (await client.type(key)).decode()
                     if kind == "string":
                         parts.append(await client.get(key) or b"")
@@ -98,12 +103,20 @@ class Backend:
             return b"\n".join(parts)
 
 
-@pytest.fixture(params=backends("sqlite", "redis", "postgres"))
+@pytest.fixture(params=backends("sqlite", "redis", "redis-cluster", "postgres"))
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
     kind: str = request.param
     if kind == "sqlite":
         path = tmp_path / "tasks.db"
         yield Backend("sqlite", f"sqlite:///{path}", None, path)
+        return
+    cluster = cluster_url(kind, request)
+    if cluster is not None:
+        namespace = f"mrtr_seal_{uuid.uuid4().hex[:10]}"
+        try:
+            yield Backend(kind, cluster, namespace)
+        finally:
+            await drop_namespace(kind, namespace, url=cluster)
         return
     problem = await service_problem(kind)
     if problem is not None:

@@ -49,9 +49,11 @@ async def _drop(kind: str, url: str, namespace: str) -> None:
     await drop_namespace(kind, namespace, url=url)
 
 
-@pytest.mark.parametrize("kind", backends("sqlite", "redis", "postgres"))
-async def test_a_fast_clock_does_not_steal_a_live_lease(kind: str, tmp_path: Path) -> None:
-    url, namespace = _store_url(kind, tmp_path)
+@pytest.mark.parametrize("kind", backends("sqlite", "redis", "redis-cluster", "postgres"))
+async def test_a_fast_clock_does_not_steal_a_live_lease(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url, namespace = _store_url(kind, tmp_path, request)
     release = asyncio.Event()
     runs: list[str] = []
     a, b, c = (worker(url, namespace, release, runs, label) for label in "ABC")

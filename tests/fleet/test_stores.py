@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherw
 
 REDIS_URL = os.environ.get("MRTR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_DSN = os.environ.get("MRTR_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
-BACKENDS = backends("sqlite-memory", "sqlite-file", "redis", "postgres")
-SHARED_BACKENDS = backends("sqlite-file", "redis", "postgres")  # those several store objects can share
+BACKENDS = backends("sqlite-memory", "sqlite-file", "redis", "redis-cluster", "postgres")
+SHARED_BACKENDS = backends("sqlite-file", "redis", "redis-cluster", "postgres")  # those several store objects can share
 
 Factory = Callable[[], Awaitable[TaskStore]]
 _reachable: dict[str, str | None] = {}  # backend -> None if reachable, else why not (probed once)
@@ -61,6 +61,7 @@ async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
     backend: str = request.param
     if backend in ("redis", "postgres"):
         await _require(backend)
+    cluster_url = request.getfixturevalue("redis_cluster") if backend == "redis-cluster" else None
     token = uuid.uuid4().hex[:16]
     stores: list[TaskStore] = []
 
@@ -75,6 +76,11 @@ async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
             from mrtr.stores._redis import RedisStore
 
             store = RedisStore(REDIS_URL, prefix=f"mrtr-test-{token}:")
+        elif backend == "redis-cluster":
+            from mrtr.stores import open_store
+
+            assert cluster_url is not None
+            store = open_store(cluster_url, namespace=f"mrtr-test-{token}")
         else:
             from mrtr.stores._postgres import PostgresStore
 
@@ -91,6 +97,8 @@ async def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
             await store.close()
         if backend == "redis":
             await drop_namespace("redis", f"mrtr-test-{token}")
+        elif backend == "redis-cluster":
+            await drop_namespace("redis-cluster", f"mrtr-test-{token}", url=cluster_url)
         elif backend == "postgres" and stores:
             await drop_namespace("postgres", f"mrtr_test_{token}")
 
@@ -493,26 +501,56 @@ async def test_crash_mid_transaction_leaves_the_old_record(make_store: Factory, 
     assert await store.save(original) and original.version == 1
 
 
-@pytest.mark.parametrize("make_store", backends("redis"), indirect=True)
+@pytest.mark.parametrize("make_store", backends("redis", "redis-cluster"), indirect=True)
 async def test_redis_expires_keys_and_drops_them_from_the_claimable_index(make_store: Factory) -> None:
-    store = await make_store()
-    redis = store._redis  # type: ignore[attr-defined]
-    key = store._record_prefix  # type: ignore[attr-defined]
+    store: Any = await make_store()
+    redis = store._redis
+
+    def key(task_id: str) -> str:
+        return str(store.shard_of(task_id).records + task_id)
+
     live = rec("live", ttl_ms=60_000)
     await store.create(live)
     assert live.expires_at is not None
-    assert await redis.pexpiretime(key + "live") == math.ceil(live.expires_at * 1000)
+    assert await redis.pexpiretime(key("live")) == math.ceil(live.expires_at * 1000)
     await store.create(rec("forever"))
-    assert await redis.pexpiretime(key + "forever") == -1
+    assert await redis.pexpiretime(key("forever")) == -1
 
     gone = rec("gone", created_at=time.time() - 10, ttl_ms=1000)
     await store.create(gone)  # its expiry is already past: Redis drops the key at once
-    assert not await redis.exists(key + "gone")
+    assert not await redis.exists(key("gone"))
     # A caller whose clock lags still must not get an id whose record Redis has dropped.
     assert set(await store.claimable(gone.created_at, 10)) == {"live", "forever"}
-    assert await redis.zscore(store._claim_key, "gone") is None  # type: ignore[attr-defined]
+    assert await redis.zscore(store.shard_of("gone").claimable, "gone") is None
     assert await store.purge_expired(time.time()) == 1  # still counted, and the index emptied
-    assert await redis.zrange(store._expiry_key, 0, -1) == ["live"]  # type: ignore[attr-defined]
+    expiring = [task_id for shard in store._shards for task_id in await redis.zrange(shard.expiry, 0, -1)]
+    assert expiring == ["live"]
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize("make_store", backends("redis-cluster"), indirect=True)
+async def test_a_cluster_store_spreads_tasks_over_shards_each_write_on_one_slot(make_store: Factory) -> None:
+    """Every key of a task shares its shard's hash slot; the shards' slots spread over every primary."""
+    from redis.crc import key_slot
+
+    store: Any = await make_store()
+    ids = [f"t{i}" for i in range(200)]
+    for task_id in ids:
+        await store.create(rec(task_id, created_at=1000.0 + int(task_id[1:])))
+    used = {store.shard_of(task_id).claimable for task_id in ids}
+    assert len(used) == len(store._shards) == 16  # 200 ids fill every shard
+    for shard in store._shards:
+        slots = {
+            key_slot(k.encode()) for k in (shard.records + "x", shard.claimable, shard.expiry, shard.index + "all")
+        }
+        assert len(slots) == 1
+    owners = {store._redis.get_node_from_key(key).name for key in store.hot_keys()}
+    assert len(owners) == 3  # each primary holds some of the hot index keys, none holds all
+    counts = await store.count_by_status(time.time())
+    assert counts["working"] == 200
+    page = await store.list_tasks(TaskQuery(limit=7), time.time())
+    assert [r.task_id for r in page.records] == [f"t{i}" for i in range(199, 192, -1)]
+    assert len(await store.claimable(time.time(), 50)) == 50
 
 
 async def test_open_store_picks_the_backend_from_the_url() -> None:
@@ -525,8 +563,13 @@ async def test_open_store_picks_the_backend_from_the_url() -> None:
     assert isinstance(memory, SQLiteStore)
     await memory.close()
     redis_store = open_store("redis://127.0.0.1:6379/0", namespace="svc")
-    assert isinstance(redis_store, RedisStore)
+    assert isinstance(redis_store, RedisStore) and not redis_store.cluster
     await redis_store.close()
+    cluster_store = open_store("redis+cluster://127.0.0.1:7000,127.0.0.1:7001", namespace="svc")  # connects lazily
+    assert isinstance(cluster_store, RedisStore) and cluster_store.cluster
+    await cluster_store.close()
+    with pytest.raises(ValueError, match="host:port"):
+        open_store("redis+cluster://127.0.0.1", namespace="svc")
     assert isinstance(open_store("postgresql://postgres@127.0.0.1:5432/postgres", namespace="svc_tasks"), PostgresStore)
     with pytest.raises(ValueError, match="unknown task store URL"):
         open_store("mysql://nope")
@@ -590,7 +633,7 @@ async def test_store_clock_is_close_to_this_hosts(store: Any) -> None:
     assert abs(await store.clock() - time.time()) < 1.0
 
 
-@pytest.mark.parametrize("make_store", SHARED_BACKENDS, indirect=True)
+@pytest.mark.parametrize("make_store", backends("sqlite-file", "redis", "postgres"), indirect=True)
 async def test_tasks_stored_before_the_listing_indexes_are_listed(make_store: Factory, tmp_path: Path) -> None:
     """A store written by an mrtr without listing (old columns, no Redis indexes) lists all its tasks."""
     backend = make_store.backend  # type: ignore[attr-defined]

@@ -43,10 +43,14 @@ def _service_reachable(port: int) -> bool:
         return False
 
 
-def _store_url(kind: str, tmp_path: Path) -> tuple[str, str]:
+def _store_url(kind: str, tmp_path: Path, request: pytest.FixtureRequest | None = None) -> tuple[str, str]:
+    """A store URL of `kind` and a fresh namespace; `"redis-cluster"` (needs `request`): the private cluster."""
     namespace = f"mrtr_fleet_{secrets.token_hex(4)}"
     if kind == "sqlite":
         return f"sqlite:///{tmp_path / 'tasks.db'}", namespace
+    if kind == "redis-cluster":
+        assert request is not None, "a cluster store needs the test's request (the redis_cluster fixture)"
+        return str(request.getfixturevalue("redis_cluster")), namespace
     port = 6379 if kind == "redis" else 5432
     if not _service_reachable(port):
         message = f"{kind} is not reachable on 127.0.0.1:{port}"
@@ -91,11 +95,15 @@ async def wait_until(predicate, timeout: float, what: str) -> Any:
 
 @pytest.mark.parametrize(
     ("kind", "app"),
-    backends(("sqlite", "flows"), ("redis", "flows"), ("postgres", "flows"), ("sqlite", "server")),
+    backends(
+        ("sqlite", "flows"), ("redis", "flows"), ("redis-cluster", "flows"), ("postgres", "flows"), ("sqlite", "server")
+    ),
 )
-async def test_a_killed_worker_loses_nothing(kind: str, app: str, tmp_path: Path) -> None:
+async def test_a_killed_worker_loses_nothing(
+    kind: str, app: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """`app="server"`: the SDK's own `server.streamable_http_app()` adopts orphaned tasks at boot too."""
-    store, namespace = _store_url(kind, tmp_path)
+    store, namespace = _store_url(kind, tmp_path, request)
     journal = tmp_path / "audit.jsonl"
     env = {
         "MRTR_STATE_KEY": secrets.token_hex(32),

@@ -47,7 +47,7 @@ from mrtr.tasks import TaskRuntime
 from tests.support.flowkit import task_state
 from tests.support.markers import backends
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, spawn_servers
-from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
+from tests.support.storekit import POSTGRES_DSN, REDIS_URL, cluster_url, drop_namespace, service_problem
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 
@@ -56,17 +56,20 @@ READY = "task-server ready:"
 PUBLIC_URL = "http://waits-fleet.invalid"
 """The fleet's public base URL as the flows mint it; the tests POST to a real instance instead
 (what a load balancer in front of the fleet does)."""
-STORES = backends("sqlite", "redis", "postgres")
+STORES = backends("sqlite", "redis", "redis-cluster", "postgres")
 
 
 # -- the fleet ------------------------------------------------------------------------------
 
 
-async def store_for(kind: str, workdir: Path) -> tuple[str, str]:
+async def store_for(kind: str, workdir: Path, request: pytest.FixtureRequest) -> tuple[str, str]:
     """(store URL, namespace) for a fresh, private store of `kind`; skips or fails if it is missing."""
     namespace = f"mrtr_waits_{secrets.token_hex(4)}"
     if kind == "sqlite":
         return f"sqlite:///{workdir / 'tasks.db'}", namespace
+    found = cluster_url(kind, request)
+    if found is not None:
+        return found, namespace
     problem = await service_problem(kind)
     if problem is not None:
         message = f"{kind} is not reachable ({problem})"
@@ -79,6 +82,7 @@ async def store_for(kind: str, workdir: Path) -> tuple[str, str]:
 async def drop_store(kind: str, namespace: str) -> None:
     if kind == "redis":
         await drop_namespace("redis", namespace)
+    # redis-cluster: the session's private cluster goes away with the session
     elif kind == "postgres":
         await drop_namespace("postgres", namespace)
         await drop_namespace("postgres", f"{namespace}_bus")  # the bus derived from the store
@@ -107,8 +111,8 @@ class Fleet:
         return spawn_servers(specs, self.workdir)
 
 
-async def new_fleet(kind: str, workdir: Path) -> tuple[Fleet, str]:
-    store, namespace = await store_for(kind, workdir)
+async def new_fleet(kind: str, workdir: Path, request: pytest.FixtureRequest) -> tuple[Fleet, str]:
+    store, namespace = await store_for(kind, workdir, request)
     audit = workdir / "audit.jsonl"
     env = {
         "MRTR_STATE_KEY": secrets.token_hex(32),
@@ -124,7 +128,7 @@ async def new_fleet(kind: str, workdir: Path) -> tuple[Fleet, str]:
 def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Instances A and B on one store, shared by this module's tests of that store (they never kill)."""
     kind: str = request.param
-    fleet, namespace = asyncio.run(new_fleet(kind, tmp_path_factory.mktemp(f"waits-{kind}")))
+    fleet, namespace = asyncio.run(new_fleet(kind, tmp_path_factory.mktemp(f"waits-{kind}"), request))
     try:
         with fleet.spawn(["A", "B"]) as servers:
             fleet.servers = servers
@@ -210,8 +214,10 @@ async def send(on: Client, task_id: str, name: str, payload: Any, event_id: str 
 
 
 @pytest.mark.parametrize("kind", STORES)
-async def test_a_sleeping_task_outlives_the_whole_fleet(kind: str, tmp_path: Path) -> None:
-    fleet, namespace = await new_fleet(kind, tmp_path)
+async def test_a_sleeping_task_outlives_the_whole_fleet(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    fleet, namespace = await new_fleet(kind, tmp_path, request)
     nap_tag, short_tag, wait_tag, event_tag = new_tag(), new_tag(), new_tag(), new_tag()
     try:
         with fleet.spawn(["A", "B"]) as servers:
@@ -375,11 +381,13 @@ async def test_a_burst_of_events_from_both_instances_is_delivered_whole(fleet: F
 
 
 @pytest.mark.parametrize("kind", STORES)
-async def test_a_worker_killed_after_taking_an_event_loses_nothing(kind: str, tmp_path: Path) -> None:
+async def test_a_worker_killed_after_taking_an_event_loses_nothing(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """The event wakes the task; its worker runs the step after the wait and is SIGKILLed in it.
     The other instance takes over once the lease lapses: the wait returns the same payload, the
     finished step is not run again, the interrupted one runs again under the same key."""
-    fleet, namespace = await new_fleet(kind, tmp_path)
+    fleet, namespace = await new_fleet(kind, tmp_path, request)
     tag = new_tag()
     try:
         with fleet.spawn(["A", "B"]) as servers:

@@ -35,7 +35,9 @@ GUARDED = ("tests/fleet/", "tests/external/")
 
 # Fixtures whose use is a need, and parameter values that name a backend service.
 FIXTURE_NEEDS = {"temporal_address": "needs_temporal", "npx": "needs_node"}
-BACKEND_NEEDS = {"redis": "needs_redis", "postgres": "needs_postgres"}
+BACKEND_NEEDS = {"redis": "needs_redis", "redis-cluster": "needs_redis", "postgres": "needs_postgres"}
+SPAWNING_BACKENDS = {"redis-cluster"}
+"""Backends whose tests start processes: the private local Redis Cluster (tests/support/redis_cluster.py)."""
 
 spawns = pytest.mark.spawns
 needs_redis = pytest.mark.needs_redis
@@ -53,13 +55,17 @@ def fast_expression() -> str:
 
 
 def backends(*kinds: str | tuple[Any, ...]) -> list[Any]:
-    """Parameters over task stores (`"sqlite"`, `"redis"`, `"postgres"`, ...; or tuples whose first
-    item is one): the Redis and PostgreSQL cases carry `needs_redis` / `needs_postgres`."""
+    """Parameters over task stores (`"sqlite"`, `"redis"`, `"redis-cluster"`, `"postgres"`, ...; or
+    tuples whose first item is one): the Redis and PostgreSQL cases carry `needs_redis` /
+    `needs_postgres`, the cluster's `spawns` too (it starts the session's local cluster)."""
     params = []
     for kind in kinds:
         values = kind if isinstance(kind, tuple) else (kind,)
         need = BACKEND_NEEDS.get(str(values[0]))
-        params.append(pytest.param(*values, marks=[getattr(pytest.mark, need)] if need else []))
+        marks = [getattr(pytest.mark, need)] if need else []
+        if values[0] in SPAWNING_BACKENDS:
+            marks.append(pytest.mark.spawns)
+        params.append(pytest.param(*values, marks=marks))
     return params
 
 

@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 REDIS_URL = "redis://127.0.0.1:6379/0"
 POSTGRES_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
-async def drop_namespace(kind: str, namespace: str, *, url: str | None = None) -> None:
-    """Delete a test's Redis keys under `namespace:` or its PostgreSQL tables (`namespace`, `namespace_rounds`)."""
-    if kind == "redis":
-        import redis.asyncio as aioredis
+def cluster_url(kind: str, request: Any) -> str | None:
+    """The session's private Redis Cluster URL (the `redis_cluster` fixture, started on first use)
+    when `kind` is `"redis-cluster"`, else None."""
+    return str(request.getfixturevalue("redis_cluster")) if kind == "redis-cluster" else None
 
-        client = aioredis.Redis.from_url(url or REDIS_URL)
+
+async def drop_namespace(kind: str, namespace: str, *, url: str | None = None) -> None:
+    """Delete a test's Redis keys under `namespace:` (and, on a cluster URL, its shards' `{namespace:NN.j}:`)
+    or its PostgreSQL tables (`namespace`, `namespace_rounds`)."""
+    if kind in ("redis", "redis-cluster"):
+        from mrtr._redisclient import client as redis_client
+
+        client: Any = redis_client(url or REDIS_URL)
         try:
-            keys = [key async for key in client.scan_iter(match=f"{namespace}:*")]
-            if keys:
-                await client.delete(*keys)
+            for pattern in (f"{namespace}:*", f"{{{namespace}:*"):
+                # On a cluster, scan_iter visits every primary; deletes go key by key (any slot).
+                keys = [key async for key in client.scan_iter(match=pattern, count=1000)]
+                for start in range(0, len(keys), 500):
+                    if kind == "redis":
+                        await client.delete(*keys[start : start + 500])
+                    else:
+                        async with client.pipeline(transaction=False) as pipe:
+                            for key in keys[start : start + 500]:
+                                pipe.delete(key)
+                            await pipe.execute()
         finally:
             await client.aclose()
     elif kind == "postgres":

@@ -24,14 +24,15 @@ if TYPE_CHECKING:  # imported lazily below; named here for type checkers and the
 def open_bus(url: str, *, namespace: str | None = None, **options: Any) -> BrokerBus:
     """A fleet bus from a URL, the same URLs as `mrtr.open_store`.
 
-    `redis://...` / `rediss://...` (Redis pub/sub on `<namespace>:bus`, default `mrtr:bus`) or
+    `redis://...` / `rediss://...` (Redis pub/sub on `<namespace>:bus`, default `mrtr:bus`),
+    `redis+cluster://host:port[,...]` (sharded pub/sub on a Redis Cluster, see `RedisBus`) or
     `postgresql://...` / `postgres://...` (`LISTEN`/`NOTIFY` on `<namespace>_bus`, default
     `mrtr_bus`, which is also the table of by-reference payloads). `options` go to the bus
     (`max_outbox`, `max_outbox_age`, `max_publish_wait`, `max_batch`, `max_inline`, `ref_ttl`,
     `max_backoff`). A SQLite store is one machine:
     its servers need no fleet bus (the SDK's in-memory default serves them).
     """
-    if url.startswith(("redis://", "rediss://")):
+    if url.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")):
         from mrtr.buses._redis import RedisBus
 
         return RedisBus(url, prefix=f"{namespace}:" if namespace else "mrtr:", **options)
@@ -40,7 +41,7 @@ def open_bus(url: str, *, namespace: str | None = None, **options: Any) -> Broke
 
         return PostgresBus(url, table=f"{namespace}_bus" if namespace else "mrtr_bus", **options)
     raise ValueError(
-        f"unknown bus URL {url!r}: expected redis://... or postgresql://... "
+        f"unknown bus URL {url!r}: expected redis://..., redis+cluster://... or postgresql://... "
         "(one machine needs no fleet bus: leave MCPServer's default in-memory bus)"
     )
 

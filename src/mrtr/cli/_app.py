@@ -214,7 +214,12 @@ def call(
 # -- mrtr tasks ---------------------------------------------------------------------------------
 
 StoreOption = Annotated[
-    str, typer.Option("--store", envvar="MRTR_STORE", help="sqlite:///PATH, redis://..., postgresql://...")
+    str,
+    typer.Option(
+        "--store",
+        envvar="MRTR_STORE",
+        help="sqlite:///PATH, redis://..., redis+cluster://HOST:PORT,..., postgresql://...",
+    ),
 ]
 NamespaceOption = Annotated[
     str | None,

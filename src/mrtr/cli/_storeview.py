@@ -105,10 +105,15 @@ def open_view(url: str, namespace: str | None, seal: RecordSeal | None = None) -
         label = f"sqlite {path}"
     elif url.startswith(("redis://", "rediss://")):
         label = f"redis prefix {(namespace or 'mrtr') + ':'!r}"
+    elif url.startswith(("redis+cluster://", "rediss+cluster://")):
+        label = f"redis cluster prefix {(namespace or 'mrtr') + ':'!r}"
     elif url.startswith(("postgresql://", "postgres://")):
         label = f"postgresql table {namespace or 'mrtr_tasks'}"
     else:
-        raise UsageError(f"unknown task store URL {url!r}: expected sqlite:///PATH, redis://... or postgresql://...")
+        raise UsageError(
+            f"unknown task store URL {url!r}: expected sqlite:///PATH, redis://..., redis+cluster://... or "
+            "postgresql://..."
+        )
     try:
         if url.startswith(("postgresql://", "postgres://")):
             from mrtr.stores._postgres import PostgresStore
@@ -116,6 +121,11 @@ def open_view(url: str, namespace: str | None, seal: RecordSeal | None = None) -
             # A shell waits seconds, not a server's patience; the pool's retry log is not for it.
             logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
             store: TaskStore = PostgresStore(url, table=namespace or "mrtr_tasks", timeout=5.0, max_size=2)
+        elif url.startswith(("redis+cluster://", "rediss+cluster://")):
+            from mrtr.stores._redis import RedisStore
+
+            # A shell waits seconds, not a server's patience, for a cluster that does not answer.
+            store = RedisStore(url, prefix=f"{namespace or 'mrtr'}:", socket_connect_timeout=5, socket_timeout=5)
         else:
             store = open_store(url, namespace=namespace)
     except (ValueError, ImportError) as exc:

@@ -27,15 +27,16 @@ if TYPE_CHECKING:  # imported lazily below; named here for type checkers and the
 def open_store(url: str, *, namespace: str | None = None) -> TaskStore:
     """A store from a URL, for configuration by environment (e.g. `MRTR_STORE`).
 
-    `sqlite:///PATH` (or `sqlite:///:memory:`), `redis://...` / `rediss://...`, and
-    `postgresql://...` / `postgres://...`. `namespace` becomes the Redis key prefix or the
+    `sqlite:///PATH` (or `sqlite:///:memory:`), `redis://...` / `rediss://...`, a Redis Cluster
+    `redis+cluster://host:port[,host:port...]` / `rediss+cluster://...` (one seed node is
+    enough), and `postgresql://...` / `postgres://...`. `namespace` becomes the Redis key prefix or the
     PostgreSQL table, so several services can share one database.
     """
     if url.startswith("sqlite:///"):
         from mrtr.stores._sqlite import SQLiteStore
 
         return SQLiteStore(url.removeprefix("sqlite:///"))
-    if url.startswith(("redis://", "rediss://")):
+    if url.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")):
         from mrtr.stores._redis import RedisStore
 
         return RedisStore(url, prefix=f"{namespace}:" if namespace else "mrtr:")
@@ -43,7 +44,9 @@ def open_store(url: str, *, namespace: str | None = None) -> TaskStore:
         from mrtr.stores._postgres import PostgresStore
 
         return PostgresStore(url, table=namespace or "mrtr_tasks")
-    raise ValueError(f"unknown task store URL {url!r}: expected sqlite:///PATH, redis://... or postgresql://...")
+    raise ValueError(
+        f"unknown task store URL {url!r}: expected sqlite:///PATH, redis://..., redis+cluster://... or postgresql://..."
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -8,23 +8,35 @@ script and `purge_expired` need neither the clock of the Redis server nor a JSON
 
 Every write is one Lua script: the version check, the record write and both index
 updates happen as one atomic step, and each script checks everything before its first
-write (Redis does not roll back a script that fails halfway). The scripts build record
-keys from the prefix, so this store needs a single Redis (or one cluster slot), not a
-sharded cluster.
+write (Redis does not roll back a script that fails halfway).
+
+On a Redis Cluster (`redis+cluster://host:port[,host:port...]`) a script may touch only keys
+of one hash slot, so the same layout is kept once per *shard*: `shards` (16) hash tags,
+`{<prefix>NN.j}`, each with its own record keys, `claimable`, `expiry` and listing indexes. A
+task lives in shard `crc32(id) % shards`, with every index entry about it, so each write is
+still one script on one slot; fleet-wide reads (work to claim, listings, counts) ask every
+shard and merge. The tags are chosen so the shards' slots lie evenly spaced over the slot
+range, so a cluster that splits the range evenly (as `redis-cli --cluster create` does) spreads
+them evenly over its primaries: no slot holds the fleet's hot keys. On one node the store
+keeps its single, unsharded layout (the keys above), so existing data reads as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import time
-from typing import TYPE_CHECKING, Any
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
+from mrtr._redisclient import client, is_cluster, shard_tags
 from mrtr.stores._base import STATUSES, TaskExists, TaskPage, TaskQuery, TaskRecord, page_cursor, read_cursor
 from mrtr.stores._faults import store_boundary
 
@@ -200,6 +212,7 @@ return n
 """
 
 _PURGE_BATCH = 500
+T = TypeVar("T")
 
 # The replay guard's ledger (mrtr._guard): one hash per round (d digest, o owner, l lease
 # until, r outcome), expired by Redis itself. Leases are on the Redis server's clock (TIME),
@@ -236,11 +249,17 @@ return 1
 """
 
 
+DEFAULT_SHARDS = 16
+"""Shards of a cluster store's indexes (`RedisStore(shards=)`): every instance of a fleet must agree."""
+
 _TRANSIENT = (
     redis_errors.ConnectionError,  # refused, reset, and BusyLoadingError (a restart reloading its AOF)
     redis_errors.TimeoutError,
     redis_errors.ReadOnlyError,  # a replica, for a moment, during a failover
     redis_errors.TryAgainError,
+    # A Redis Cluster during a failover: the slot's primary is gone and no replica is promoted yet.
+    redis_errors.ClusterDownError,  # and MasterDownError
+    redis_errors.SlotNotCoveredError,
     OSError,
 )
 
@@ -260,25 +279,67 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT)
 
 
+_FANOUT = 64
+"""Per-shard calls (of every fleet-wide read together) one store object has in flight at most: a
+scan asks every shard, and many scans at once must not each take a connection per shard."""
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """The keys of one shard: every key a script touches for a task of this shard is in one slot."""
+
+    records: str
+    """Prefix of the record keys (`<records><task id>`)."""
+    claimable: str
+    expiry: str
+    index: str
+    """Prefix of the listing indexes (`all`, `s:<status>`, ...; see `_INDEX`)."""
+
+    @classmethod
+    def under(cls, base: str) -> _Shard:
+        return cls(f"{base}task:", f"{base}claimable", f"{base}expiry", f"{base}by:")
+
+
 @store_boundary("redis", _transient)
 class RedisStore:
-    """A `TaskStore` in Redis; several stores (processes) may share one prefix.
+    """A `TaskStore` in Redis, one node or a cluster; several stores (processes) may share one prefix.
+
+    Args:
+        url: `redis://host:port/db` (or `rediss://`), or `redis+cluster://host:port[,host:port...]`
+            (or `rediss+cluster://`) for a Redis Cluster: one seed node is enough.
+        prefix: Namespace of every key (`mrtr:`).
+        shards: On a cluster, how many hash slots the indexes are spread over (every store of a
+            fleet must use the same number). Ignored on one node.
+        redis_kwargs: Passed to redis-py's client (`Redis.from_url` or `RedisCluster`).
 
     A call made while Redis does not answer raises `mrtr.StoreUnavailable` (after the
     connection's timeouts: 2 s to connect, 3 s for a reply, unless `redis_kwargs` say
     otherwise); the connection pool reconnects by itself once Redis is back.
     """
 
-    def __init__(self, url: str = "redis://127.0.0.1:6379/0", *, prefix: str = "mrtr:", **redis_kwargs: Any) -> None:
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "mrtr:",
+        shards: int = DEFAULT_SHARDS,
+        **redis_kwargs: Any,
+    ) -> None:
         self.prefix = prefix
         self.url = url
+        self.cluster = is_cluster(url)
         self._redis_kwargs = redis_kwargs
-        self._redis = aioredis.Redis.from_url(url, decode_responses=True, **(_connection_defaults() | redis_kwargs))
-        self._record_prefix = f"{prefix}task:"
-        self._claim_key = f"{prefix}claimable"
-        self._expiry_key = f"{prefix}expiry"
-        self._index_prefix = f"{prefix}by:"
-        self._indexed = False
+        self._redis: Any = client(url, decode_responses=True, **(_connection_defaults() | redis_kwargs))
+        if self.cluster:
+            if "{" in prefix or "}" in prefix:
+                raise ValueError(f"a cluster store's prefix may not hold braces (hash tags): {prefix!r}")
+            if not 1 <= shards <= 256:
+                raise ValueError(f"shards must be between 1 and 256, not {shards}")
+            self._shards = [_Shard.under(f"{tag}:") for tag in shard_tags(prefix, shards)]
+        else:
+            self._shards = [_Shard.under(prefix)]
+        self._fanout = asyncio.Semaphore(_FANOUT)
+        self._indexed = self.cluster  # a cluster store was sharded from its first record: nothing to backfill
         self._create = self._redis.register_script(_CREATE)
         self._save = self._redis.register_script(_SAVE)
         self._claimable = self._redis.register_script(_CLAIMABLE)
@@ -300,8 +361,36 @@ class RedisStore:
 
         return RedisBus(self.url, prefix=self.prefix)
 
+    async def _each_shard(self, call: Callable[[_Shard], Awaitable[T]]) -> list[T]:
+        """`call` on every shard, concurrently, at most `_FANOUT` at a time for this store object."""
+        if len(self._shards) == 1:
+            return [await call(self._shards[0])]
+
+        async def bounded(shard: _Shard) -> T:
+            async with self._fanout:
+                return await call(shard)
+
+        return list(await asyncio.gather(*(bounded(shard) for shard in self._shards)))
+
+    async def _ready(self) -> None:
+        """On a cluster, learn the slot map once before any command: redis-py's cluster client,
+        initialised lazily by several commands at once, can break its connections for good."""
+        if self.cluster:
+            await self._redis.initialize()
+
+    def shard_of(self, task_id: str) -> _Shard:
+        """The shard holding `task_id`'s record and index entries (the only one on one node)."""
+        if len(self._shards) == 1:
+            return self._shards[0]
+        return self._shards[zlib.crc32(task_id.encode("utf-8", "surrogatepass")) % len(self._shards)]
+
+    def hot_keys(self) -> list[str]:
+        """The fleet-wide keys every scan reads (`claimable` of each shard): for key-distribution reports."""
+        return [shard.claimable for shard in self._shards]
+
     def _keys(self, task_id: str) -> list[str]:
-        return [self._record_prefix + task_id, self._claim_key, self._expiry_key]
+        shard = self.shard_of(task_id)
+        return [shard.records + task_id, shard.claimable, shard.expiry]
 
     def _write_args(self, record: TaskRecord, data: str, now: float) -> list[str]:
         expires_at = record.expires_at
@@ -316,19 +405,21 @@ class RedisStore:
             repr(float(record.lease_until)),
             "" if expires_at is None else repr(float(expires_at)),
             expire_ms,
-            self._index_prefix,
+            self.shard_of(record.task_id).index,
             record.status,
             record.flow,
             repr(float(record.created_at)),
         ]
 
     async def create(self, record: TaskRecord) -> None:
+        await self._ready()
         args = self._write_args(record, record.to_json(), time.time())
         if not await self._create(keys=self._keys(record.task_id), args=args):
             raise TaskExists(record.task_id)
 
     async def load(self, task_id: str, now: float) -> TaskRecord | None:
-        data = await self._redis.get(self._record_prefix + task_id)
+        await self._ready()
+        data = await self._redis.get(self.shard_of(task_id).records + task_id)
         if data is None:
             return None
         record = TaskRecord.from_json(data)
@@ -336,6 +427,7 @@ class RedisStore:
         return None if expires_at is not None and expires_at <= now else record
 
     async def save(self, record: TaskRecord) -> bool:
+        await self._ready()
         expected = record.version
         args = self._write_args(record, record.copy(version=expected + 1).to_json(), time.time())
         if not await self._save(keys=self._keys(record.task_id), args=[*args, str(expected)]):
@@ -344,52 +436,75 @@ class RedisStore:
         return True
 
     async def claimable(self, now: float, limit: int) -> list[str]:
+        """Each shard's due ids (one range read per shard, concurrently), taken in turns up to `limit`,
+        so a shard full of due work does not hide the others'."""
         if limit <= 0:
             return []
-        args = [repr(float(now)), str(limit), self._record_prefix]
-        return list(await self._claimable(keys=[self._claim_key, self._expiry_key], args=args))
+        await self._ready()
+        found = await self._each_shard(
+            lambda s: self._claimable(keys=[s.claimable, s.expiry], args=[repr(float(now)), str(limit), s.records])
+        )
+        if len(found) == 1:
+            return list(found[0])
+        out: list[str] = []
+        for row in range(limit):
+            for ids in found:
+                if row < len(ids):
+                    out.append(str(ids[row]))
+            if len(out) >= limit or not any(row + 1 < len(ids) for ids in found):
+                break
+        return out[:limit]
 
     async def next_wake(self, now: float) -> float | None:
-        """The earliest `lease_until` after `now` of a `working` task (one sorted-set range read)."""
-        found = await self._redis.zrangebyscore(self._claim_key, f"({now!r}", "+inf", start=0, num=1, withscores=True)
-        return float(found[0][1]) if found else None
+        """The earliest `lease_until` after `now` of a `working` task (one range read per shard)."""
+        await self._ready()
+        found = await self._each_shard(
+            lambda s: self._redis.zrangebyscore(s.claimable, f"({now!r}", "+inf", start=0, num=1, withscores=True)
+        )
+        wakes = [float(rows[0][1]) for rows in found if rows]
+        return min(wakes) if wakes else None
 
     # -- listing ----------------------------------------------------------------------------
 
     async def list_tasks(self, query: TaskQuery, now: float) -> TaskPage:
+        await self._ready()
         await self._index_old_records()
         if query.id_prefix:  # a search: ids by ZRANGEBYLEX, in id order, one page
             return await self._search(query, now)
         after = read_cursor(query.cursor)
         statuses = query.statuses or (None,)
-        keys = [self._index_key(status, query.flow) for status in statuses]
         top, after_id = (repr(after[0]), after[1]) if after is not None else ("+inf", "")
-        pages = await asyncio.gather(
-            *(
-                self._list(
-                    keys=[key],
-                    args=[top, after_id, str(query.limit + 1), repr(now), self._record_prefix, self._expiry_key],
+        pages = [
+            page
+            for status in statuses
+            for page in await self._each_shard(
+                lambda shard, status=status: self._list(  # type: ignore[misc]
+                    keys=[self._index_key(shard, status, query.flow)],
+                    args=[top, after_id, str(query.limit + 1), repr(now), shard.records, shard.expiry],
                 )
-                for key in keys
             )
-        )
+        ]
         records = [TaskRecord.from_json(data) for page in pages for data in page]
         records.sort(key=lambda r: (r.created_at, r.task_id), reverse=True)
         shown = records[: query.limit]
         return TaskPage(shown, page_cursor(shown[-1]) if len(records) > query.limit else None)
 
-    def _index_key(self, status: str | None, flow: str | None) -> str:
+    @staticmethod
+    def _index_key(shard: _Shard, status: str | None, flow: str | None) -> str:
         if status is None:
-            return f"{self._index_prefix}all" if flow is None else f"{self._index_prefix}f:{flow}"
-        return f"{self._index_prefix}s:{status}" if flow is None else f"{self._index_prefix}sf:{status}:{flow}"
+            return f"{shard.index}all" if flow is None else f"{shard.index}f:{flow}"
+        return f"{shard.index}s:{status}" if flow is None else f"{shard.index}sf:{status}:{flow}"
 
     async def _search(self, query: TaskQuery, now: float) -> TaskPage:
         prefix = query.id_prefix or ""
-        ids = await self._redis.zrangebylex(
-            f"{self._index_prefix}ids", f"[{prefix}", f"({prefix}\U0010ffff", start=0, num=query.limit * 4
+        per_shard = await self._each_shard(
+            lambda shard: self._redis.zrangebylex(
+                f"{shard.index}ids", f"[{prefix}", f"({prefix}\U0010ffff", start=0, num=query.limit * 4
+            )
         )
+        ids = list(heapq.merge(*(map(str, found) for found in per_shard)))[: query.limit * 4]
         found = []
-        for record in await asyncio.gather(*(self.load(str(task_id), now) for task_id in ids)):
+        for record in await asyncio.gather(*(self.load(task_id, now) for task_id in ids)):
             if record is None or (query.statuses and record.status not in query.statuses):
                 continue
             if query.flow is None or record.flow == query.flow:
@@ -398,73 +513,104 @@ class RedisStore:
 
     async def count_by_status(self, now: float) -> dict[str, int]:
         """Counts from the status indexes: tasks past their TTL count until the next purge (a minute at most)."""
+        await self._ready()
         await self._index_old_records()
         pipe = self._redis.pipeline(transaction=False)
-        for status in STATUSES:
-            pipe.zcard(self._index_key(status, None))
+        for shard in self._shards:
+            for status in STATUSES:
+                pipe.zcard(self._index_key(shard, status, None))
         counts = await pipe.execute()
-        return {status: int(n) for status, n in zip(STATUSES, counts, strict=True)}
+        totals: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        for i, n in enumerate(counts):
+            totals[STATUSES[i % len(STATUSES)]] += int(n)
+        return totals
 
     async def flows(self, now: float) -> list[str]:
+        await self._ready()
         await self._index_old_records()
-        return sorted(str(flow) for flow in await self._redis.smembers(f"{self._index_prefix}flows"))
+        found = await self._each_shard(lambda shard: self._redis.smembers(f"{shard.index}flows"))
+        return sorted({str(flow) for flows in found for flow in flows})
 
     async def count_expired(self, now: float) -> int:
-        return int(await self._redis.zcount(self._expiry_key, "-inf", repr(float(now))))
+        await self._ready()
+        found = await self._each_shard(lambda shard: self._redis.zcount(shard.expiry, "-inf", repr(float(now))))
+        return sum(int(n) for n in found)
 
     async def _index_old_records(self) -> None:
-        """Once per store object: index records written before the listing indexes existed.
+        """Once per store object: index records written before the listing indexes existed (one node).
 
         A marker key says it was done for this prefix; until then one SCAN over the record keys,
         indexed a thousand at a time by a script that skips what writes already indexed.
         """
         if self._indexed:
             return
-        marker = f"{self._index_prefix}v1"
+        (shard,) = self._shards
+        marker = f"{shard.index}v1"
         if not await self._redis.exists(marker):
             batch: list[str] = []
-            skip = len(self._record_prefix)
-            pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self._record_prefix) + "*"
+            skip = len(shard.records)
+            pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in shard.records) + "*"
             async for key in self._redis.scan_iter(match=pattern, count=1000):
                 batch.append(str(key)[skip:])
                 if len(batch) >= 1000:
-                    await self._backfill(keys=[], args=[self._record_prefix, self._index_prefix, *batch])
+                    await self._backfill(keys=[], args=[shard.records, shard.index, *batch])
                     batch = []
             if batch:
-                await self._backfill(keys=[], args=[self._record_prefix, self._index_prefix, *batch])
+                await self._backfill(keys=[], args=[shard.records, shard.index, *batch])
             await self._redis.set(marker, "1")
         self._indexed = True
 
     async def purge_expired(self, now: float) -> int:
-        # Batches keep each script short: a script blocks every other Redis client while it runs.
-        total = 0
-        while True:
-            args = [repr(float(now)), self._record_prefix, str(_PURGE_BATCH), self._index_prefix]
-            n = int(await self._purge(keys=[self._claim_key, self._expiry_key], args=args))
-            total += n
-            if n < _PURGE_BATCH:
-                return total
+        await self._ready()
+
+        # Batches keep each script short: a script blocks every other client of its node while it runs.
+        async def purge(shard: _Shard) -> int:
+            total = 0
+            while True:
+                args = [repr(float(now)), shard.records, str(_PURGE_BATCH), shard.index]
+                n = int(await self._purge(keys=[shard.claimable, shard.expiry], args=args))
+                total += n
+                if n < _PURGE_BATCH:
+                    return total
+
+        return sum(await self._each_shard(purge))
 
     # -- the replay guard's ledger (see mrtr._guard.RoundLedger); Redis's clock ---------------
 
     async def clock(self) -> float:
-        """Epoch seconds on the Redis server's clock (`TIME`), shared by every instance."""
-        seconds, micros = await self._redis.time()
-        return seconds + micros / 1_000_000
+        """Epoch seconds on the Redis server's clock (`TIME`), shared by every instance.
+
+        On a cluster, the clock of the primary serving the first shard (the lease of a replay
+        guard round is taken on its own node's clock, inside its script).
+        """
+        await self._ready()
+        if self.cluster:
+            node = self._redis.get_node_from_key(self._shards[0].claimable)
+            seconds, micros = await self._redis.time(target_nodes=node)
+        else:
+            seconds, micros = await self._redis.time()
+        return float(seconds) + float(micros) / 1_000_000
+
+    def _round_key(self, round_id: str) -> str:
+        # One key per round, hashed whole: rounds spread over every slot of a cluster.
+        return f"{self.prefix}round:{round_id}"
 
     async def claim_round(
         self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
     ) -> tuple[str, str | None]:
+        await self._ready()
         args = [digest, owner, repr(float(lease)), str(math.ceil(expires_at * 1000))]
-        reply = await self._claim_round(keys=[f"{self.prefix}round:{round_id}"], args=args)
+        reply = await self._claim_round(keys=[self._round_key(round_id)], args=args)
         return str(reply[0]), (str(reply[1]) if len(reply) > 1 else None)
 
     async def renew_round(self, round_id: str, owner: str, lease: float) -> bool:
-        keys = [f"{self.prefix}round:{round_id}"]
+        await self._ready()
+        keys = [self._round_key(round_id)]
         return bool(await self._touch_round(keys=keys, args=[owner, repr(float(lease)), "renew"]))
 
     async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
-        keys = [f"{self.prefix}round:{round_id}"]
+        await self._ready()
+        keys = [self._round_key(round_id)]
         return bool(await self._touch_round(keys=keys, args=[owner, outcome, "finish"]))
 
     async def purge_rounds(self) -> int:
@@ -475,5 +621,6 @@ class RedisStore:
 
 
 __all__ = [
+    "DEFAULT_SHARDS",
     "RedisStore",
 ]
