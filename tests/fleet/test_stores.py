@@ -384,6 +384,23 @@ async def test_ttl_hides_expired_records_and_blocks_saves(store: TaskStore) -> N
     assert not await store.save(stale)
 
 
+async def test_load_many_reads_each_id_in_order_as_load_does(store: TaskStore) -> None:
+    from mrtr.stores._base import load_many
+
+    live = [rec(f"many{i}") for i in range(5)]
+    for record in live:
+        await store.create(record)
+    gone = rec("many-gone", ttl_ms=60_000)
+    await store.create(gone)
+    assert gone.expires_at is not None
+    now = gone.expires_at + 1  # past its TTL, like `load`'s `now`
+    ids = ["many3", "absent", "many0", "many-gone", "many3", "many4"]
+    found = await load_many(store, ids, now)
+    assert found == [await store.load(task_id, now) for task_id in ids]
+    assert [r.task_id if r else None for r in found] == ["many3", None, "many0", None, "many3", "many4"]
+    assert await load_many(store, [], now) == []
+
+
 async def test_purge_expired_deletes_and_counts(store: TaskStore) -> None:
     now = time.time()
     for i in range(3):

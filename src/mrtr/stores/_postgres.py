@@ -153,6 +153,9 @@ class PostgresStore:
         self._load_sql = q(
             "SELECT version, data FROM {t} WHERE task_id = %s AND (expires_at IS NULL OR expires_at > %s)"
         )
+        self._load_many_sql = q(
+            "SELECT task_id, version, data FROM {t} WHERE task_id = ANY(%s) AND (expires_at IS NULL OR expires_at > %s)"
+        )
         self._next_wake_sql = q("SELECT MIN(lease_until) FROM {t} WHERE status = 'working' AND lease_until > %s")
         self._claimable_sql = q(
             "SELECT task_id FROM {t} WHERE status = 'working' AND lease_until < %s"
@@ -281,6 +284,17 @@ class PostgresStore:
         record = TaskRecord.from_json(data)
         record.version = version  # the column is what `save` compares against
         return record
+
+    async def load_many(self, task_ids: list[str], now: float) -> list[TaskRecord | None]:
+        """`load` of each id in one query."""
+        if not task_ids:
+            return []
+        _, rows = await self._execute(self._load_many_sql, (task_ids, now))
+        by_id: dict[str, TaskRecord] = {}
+        for task_id, version, data in rows:
+            record = by_id[task_id] = TaskRecord.from_json(data)
+            record.version = version
+        return [by_id.get(task_id) for task_id in task_ids]
 
     async def save(self, record: TaskRecord) -> bool:
         expected = record.version

@@ -30,7 +30,7 @@ from typing import Any
 
 from mcp.server.request_state import InvalidRequestState, RequestStateCodec, RequestStateSecurity
 
-from mrtr.stores._base import SEALED, TaskPage, TaskQuery, TaskRecord, TaskStore
+from mrtr.stores._base import SEALED, TaskPage, TaskQuery, TaskRecord, TaskStore, load_many
 
 _KIND = "mrtr/task-record/v1"
 _UNKNOWN = "sealed_unknown"
@@ -220,6 +220,10 @@ class SealedStore:
     async def load(self, task_id: str, now: float) -> TaskRecord | None:
         record = await self.inner.load(task_id, now)
         return None if record is None else self._open(record)
+
+    async def load_many(self, task_ids: list[str], now: float) -> list[TaskRecord | None]:
+        found = await load_many(self.inner, task_ids, now)
+        return [None if record is None else self._open(record) for record in found]
 
     async def save(self, record: TaskRecord) -> bool:
         stored = self.seal.seal(record)

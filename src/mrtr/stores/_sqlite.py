@@ -199,6 +199,26 @@ class SQLiteStore:
         record.version = row[0]  # the column is what `save` compares against
         return record
 
+    async def load_many(self, task_ids: list[str], now: float) -> list[TaskRecord | None]:
+        """`load` of each id in one query."""
+        if not task_ids:
+            return []
+
+        def op(conn: sqlite3.Connection) -> list[tuple[str, int, str]]:
+            marks = ",".join("?" * len(task_ids))
+            rows: list[tuple[str, int, str]] = conn.execute(  # the SELECT's columns
+                f"SELECT task_id, version, data FROM mrtr_tasks WHERE task_id IN ({marks})"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (*task_ids, now),
+            ).fetchall()
+            return rows
+
+        by_id: dict[str, TaskRecord] = {}
+        for task_id, version, data in await self._run(op):
+            record = by_id[task_id] = TaskRecord.from_json(data)
+            record.version = version
+        return [by_id.get(task_id) for task_id in task_ids]
+
     async def save(self, record: TaskRecord) -> bool:
         expected = record.version
         # Serialise before touching the database: a record that cannot be encoded must fail

@@ -244,7 +244,7 @@ class ListenHandler:
             return []
         self.tasks.engine.ensure_running()
         owner = self.tasks.engine.owner_of(ctx)
-        records = [await self.tasks.engine.get(task_id) for task_id in task_ids]
+        records = await self.tasks.engine.get_many(task_ids)
         return [r for r in records if r is not None and same_owner(r.owner, owner)]
 
     async def _tasks_asked(self, ctx: ServerRequestContext[Any, Any], raw: Any, *, keyed: bool) -> list[TaskView]:

@@ -27,6 +27,7 @@ from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
+from mrtr.stores._base import load_many
 from mrtr.stores._sealed import RecordSeal, RecordSealed, SealedStore
 from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
@@ -131,6 +132,18 @@ class TaskRuntime(StateChanges):
             # A deployment problem (this instance's ring lacks the key the task was sealed
             # with), not the client's: logged here, and retryable, since another instance may
             # hold the key. Never an empty task shown as if it were the task.
+            logger.warning("%s; answering a retryable error", exc)
+            raise MCPError(
+                code=INTERNAL_ERROR,
+                message="this task cannot be read on this server instance; retry",
+                data={"reason": "task_sealed"},
+            ) from None
+
+    async def get_many(self, task_ids: list[str]) -> list[TaskRecord | None]:
+        """`get` of each id, read in as few store round trips as the store allows."""
+        try:
+            return await load_many(self.store, task_ids, self.now())
+        except RecordSealed as exc:
             logger.warning("%s; answering a retryable error", exc)
             raise MCPError(
                 code=INTERNAL_ERROR,

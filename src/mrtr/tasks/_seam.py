@@ -15,7 +15,7 @@ so notifications can hang off a single hook whatever the engine.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
 
@@ -134,6 +134,11 @@ class TaskEngine(Protocol):
 
     async def get(self, task_id: str) -> TaskView | None:
         """The task's current state, or None when it is unknown or past its TTL."""
+        ...
+
+    async def get_many(self, task_ids: list[str]) -> Sequence[TaskView | None]:
+        """`get` of each id, in order (a listen stream's snapshot of the tasks it was asked
+        for): in as few round trips to the store as it allows."""
         ...
 
     async def update(

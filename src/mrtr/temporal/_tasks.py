@@ -68,6 +68,7 @@ from mrtr.temporal._workflow import TaskWorkflow
 
 logger = logging.getLogger("mrtr.temporal")
 
+_READ_AT_ONCE = 8  # describe calls in flight at once for one `get_many`
 _TERMINAL_CACHE = 4096
 _CANCEL_WAIT = 2.0
 _NOT_THERE = {RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT}
@@ -249,6 +250,16 @@ class TemporalTasks(StateChanges):
         if expired(state, time.time()):
             return None
         return state
+
+    async def get_many(self, task_ids: list[str]) -> list[TaskState | None]:
+        """`get` of each id: a few describe calls at a time."""
+        gate = asyncio.Semaphore(_READ_AT_ONCE)
+
+        async def one(task_id: str) -> TaskState | None:
+            async with gate:
+                return await self.get(task_id)
+
+        return list(await asyncio.gather(*(one(task_id) for task_id in task_ids)))
 
     async def _read(self, task_id: str) -> TaskState | None:
         """The task state from the workflow's memo: one describe call, no worker involved."""
