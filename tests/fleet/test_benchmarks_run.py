@@ -7,7 +7,9 @@ its targets were measured.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -78,3 +80,11 @@ def test_fastmcp_tasks_quick_compares_mrtr_with_fastmcp_tasks() -> None:
         pytest.skip(f"mrtr measured alone; {reason}")
     # fastmcp-tasks is the baseline: both mrtr cells of every figure carry their ratio to it
     assert all(len(re.findall(r"\(\d+\.\d\dx", row)) == 2 for row in rows.values()), out
+
+
+def test_instructions_quick_counts_the_tool_and_its_floor() -> None:
+    """Needs valgrind (callgrind): off CI the test skips without it; under CI=true it fails."""
+    if shutil.which("valgrind") is None and not os.environ.get("CI"):
+        pytest.skip("valgrind is not installed (apt-get install valgrind)")
+    out = _run("benchmarks/instructions.py", "--quick")
+    assert "(c) over (d), instructions per call" in out and "no loop" in out, out
