@@ -7,7 +7,9 @@ its targets were measured.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -97,3 +99,11 @@ def test_store_outage_quick_loses_no_task_on_either_store() -> None:
     out = _run("benchmarks/store_outage.py", "--quick", "--stores", "redis,postgres")
     assert "| redis | outage 3 s | 20/20 |" in out and "| postgres | outage 3 s | 20/20 |" in out, out
     assert "FAILED" not in out, out
+
+
+def test_instructions_quick_counts_the_tool_and_its_floor() -> None:
+    """Needs valgrind (callgrind): off CI the test skips without it; under CI=true it fails."""
+    if shutil.which("valgrind") is None and not os.environ.get("CI"):
+        pytest.skip("valgrind is not installed (apt-get install valgrind)")
+    out = _run("benchmarks/instructions.py", "--quick")
+    assert "(c) over (d), instructions per call" in out and "no loop" in out, out

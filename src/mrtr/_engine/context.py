@@ -70,6 +70,28 @@ def tracked(method: F) -> F:
     return cast(F, call)
 
 
+def tracked_form(method: F) -> F:
+    """`tracked` spelled out for `elicit`'s own parameters.
+
+    Every replayed answer passes through `ctx.elicit`; a wrapper taking `*args, **kwargs`
+    packs and unpacks them on each call, which costs about as much as the rest of the
+    bookkeeping of a replayed answer.
+    """
+
+    @functools.wraps(method)
+    def call(
+        self: FlowContext, message: str, schema: Any, *, key: str | None = None, allow_preanswer: bool = False
+    ) -> Any:
+        coro = method(self, message, schema, key=key, allow_preanswer=allow_preanswer)
+        made = self._made
+        made.append(coro)
+        if len(made) > self._prune_at:
+            self.prune()
+        return coro
+
+    return cast(F, call)
+
+
 def tracked_by_flow(method: F) -> F:
     """`tracked` for an adapter's context (`mrtr.fastmcp.FlowsContext`): remembered by its `.flow`."""
 
@@ -166,6 +188,13 @@ class FlowContext:
         self._request = request
         self._made: list[Coroutine[Any, Any, Any]] = []
         self._prune_at = 64
+        # A journal driver splits an ask in two (`JournalDriver.recall`, `.wait_answer`):
+        # a replayed answer, the common case, then needs no coroutine of the driver's.
+        recall = getattr(driver, "recall", None)
+        self._recall: Callable[[Ask], tuple[str, Any]] | None = recall
+        self._wait_answer: Callable[[str, Ask], Awaitable[Any]] | None = getattr(driver, "wait_answer", None)
+        if self._wait_answer is None:
+            self._recall = None
 
     # -- coroutines never awaited (see `tracked`) --------------------------------------------
 
@@ -185,7 +214,8 @@ class FlowContext:
         """The calls whose coroutines never started (each closed now, so Python does not warn again)."""
         calls = []
         for coro in self._made:
-            if inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+            # A finished coroutine (most: one per replayed ask) has no frame: skip the full test.
+            if getattr(coro, "cr_frame", None) is not None and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
                 calls.append(describe_call(coro))
                 coro.close()
         self._made.clear()
@@ -233,7 +263,7 @@ class FlowContext:
         """
         return self._driver.supports(capability)
 
-    @tracked
+    @tracked_form
     async def elicit(
         self, message: str, schema: type[M], *, key: str | None = None, allow_preanswer: bool = False
     ) -> M:
@@ -244,7 +274,14 @@ class FlowContext:
             Cancelled: The user dismissed the form.
         """
         ask = elicit_ask(message, schema, key, allow_preanswer)
-        wire_key, answer = await self._driver.ask(ask)
+        recall = self._recall
+        if recall is not None:  # inlined `driver.ask` (see `__init__`)
+            wire_key, answer = recall(ask)
+            if answer is None:
+                assert self._wait_answer is not None
+                answer = await self._wait_answer(wire_key, ask)
+        else:
+            wire_key, answer = await self._driver.ask(ask)
         if answer.get("action") != "accept":  # the usual answer needs no call to find that out
             _raise_if_refused(answer, message, wire_key)
         model: M = ask.parse(answer["content"])
@@ -265,7 +302,15 @@ class FlowContext:
         `{"action": "decline"}` / `{"action": "cancel"}`: a refusal is returned, not raised.
         For adapters such as `mrtr.fastmcp`; flows use `elicit`.
         """
-        _, answer = await self._driver.ask(form_ask(message, schema, validate, key))
+        ask = form_ask(message, schema, validate, key)
+        recall = self._recall
+        if recall is not None:  # inlined `driver.ask`, as in `elicit`
+            wire_key, answer = recall(ask)
+            if answer is None:
+                assert self._wait_answer is not None
+                answer = await self._wait_answer(wire_key, ask)
+        else:
+            _, answer = await self._driver.ask(ask)
         return dict(answer)
 
     @tracked

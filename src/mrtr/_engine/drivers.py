@@ -112,14 +112,28 @@ class JournalDriver:
         return supports(self._replay.capabilities, capability)
 
     async def ask(self, ask: Ask) -> tuple[str, Any]:
-        replay = self._replay
-        key = replay.key_for(replay.branch(), ask)
-        answer = replay.answer_for(key, ask)
+        key, answer = self.recall(ask)
         if answer is not None:
             return key, answer
+        return key, await self.wait_answer(key, ask)
+
+    def recall(self, ask: Ask) -> tuple[str, Any]:
+        """`ask`'s first half, with no coroutine: its wire key, and its answer (None: not answered yet).
+
+        Most asks of a round are replays of answered ones; `FlowContext.elicit` calls this
+        directly and awaits `wait_answer` only for the one that waits, which saves a
+        coroutine per replayed answer.
+        """
+        replay = self._replay
+        key = replay.key_for(replay.branch(), ask)
+        return key, replay.answer_for(key, ask)
+
+    async def wait_answer(self, key: str, ask: Ask) -> Any:
+        """`ask`'s second half: park the branch on an unanswered ask (its capability checked first)."""
+        replay = self._replay
         if not supports(replay.capabilities, ask.capability):
             raise missing_capability(ask.capability)
-        return key, await replay.park(key, ask)
+        return await replay.park(key, ask)
 
     async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         replay = self._replay
