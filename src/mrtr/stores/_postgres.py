@@ -29,6 +29,7 @@ from mrtr.stores._base import (
     page_cursor,
     read_cursor,
     round_verdict,
+    wait_statuses,
 )
 
 if TYPE_CHECKING:
@@ -36,6 +37,18 @@ if TYPE_CHECKING:
 
 # Room for the "_claimable"/"_expiry" index suffixes inside Postgres's 63-byte names.
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
+
+
+# `TaskQuery.waiting` beyond the status (`wait_statuses` narrows to `working` rows first, through
+# the status index): the record's `waiting` list, parsed as `json` (not `jsonb`, which refuses the
+# NUL characters arguments may hold). See `waits_for`.
+_WAIT_SQL: dict[str, LiteralString] = {
+    "timer": "EXISTS (SELECT 1 FROM json_array_elements(data::json -> 'waiting') AS w WHERE w ->> 'kind' = 'timer')",
+    "event": "EXISTS (SELECT 1 FROM json_array_elements(data::json -> 'waiting') AS w"
+    " WHERE w ->> 'kind' = 'event' AND w ->> 'via' IS NULL)",
+    "callback": "EXISTS (SELECT 1 FROM json_array_elements(data::json -> 'waiting') AS w WHERE w ->> 'via' = 'callback')",
+    "nothing": "COALESCE(json_array_length(data::json -> 'waiting'), 0) = 0",
+}
 
 
 class PostgresStore:
@@ -258,11 +271,19 @@ class PostgresStore:
     # -- listing ----------------------------------------------------------------------------
 
     async def list_tasks(self, query: TaskQuery, now: float) -> TaskPage:
+        statuses = wait_statuses(query)
+        if statuses is None:
+            return TaskPage([], None)
         where: list[sql.Composable] = [sql.SQL("(expires_at IS NULL OR expires_at > %s)")]
         params: list[Any] = [now]
-        if query.statuses:
+        if statuses:
             where.append(sql.SQL("status = ANY(%s)"))
-            params.append(list(query.statuses))
+            params.append(list(statuses))
+        if query.waiting in _WAIT_SQL:
+            where.append(sql.SQL(_WAIT_SQL[query.waiting]))
+        if query.created_before is not None:
+            where.append(sql.SQL("created_at < %s"))
+            params.append(query.created_before)
         if query.flow is not None:
             where.append(sql.SQL("flow = %s"))
             params.append(query.flow)
