@@ -51,7 +51,7 @@ def _loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-_KNOWN = frozenset("vftnaspmow")
+_KNOWN = frozenset("vftnaspmowq")
 
 
 class JournalFormatError(ValueError):
@@ -81,6 +81,10 @@ class Journal:
     """explicit ask key -> the concurrent branch that asked it (derived keys carry theirs)."""
     reworded: int = 0
     """Rounds in a row whose answer went unused because the flow asked a different question."""
+    questions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """wire key -> what was asked, for people (`mrtr._engine.questions`): `{"k": kind, "q": text,
+    "t": form title?, "d": question digest, "a": asked at, "r": answered at?}`. Durable tasks only;
+    replay never reads it, and a journal from before it has none."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Wire fields written by a newer mrtr that this one does not know: kept, not dropped."""
 
@@ -113,6 +117,8 @@ class Journal:
             wire["o"] = self.origins
         if self.reworded:
             wire["w"] = self.reworded
+        if self.questions:
+            wire["q"] = {k: dict(v) for k, v in self.questions.items()} if copy else self.questions
         return wire | self.extras if self.extras else wire
 
     def size(self) -> int:
@@ -127,7 +133,7 @@ class Journal:
                 raise JournalFromNewerVersion(f"journal format {wire['v']!r}, this server reads {FORMAT_VERSION}")
             # Absent fields are the common case: skip building what would be empty.
             answers, steps, pending = wire.get("a"), wire.get("s"), wire.get("p")
-            markers, origins = wire.get("m"), wire.get("o")
+            markers, origins, questions = wire.get("m"), wire.get("o"), wire.get("q")
             journal = cls(
                 flow_id=str(wire["f"]),
                 started_at=float(wire["t"]),
@@ -139,6 +145,7 @@ class Journal:
                 markers={str(m) for m in markers} if markers else set(),
                 origins={str(k): str(v) for k, v in origins.items()} if origins else {},
                 reworded=int(wire.get("w", 0)),
+                questions={str(k): dict(v) for k, v in questions.items()} if questions else {},
                 extras={} if wire.keys() <= _KNOWN else {k: v for k, v in wire.items() if k not in _KNOWN},
             )
         except JournalFormatError:

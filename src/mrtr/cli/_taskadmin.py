@@ -203,21 +203,43 @@ def journal_view(record: TaskRecord) -> dict[str, Any]:
         journal = journal_codec.decode(record.journal)
     except JournalFormatError as exc:
         return {"error": str(exc)}
-    return describe_journal(journal)
+    return describe_journal(journal, finished=record.terminal, by=record.owner)
 
 
-def describe_journal(journal: Journal) -> dict[str, Any]:
-    """A journal for people (and `--json`): answers, steps with their idempotency keys, pending asks."""
+def describe_journal(journal: Journal, *, finished: bool = False, by: str | None = None) -> dict[str, Any]:
+    """A journal for people (and `--json`): each ask's question and answer, steps with their
+    idempotency keys, and the asks still out (none once the task `finished`).
+
+    `by` is the principal tag of the task's creator (`TaskRecord.owner`), the only one who may
+    answer its asks (`tasks/update` checks it): who said yes to what.
+    """
     return {
         "flowId": journal.flow_id,
         "startedAt": iso(journal.started_at),
         "rounds": journal.rounds,
-        "answers": {k: {"question": q, "answer": v} for k, (q, v) in journal.answers.items()},
+        "answers": {k: ask_view(journal, k, by) | {"answer": v} for k, (_, v) in journal.answers.items()},
         "steps": {
             k: {"idempotencyKey": f"{journal.flow_id}:{k}", "arguments": d, "result": v}
             for k, (d, v) in journal.steps.items()
         },
-        "pending": dict(journal.pending),
+        "pending": {} if finished else {k: ask_view(journal, k, by) for k in journal.pending},
+    }
+
+
+def ask_view(journal: Journal, key: str, by: str | None) -> dict[str, Any]:
+    """One ask for people: its question (None in a journal from before questions were kept), its
+    form's title, when it was asked and answered, who may answer it, and its question's digest."""
+    note = journal.questions.get(key, {})
+    answered = journal.answers.get(key)
+    asked, replied = note.get("a"), note.get("r")
+    return {
+        "question": note.get("q"),
+        "title": note.get("t"),
+        "kind": note.get("k"),
+        "askedAt": iso(asked) if isinstance(asked, int | float) else None,
+        "answeredAt": iso(replied) if isinstance(replied, int | float) and answered is not None else None,
+        "by": by,
+        "questionDigest": answered[0] if answered is not None else journal.pending.get(key),
     }
 
 
@@ -259,7 +281,21 @@ async def show_task(
             ["step", "idempotency key", "result"],
             [[k, s["idempotencyKey"], _short(s["result"])] for k, s in journal["steps"].items()],
         )
-        _table(out, "answers", ["key", "answer"], [[k, _short(a["answer"])] for k, a in journal["answers"].items()])
+        _table(
+            out,
+            "asks answered (question, answer, when, who)",
+            ["key", "question", "answer", "when", "who"],
+            [
+                [
+                    k,
+                    _question_text(a),
+                    _short(a["answer"]),
+                    a["answeredAt"] or "-",
+                    a["by"] or "anyone (no auth)",
+                ]
+                for k, a in journal["answers"].items()
+            ],
+        )
     if record.input_requests:
         rows = [
             [k, str(r.get("method", "")), _short((r.get("params") or {}).get("message", ""))]
@@ -282,6 +318,13 @@ async def show_task(
     if record.error is not None:
         out.print(f"  [red]error: {escape(_short(record.error, 400))}[/]")
     return EXIT_OK
+
+
+def _question_text(ask: dict[str, Any]) -> str:
+    if ask["question"] is None:
+        return "(not recorded: journaled before questions were kept)"
+    title = f"[{ask['title']}] " if ask.get("title") else ""
+    return _short(title + ask["question"], 400)
 
 
 def _short(value: Any, width: int = 100) -> str:
@@ -402,6 +445,7 @@ __all__ = [
     "Filters",
     "ago",
     "cancel_task",
+    "ask_view",
     "describe_journal",
     "iso",
     "journal_view",

@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine.journal import JournalFormatError
+from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._errors import EventNotDelivered
 from mrtr._wire import HistoryEntry, Wait
 from mrtr.buses import BrokerBus, open_bus
@@ -40,6 +40,7 @@ COOKIE = "mrtr_console"
 _MISSING = "<!doctype html><title>No such task</title><p>No such task (unknown, or past its TTL).</p>"
 PAGE = 50
 _SHORT = 300
+_LONG = 8000
 SEALED_TEXT = "sealed"
 _NO_KEY = "sealed at rest: start the console with the fleet's key ring (MRTR_STATE_KEY or --key-file) to see it"
 
@@ -170,13 +171,14 @@ class _Console:
             return HTMLResponse(_MISSING, status_code=404)
         now = time.time()
         timeline, journal_info, problem = self._timeline(record)
+        asks = journal_info.get("asks", [])
         return self._render(
             request,
             "task.html",
             t=record,
             created=_ago(record.created_at, now),
             updated=_ago(record.updated_at, now),
-            arguments=SEALED_TEXT if record.sealed else _json(record.arguments, 2000),
+            arguments=SEALED_TEXT if record.sealed else _pretty(record.arguments, 20000),
             waits=[_wait_text(w) for w in record.waiting],
             inputs=[
                 {
@@ -185,14 +187,17 @@ class _Console:
                     "message": (req.get("params") or {}).get("message", ""),
                 }
                 for key, req in record.input_requests.items()
-            ],
+            ]
+            if not record.terminal
+            else [],
+            asks=asks,
             timeline=timeline,
             timeline_error=problem,
             started=journal_info.get("started", "-"),
             rounds=journal_info.get("rounds", 0),
             history=[_history_row(entry) for entry in record.history],
-            result=_json(record.result, 4000) if not self.redact else "[redacted]",
-            error=_json(record.error, 4000),
+            result=_pretty(record.result, 20000) if not self.redact else "[redacted]",
+            error=_pretty(record.error, 20000),
             failed=failed(record),
             notice=request.query_params.get("notice"),
         )
@@ -281,16 +286,34 @@ class _Console:
                 kind = "callback URL"
             else:
                 kind = "step"
-            shown = "[redacted]" if self.redact and kind in ("step", "event") else _json(value, _SHORT)
+            shown = "[redacted]" if self.redact and kind in ("step", "event") else _pretty(value, _LONG)
             entries.append({"kind": kind, "key": key, "value": shown})
+        asks: list[dict[str, str]] = []
         for key, (_, answer) in journal.answers.items():
-            entries.append(
-                {"kind": "answer", "key": key, "value": "[redacted]" if self.redact else _json(answer, _SHORT)}
-            )
-        for key in journal.pending:
-            entries.append({"kind": "ask (outstanding)", "key": key, "value": ""})
-        info = {"started": _iso(journal.started_at), "rounds": journal.rounds}
+            asks.append(self._ask(journal, key, record, "[redacted]" if self.redact else _pretty(answer, _LONG)))
+        if not record.terminal:  # a finished task waits for nothing: its last round's asks are history
+            for key in journal.pending:
+                if key not in journal.answers:
+                    asks.append(self._ask(journal, key, record, ""))
+        info = {"started": _iso(journal.started_at), "rounds": journal.rounds, "asks": asks}
         return entries, info, None
+
+    def _ask(self, journal: Journal, key: str, record: TaskRecord, answer: str) -> dict[str, str]:
+        """One ask for the task page: question (and form title), answer, when, and who may answer it."""
+        note = journal.questions.get(key, {})
+        asked, replied = note.get("a"), note.get("r")
+        question = note.get("q")
+        return {
+            "key": key,
+            "title": str(note.get("t") or ""),
+            "question": str(question) if question is not None else "",
+            "recorded": "yes" if question is not None else "",
+            "answer": answer,
+            "outstanding": "" if key in journal.answers else "yes",
+            "asked": _iso(asked) if isinstance(asked, int | float) else "",
+            "when": _iso(replied) if isinstance(replied, int | float) and key in journal.answers else "",
+            "by": record.owner or "anyone (no auth)",
+        }
 
     def _render(self, request: Request, template: str, *, status: int = 200, **values: Any) -> Response:
         if template == "task_missing":
@@ -435,6 +458,12 @@ def _ago(ts: float, now: float) -> str:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _pretty(value: Any, limit: int) -> str:
+    """JSON for people: indented (the page wraps and folds it, see `_json.html`), cut at `limit`."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False, indent=2)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _json(value: Any, limit: int) -> str:
