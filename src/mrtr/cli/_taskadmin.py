@@ -23,8 +23,9 @@ from rich.table import Table
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
+from mrtr.cli._fleetbus import fleet_bus
 from mrtr.cli._storeview import open_view
-from mrtr.stores import RecordSeal, TaskQuery, TaskRecord
+from mrtr.stores import WAITS, RecordSeal, TaskQuery, TaskRecord, waits_for
 from mrtr.stores._sealed import PAYLOAD_FIELDS
 from mrtr.tasks._admin import TaskAdmin, TaskSealed, TaskUnknown
 from mrtr.tasks._records import waiting_wire
@@ -41,9 +42,32 @@ NO_KEY = "sealed at rest: give the key ring (MRTR_STATE_KEY, hex keys newest fir
 class Filters:
     status: list[str] = field(default_factory=list)
     flow: str | None = None
+    """`--tool` (`--flow` on `ls`, its older name)."""
     older_than: str | None = None
     newer_than: str | None = None
     expired: bool = False
+    waiting: str | None = None
+    """`--waiting`: one of `mrtr.stores.WAITS`."""
+
+    @property
+    def given(self) -> bool:
+        """Whether any filter narrows the tasks (a bulk action needs one, or an id)."""
+        return bool(self.status or self.flow or self.older_than or self.newer_than or self.waiting)
+
+    def query(self, now: float) -> TaskQuery:
+        """The store query these filters make (`--newer-than` is checked on what it returns, by `select`)."""
+        unknown = [s for s in self.status if s not in STATUSES]
+        if unknown:
+            raise UsageError(f"--status takes {', '.join(STATUSES)}; not {', '.join(unknown)}")
+        if self.waiting is not None and self.waiting not in WAITS:
+            raise UsageError(f"--waiting takes {', '.join(WAITS)}; not {self.waiting}")
+        older = seconds(self.older_than, "--older-than") if self.older_than else None
+        return TaskQuery(
+            statuses=tuple(self.status),
+            flow=self.flow,
+            waiting=self.waiting,
+            created_before=None if older is None else now - older,
+        )
 
 
 def seconds(text: str, option: str) -> float:
@@ -93,6 +117,7 @@ def select(records: list[TaskRecord], filters: Filters, now: float) -> list[Task
         and (filters.flow is None or r.flow == filters.flow)
         and (older is None or now - r.created_at >= older)
         and (newer is None or now - r.created_at <= newer)
+        and (filters.waiting is None or filters.waiting in waits_for(r))
     ]
     return sorted(chosen, key=lambda r: r.created_at, reverse=True)
 
@@ -118,10 +143,7 @@ async def list_tasks(
     opened = open_view(url, namespace, seal)
     try:
         now = time.time()
-        unknown = [s for s in filters.status if s not in STATUSES]
-        if unknown:
-            raise UsageError(f"--status takes {', '.join(STATUSES)}; not {', '.join(unknown)}")
-        query = TaskQuery(statuses=tuple(filters.status), flow=filters.flow)
+        query = filters.query(now)
         records = select([r async for r in opened.records(now, filters.expired, query)], filters, now)
     finally:
         await opened.close()
@@ -345,7 +367,12 @@ def _table(out: Console, title: str, columns: list[str], rows: list[list[str]]) 
 
 
 async def cancel_task(
-    url: str, namespace: str | None, task_id: str, out: Console, seal: RecordSeal | None = None
+    url: str,
+    namespace: str | None,
+    task_id: str,
+    out: Console,
+    seal: RecordSeal | None = None,
+    bus: str | None = None,
 ) -> int:
     """Through `TaskAdmin.cancel`: the same compare-and-set transition as `tasks/cancel` (no key needed)."""
     opened, record = await _load(url, namespace, task_id, seal)
@@ -357,7 +384,8 @@ async def cancel_task(
             out.print(f"task {escape(task_id)}: cancel already requested; its worker stops it at its next await")
             return EXIT_OK
         try:
-            changed, running = await opened.call(lambda: TaskAdmin(opened.store).cancel(task_id))
+            async with fleet_bus(bus, namespace) as fleet:
+                changed, running = await opened.call(lambda: TaskAdmin(opened.store, bus=fleet).cancel(task_id))
         except TaskUnknown:
             raise CliError(f"task {task_id!r} disappeared (expired or purged)") from None
         except RuntimeError as exc:
@@ -372,13 +400,19 @@ async def cancel_task(
 
 
 async def rerun_task(
-    url: str, namespace: str | None, task_id: str, out: Console, seal: RecordSeal | None = None
+    url: str,
+    namespace: str | None,
+    task_id: str,
+    out: Console,
+    seal: RecordSeal | None = None,
+    bus: str | None = None,
 ) -> int:
     """Through `TaskAdmin.rerun`: a failed task back to `working`, its journal kept (needs the key if sealed)."""
     opened, _ = await _load(url, namespace, task_id, seal)
     try:
         try:
-            changed = await opened.call(lambda: TaskAdmin(opened.store).rerun(task_id))
+            async with fleet_bus(bus, namespace) as fleet:
+                changed = await opened.call(lambda: TaskAdmin(opened.store, bus=fleet).rerun(task_id))
         except TaskSealed:
             raise CliError(f"task {task_id!r}: {NO_KEY}") from None
         except (ValueError, RuntimeError) as exc:
