@@ -58,6 +58,7 @@ async def bulk_action(
     """Count the tasks `filters` match that `action` applies to, ask, act, and report each one."""
     if not filters.given:
         raise UsageError(f"give a task id, or filters (--status, --tool, --waiting, --older-than) to {action} by")
+    say = Console(stderr=True, highlight=False) if as_json else out  # stdout holds only the JSON
     opened = open_view(url, namespace, seal)
     try:
         now = time.time()
@@ -67,16 +68,20 @@ async def bulk_action(
         left = len(matched) - len(chosen)
         aside = f" ({left} more match but are not {_WHICH[action]}: left alone)" if left else ""
         if not chosen:
-            out.print(f"no {_WHICH[action]} task matches in {opened.label}{aside}; nothing to do", soft_wrap=True)
+            say.print(f"no {_WHICH[action]} task matches in {opened.label}{aside}; nothing to do", soft_wrap=True)
+            if as_json:
+                out.print_json("[]")
             return EXIT_OK
         tools = ", ".join(sorted({r.flow for r in chosen}))
-        out.print(
+        say.print(
             f"{len(chosen)} task(s) in {opened.label} to {_VERB[action]} (tools: {escape(tools)}){aside}",
             soft_wrap=True,
         )
         if not yes:
             try:
-                sure = typer.confirm(f"{_VERB[action].capitalize()} these {len(chosen)} task(s)?", default=False)
+                sure = typer.confirm(
+                    f"{_VERB[action].capitalize()} these {len(chosen)} task(s)?", default=False, err=as_json
+                )
             except Abort:
                 sure = False
             if not sure:
