@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, NotRequired, Required, TypedDict
+from typing import Any, Literal, NotRequired, Protocol, Required, TypedDict
 
 import mcp_types as t
 from pydantic import ConfigDict, Field

@@ -24,8 +24,8 @@ from mrtr.cli._errors import EXIT_OK, EXIT_TOOL_ERROR, Abandoned, UsageError
 from mrtr.cli._fleetbus import fleet_bus
 from mrtr.cli._storeview import open_view
 from mrtr.cli._taskadmin import Filters, ago, select
-from mrtr.stores import RecordSeal, TaskRecord
-from mrtr.tasks._admin import BulkAction, TaskAdmin, failed
+from mrtr.stores import RecordSeal
+from mrtr.tasks._admin import BulkAction, TaskAdmin, applies
 
 _VERB = {"cancel": "cancel", "rerun": "re-run", "purge": "purge (delete)"}
 _WHICH = {
@@ -33,15 +33,6 @@ _WHICH = {
     "rerun": "failed",
     "purge": "finished",
 }
-
-
-def applies(action: BulkAction, record: TaskRecord) -> bool:
-    """Whether `action` would change `record`: cancel an unfinished task, re-run a failed one, purge a finished one."""
-    if action == "cancel":
-        return not record.terminal and not record.cancel_requested
-    if action == "rerun":
-        return failed(record)
-    return record.terminal
 
 
 async def bulk_action(
@@ -117,4 +108,4 @@ async def bulk_action(
     return EXIT_TOOL_ERROR if errors else EXIT_OK
 
 
-__all__ = ["applies", "bulk_action"]
+__all__ = ["bulk_action"]

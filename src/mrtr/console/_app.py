@@ -13,9 +13,11 @@ import contextlib
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -33,8 +35,8 @@ from mrtr.buses import BrokerBus, open_bus
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.console._templates import TEMPLATES
 from mrtr.stores import RecordSeal, TaskQuery, TaskRecord, TaskStore, open_store
-from mrtr.stores._base import STATUSES
-from mrtr.tasks._admin import TaskAdmin, TaskUnknown, failed
+from mrtr.stores._base import STATUSES, WAITS
+from mrtr.tasks._admin import TaskAdmin, TaskUnknown, applies, failed
 
 COOKIE = "mrtr_console"
 _MISSING = "<!doctype html><title>No such task</title><p>No such task (unknown, or past its TTL).</p>"
@@ -67,13 +69,14 @@ def app(
     """
     tasks_store = open_store(store, namespace=namespace) if isinstance(store, str) else store
     fleet_bus = open_bus(bus, namespace=namespace) if isinstance(bus, str) else bus
-    console = _Console(TaskAdmin(tasks_store, seal=seal), fleet_bus, token, redact)
+    console = _Console(TaskAdmin(tasks_store, seal=seal, bus=fleet_bus), fleet_bus, token, redact)
     routes = [
         Route("/", console.tasks),
         Route("/fragment", console.fragment),
         Route("/events", console.events),
         Route("/login", console.login, methods=["GET", "POST"]),
         Route("/purge", console.purge, methods=["POST"]),
+        Route("/bulk", console.bulk, methods=["GET", "POST"]),
         Route("/tasks/{task_id}", console.task),
         Route("/tasks/{task_id}/version", console.version),
         Route("/tasks/{task_id}/{action}", console.act, methods=["POST"]),
@@ -105,6 +108,7 @@ class _Console:
 
     async def tasks(self, request: Request) -> Response:
         query, shown = self._query(request)
+        problem = shown.pop("problem", None)
         page = await self.admin.list_tasks(query)
         counts, flows = await asyncio.gather(self.admin.counts(), self.admin.flows())
         now = time.time()
@@ -119,6 +123,11 @@ class _Console:
             current_status=shown["status"],
             tool=shown["tool"],
             q=shown["q"],
+            waits=WAITS,
+            waiting=shown["waiting"],
+            older=shown["older"],
+            filter_query=urlencode({k: v for k, v in shown.items() if v}),
+            problem=problem,
             cursor=page.next_cursor,
             next_query=next_query,
             fragment_query=urlencode(shown | {"cursor": request.query_params.get("cursor", "")}),
@@ -235,6 +244,57 @@ class _Console:
         root = request.scope.get("root_path", "")
         return RedirectResponse(f"{root}/tasks/{task_id}?{urlencode({'notice': notice})}", status_code=303)
 
+    async def bulk(self, request: Request) -> Response:
+        """A bulk action on the tasks a filter matches: GET shows the count and the tasks and asks
+        to confirm; the confirmation POSTs (CSRF-checked by `_Guard`) exactly the ids it showed,
+        and the answer says what each task became."""
+        if request.method == "GET":
+            action = request.query_params.get("action", "")
+            if action not in BULK_ACTIONS:
+                return JSONResponse({"error": f"unknown bulk action {action!r}"}, status_code=404)
+            query, shown = self._query(request)
+            if shown.get("problem"):
+                return JSONResponse({"error": shown["problem"]}, status_code=400)
+            query = replace(query, cursor=None)  # every task the filter matches, from the newest
+            matched = await self.admin.matching(query, limit=BULK_MAX + 1)
+            chosen = [r for r in matched[:BULK_MAX] if applies(action, r)]  # type: ignore[arg-type]
+            now = time.time()
+            return self._render(
+                request,
+                "bulk.html",
+                action=action,
+                verb=BULK_ACTIONS[action],
+                rows=[_row(r, now) for r in chosen],
+                ids=" ".join(r.task_id for r in chosen),
+                left=len(matched[:BULK_MAX]) - len(chosen),
+                capped=len(matched) > BULK_MAX,
+                bulk_max=BULK_MAX,
+                shown=shown,
+                back=urlencode({k: v for k, v in shown.items() if v and k != "problem"}),
+                outcomes=None,
+            )
+        form = await request.form()
+        action = str(form.get("action", ""))
+        if action not in BULK_ACTIONS:
+            return JSONResponse({"error": f"unknown bulk action {action!r}"}, status_code=404)
+        ids = str(form.get("ids", "")).split()[:BULK_MAX]  # exactly the tasks the confirmation listed
+        outcomes = await self.admin.bulk(action, ids)  # type: ignore[arg-type]
+        return self._render(
+            request,
+            "bulk.html",
+            action=action,
+            verb=BULK_ACTIONS[action],
+            rows=[],
+            ids="",
+            left=0,
+            capped=False,
+            bulk_max=BULK_MAX,
+            shown={},
+            back=str(form.get("back", "")),
+            outcomes=outcomes,
+            done=sum(o.outcome == "done" for o in outcomes),
+        )
+
     async def purge(self, request: Request) -> Response:
         purged = await self.admin.purge_expired()
         return RedirectResponse(f"{request.scope.get('root_path', '')}/?purged={purged}", status_code=303)
@@ -259,14 +319,22 @@ class _Console:
         status = params.get("status", "")
         tool = params.get("tool", "")
         q = params.get("q", "").strip()
+        waiting = params.get("waiting", "")
+        older = params.get("older", "").strip()
+        shown = {"status": status, "tool": tool, "q": q, "waiting": waiting, "older": older}
+        age = _age(older)
+        if age is None and older:
+            shown["problem"] = f"older than takes a duration like 90s, 10m, 2h or 1d, not {older!r}"
         query = TaskQuery(
             statuses=(status,) if status in STATUSES else (),
             flow=tool or None,
             id_prefix=q or None,
             limit=PAGE,
             cursor=params.get("cursor") or None,
+            waiting=waiting if waiting in WAITS else None,
+            created_before=None if age is None else time.time() - age,
         )
-        return query, {"status": status, "tool": tool, "q": q}
+        return query, shown
 
     def _timeline(self, record: TaskRecord) -> tuple[list[dict[str, str]], dict[str, Any], str | None]:
         if record.sealed:
@@ -394,6 +462,20 @@ def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return receive
+
+
+BULK_ACTIONS = {"cancel": "Cancel", "rerun": "Re-run", "purge": "Purge"}
+"""The console's bulk actions (`TaskAdmin.bulk`) and their buttons' verbs."""
+BULK_MAX = 1000
+"""Tasks one bulk action takes at most (the confirmation lists them; act again for more)."""
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _age(text: str) -> float | None:
+    """`90s`, `10m`, `2h`, `1d` (a bare number: seconds) as seconds; None if empty or not a duration."""
+    match = _AGE.match(text)
+    return None if match is None else float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
 def _row(record: TaskRecord, now: float) -> dict[str, str]:

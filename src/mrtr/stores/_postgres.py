@@ -46,7 +46,8 @@ _WAIT_SQL: dict[str, LiteralString] = {
     "timer": "EXISTS (SELECT 1 FROM json_array_elements(data::json -> 'waiting') AS w WHERE w ->> 'kind' = 'timer')",
     "event": "EXISTS (SELECT 1 FROM json_array_elements(data::json -> 'waiting') AS w"
     " WHERE w ->> 'kind' = 'event' AND w ->> 'via' IS NULL)",
-    "callback": "EXISTS (SELECT 1 FROM json_array_elements(data::json -> 'waiting') AS w WHERE w ->> 'via' = 'callback')",
+    "callback": "EXISTS (SELECT 1 FROM json_array_elements(data::json -> 'waiting') AS w"
+    " WHERE w ->> 'via' = 'callback')",
     "nothing": "COALESCE(json_array_length(data::json -> 'waiting'), 0) = 0",
 }
 

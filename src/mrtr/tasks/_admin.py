@@ -67,6 +67,16 @@ def failed(record: TaskRecord) -> bool:
     )
 
 
+def applies(action: BulkAction, record: TaskRecord) -> bool:
+    """Whether a bulk `action` would change `record`: cancel an unfinished task (not already being
+    cancelled), re-run a failed one, purge a finished one. What a confirmation counts."""
+    if action == "cancel":
+        return not record.terminal and not record.cancel_requested
+    if action == "rerun":
+        return failed(record)
+    return record.terminal
+
+
 class TaskUnknown(LookupError):
     """No such task in the store (unknown, or past its TTL)."""
 
@@ -314,6 +324,7 @@ __all__ = [
     "TaskAdmin",
     "TaskSealed",
     "TaskUnknown",
+    "applies",
     "cancel_change",
     "failed",
 ]
