@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         TaskStatus,
         UpdateTaskParams,
     )
-    from mrtr.tasks._admin import TaskAdmin, TaskSealed, TaskUnknown
+    from mrtr.tasks._admin import BulkOutcome, TaskAdmin, TaskSealed, TaskUnknown
     from mrtr.tasks._extension import TasksExtension
     from mrtr.tasks._records import detailed_view, task_view
     from mrtr.tasks._runtime import TaskRuntime
@@ -42,6 +42,7 @@ _EXPORTS = {
     "UpdateTaskParams": "mrtr._wire",
     "EngineOptions": "mrtr.tasks._seam",
     "TaskAdmin": "mrtr.tasks._admin",
+    "BulkOutcome": "mrtr.tasks._admin",
     "TaskSealed": "mrtr.tasks._admin",
     "TaskUnknown": "mrtr.tasks._admin",
     "LeaseLost": "mrtr.tasks._worker",
@@ -54,6 +55,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BulkOutcome",
     "CreateTaskResult",
     "DetailedTask",
     "EngineOptions",
