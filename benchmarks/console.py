@@ -157,9 +157,9 @@ async def bench_store(kind: str, options: argparse.Namespace, workdir: Path) -> 
             "(3) id search": f"/?q={some.task_id[:6]}",
             "(4) live-update fragment": "/fragment",
             "(5) one task's page": f"/tasks/{some.task_id}",
-            "(6) waits for input, older 12h": "/?waiting=input&older=12h",
-            "(7) waits for a timer, one tool": "/?waiting=timer&tool=tool-5",
-            "(8) waits for callback, older 20h": "/?waiting=callback&older=20h",
+            "(6) input wait, older 12h": "/?waiting=input&older=12h",
+            "(7) timer wait, one tool": "/?waiting=timer&tool=tool-5",
+            "(8) callback wait, older 20h": "/?waiting=callback&older=20h",
             "(9) bulk confirmation (1,000)": "/bulk?action=cancel&waiting=callback&tool=tool-10",
         }
         async with (

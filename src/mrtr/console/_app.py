@@ -36,7 +36,7 @@ from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.console._templates import TEMPLATES
 from mrtr.stores import RecordSeal, TaskQuery, TaskRecord, TaskStore, open_store
 from mrtr.stores._base import STATUSES, WAITS
-from mrtr.tasks._admin import TaskAdmin, TaskUnknown, applies, failed
+from mrtr.tasks._admin import TaskAdmin, TaskUnknown, failed
 
 COOKIE = "mrtr_console"
 _MISSING = "<!doctype html><title>No such task</title><p>No such task (unknown, or past its TTL).</p>"
@@ -256,17 +256,17 @@ class _Console:
             if shown.get("problem"):
                 return JSONResponse({"error": shown["problem"]}, status_code=400)
             query = replace(query, cursor=None)  # every task the filter matches, from the newest
-            matched = await self.admin.matching(query, limit=BULK_MAX + 1)
-            chosen = [r for r in matched[:BULK_MAX] if applies(action, r)]  # type: ignore[arg-type]
+            matched = await self.admin.matching(query, limit=BULK_MAX + 1, action=action)  # type: ignore[arg-type]
+            chosen = matched[:BULK_MAX]
             now = time.time()
             return self._render(
                 request,
                 "bulk.html",
                 action=action,
                 verb=BULK_ACTIONS[action],
-                rows=[_row(r, now) for r in chosen],
+                rows=[_row(r, now) for r in chosen[:_LISTED]],
+                count=len(chosen),
                 ids=" ".join(r.task_id for r in chosen),
-                left=len(matched[:BULK_MAX]) - len(chosen),
                 capped=len(matched) > BULK_MAX,
                 bulk_max=BULK_MAX,
                 shown=shown,
@@ -285,8 +285,8 @@ class _Console:
             action=action,
             verb=BULK_ACTIONS[action],
             rows=[],
+            count=0,
             ids="",
-            left=0,
             capped=False,
             bulk_max=BULK_MAX,
             shown={},
@@ -467,7 +467,9 @@ def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
 BULK_ACTIONS = {"cancel": "Cancel", "rerun": "Re-run", "purge": "Purge"}
 """The console's bulk actions (`TaskAdmin.bulk`) and their buttons' verbs."""
 BULK_MAX = 1000
-"""Tasks one bulk action takes at most (the confirmation lists them; act again for more)."""
+"""Tasks one bulk action takes at most (act again for more)."""
+_LISTED = 100
+"""Tasks a confirmation lists by row (it acts on all it counted: their ids are in its form)."""
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 

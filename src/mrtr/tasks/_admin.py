@@ -67,6 +67,13 @@ def failed(record: TaskRecord) -> bool:
     )
 
 
+_ACTION_STATUSES: dict[str, tuple[str, ...]] = {
+    "cancel": ("working", "input_required"),
+    "rerun": ("failed", "completed"),
+    "purge": ("completed", "failed", "cancelled"),
+}
+
+
 def applies(action: BulkAction, record: TaskRecord) -> bool:
     """Whether a bulk `action` would change `record`: cancel an unfinished task (not already being
     cancelled), re-run a failed one, purge a finished one. What a confirmation counts."""
@@ -130,13 +137,27 @@ class TaskAdmin:
         """Delete the tasks past their TTL; returns how many."""
         return await self.store.purge_expired(self.clock())
 
-    async def matching(self, query: TaskQuery, *, limit: int | None = None) -> list[TaskRecord]:
-        """Every task `query` matches (all its pages), newest first: what a bulk action acts on."""
+    async def matching(
+        self,
+        query: TaskQuery,
+        *,
+        limit: int | None = None,
+        action: BulkAction | None = None,
+    ) -> list[TaskRecord]:
+        """Every task `query` matches (all its pages, or the newest `limit`), newest first: what a
+        bulk action acts on. With `action`, only the tasks it applies to (see `applies`), read
+        through the statuses it can change (a re-run reads only failed and completed tasks)."""
+        if action is not None:
+            wanted = _ACTION_STATUSES[action]
+            statuses = tuple(s for s in query.statuses if s in wanted) if query.statuses else wanted
+            if not statuses:
+                return []
+            query = replace(query, statuses=statuses)
         found: list[TaskRecord] = []
         cursor = None
         while True:
             page = await self.store.list_tasks(replace(query, limit=_PAGE, cursor=cursor), self.clock())
-            found.extend(page.records)
+            found.extend(r for r in page.records if action is None or applies(action, r))
             if page.next_cursor is None or (limit is not None and len(found) >= limit):
                 return found if limit is None else found[:limit]
             cursor = page.next_cursor
