@@ -70,13 +70,17 @@ _LISTING_INDEXES = (
 )
 
 # `TaskQuery.waiting` beyond the status (`wait_statuses` narrows to `working` rows first, through
-# the status index): the record's `waiting` list, read from its JSON (see `waits_for`).
-_WAIT_MATCH = "EXISTS (SELECT 1 FROM json_each(data, '$.waiting') AS w WHERE {})"
+# the status index): the record's `waiting` list, read from its JSON (see `waits_for`), after a
+# plain text search (no wait of that kind can be there if its text is not) has decided most rows.
+_WAIT_MATCH = "instr(data, '{}') > 0 AND EXISTS (SELECT 1 FROM json_each(data, '$.waiting') AS w WHERE {})"
 _WAIT_SQL = {
-    "timer": _WAIT_MATCH.format("json_extract(w.value, '$.kind') = 'timer'"),
-    "event": _WAIT_MATCH.format("json_extract(w.value, '$.kind') = 'event' AND json_extract(w.value, '$.via') IS NULL"),
-    "callback": _WAIT_MATCH.format("json_extract(w.value, '$.via') = 'callback'"),
-    "nothing": "COALESCE(json_array_length(data, '$.waiting'), 0) = 0",
+    "timer": _WAIT_MATCH.format('"kind":"timer"', "json_extract(w.value, '$.kind') = 'timer'"),
+    "event": _WAIT_MATCH.format(
+        '"kind":"event"', "json_extract(w.value, '$.kind') = 'event' AND json_extract(w.value, '$.via') IS NULL"
+    ),
+    "callback": _WAIT_MATCH.format('"via":"callback"', "json_extract(w.value, '$.via') = 'callback'"),
+    "nothing": '((instr(data, \'"kind":"timer"\') = 0 AND instr(data, \'"kind":"event"\') = 0)'
+    " OR COALESCE(json_array_length(data, '$.waiting'), 0) = 0)",
 }
 
 # An expired row is as good as absent (`load` hides it and Redis drops it by itself), so
