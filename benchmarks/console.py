@@ -9,9 +9,17 @@ from this process over loopback HTTP, the first byte of:
   (2) a filtered page: one status and one tool (`/?status=failed&tool=tool-7`);
   (3) an id search (`/?q=<prefix>`);
   (4) the live-update fragment the page polls (`/fragment`);
-  (5) a task's own page (`/tasks/<id>`).
+  (5) a task's own page (`/tasks/<id>`);
+  (6)-(8) the wait and age filters (#38): waiting for input and older than 12 h; waiting for a
+      timer, one tool; waiting for a callback and older than 20 h;
+  (9) a bulk action's confirmation page: every `working` task of one tool waiting for a
+      callback (about 1,250 at 100,000 tasks: the page lists the newest 1,000).
 
-`--rounds` requests each, interleaved; reported as p50 / p90 / max. The records are written
+A quarter of the `working` tasks wait for nothing, a quarter for a timer, a quarter for an
+event, a quarter for an event a callback URL delivers.
+
+`--rounds` requests each, interleaved; reported as p50 / p90 / max. A PostgreSQL table is
+`ANALYZE`d after the fill, as autovacuum would within a minute. The records are written
 straight into the store (`TaskStore.create`): creating 100,000 tasks by running them would
 measure task runs, not the console.
 
@@ -39,6 +47,7 @@ from tasks import DEFAULT_URLS, STORES, StoreRun, Unreachable, _drop, make_store
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal
+from mrtr._wire import Wait
 from mrtr.stores import TaskRecord, TaskStore
 
 STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
@@ -60,6 +69,14 @@ def serve(kind: str, target: str, namespace: str) -> None:
     asyncio.run(run())
 
 
+_WAITS: tuple[list[Wait], ...] = (
+    [],
+    [{"kind": "timer", "name": None, "until": 253402300799.0}],
+    [{"kind": "event", "name": "approved", "until": None}],
+    [{"kind": "event", "name": "ci", "until": None, "via": "callback"}],
+)
+
+
 def record(i: int, now: float, journal: str, rng: random.Random) -> TaskRecord:
     status = STATUSES[i % len(STATUSES)]
     created = now - rng.uniform(0, 86400)
@@ -77,6 +94,7 @@ def record(i: int, now: float, journal: str, rng: random.Random) -> TaskRecord:
         input_requests={"confirm": {"method": "elicitation/create", "params": {"message": "Go?"}}}
         if status == "input_required"
         else {},
+        waiting=_WAITS[(i // 20) % len(_WAITS)] if status == "working" else [],
         result={"content": [{"type": "text", "text": "done"}]} if status == "completed" else None,
         error={"code": -32603, "message": "boom"} if status == "failed" else None,
     )
@@ -97,6 +115,16 @@ async def fill(store: TaskStore, count: int) -> list[TaskRecord]:
 
     await asyncio.gather(*(worker() for _ in range(FILL_CONCURRENCY)))
     return records
+
+
+async def analyze(dsn: str, table: str) -> None:
+    """Give the planner the table's statistics, as autovacuum does within a minute of a bulk load
+    (measured right after one, a table without them gets plans no live table gets)."""
+    import psycopg
+    from psycopg import sql
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 
 
 async def first_byte(http: httpx2.AsyncClient, url: str) -> float:
@@ -133,6 +161,8 @@ async def bench_store(kind: str, options: argparse.Namespace, workdir: Path) -> 
         began = time.perf_counter()
         records = await fill(store, options.tasks)
         print(f"   filled {options.tasks:,} tasks in {time.perf_counter() - began:.1f} s")
+        if run.kind == "postgres":
+            await analyze(run.target, run.namespace)
         some = records[options.tasks // 2]
         pages = {
             "(1) tasks page, newest first": "/",
@@ -140,6 +170,10 @@ async def bench_store(kind: str, options: argparse.Namespace, workdir: Path) -> 
             "(3) id search": f"/?q={some.task_id[:6]}",
             "(4) live-update fragment": "/fragment",
             "(5) one task's page": f"/tasks/{some.task_id}",
+            "(6) input wait, older 12h": "/?waiting=input&older=12h",
+            "(7) timer wait, one tool": "/?waiting=timer&tool=tool-5",
+            "(8) callback wait, older 20h": "/?waiting=callback&older=20h",
+            "(9) bulk confirmation (1,000)": "/bulk?action=cancel&waiting=callback&tool=tool-10",
         }
         async with (
             spawn(Path(__file__), [run.kind, run.target, run.namespace], 1, logdir=workdir) as (server,),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol, Required, TypedDict
+from typing import Any, Literal, NotRequired, Protocol, Required, TypedDict
 
 import mcp_types as t
 from pydantic import ConfigDict, Field
@@ -141,6 +141,9 @@ class Wait(TypedDict):
     """The event's name (None for a timer)."""
     until: float | None
     """When it falls due, epoch seconds (None: an event with no timeout)."""
+    via: NotRequired[Literal["callback"]]
+    """`"callback"`: the event is the one a `ctx.callback_url` of the flow delivers (operators
+    filter on it); absent for a plain event, and in records written before it existed."""
 
 
 class InboxEvent(TypedDict):

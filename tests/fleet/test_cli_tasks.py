@@ -279,3 +279,163 @@ def test_a_file_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
     sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
     proc = mrtr_process("tasks", "ls", "--store", f"sqlite:///{other}")
     assert proc.returncode == 2 and "is not an mrtr task store" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def mrtr_answering(answer: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in this process, with `answer` typed at its prompt."""
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"}, input=answer)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
+
+
+def seed_fleet(target: Target) -> None:
+    """`seed`, plus tasks waiting for input on `deploy` (two old, one new) and parked on a timer."""
+    seed(target)
+    now = time.time()
+    asking = {"confirm": {"method": "elicitation/create", "params": {"message": "Ship it?"}}}
+    records = [
+        _record("ask-old-1", "deploy", "input_required", age=2 * 86400, input_requests=asking),
+        _record("ask-old-2", "deploy", "input_required", age=3 * 86400, input_requests=asking),
+        _record("ask-new", "deploy", "input_required", age=10, input_requests=asking),
+        _record("ask-other", "migrate", "input_required", age=2 * 86400, input_requests=asking),
+        _record("sleeper", "deploy", "working", age=2 * 86400, waiting=[{"kind": "timer", "name": None, "until": now}]),
+    ]
+
+    async def create() -> None:
+        store = target.store()
+        try:
+            for record in records:
+                await store.create(record.copy(ttl_ms=None))
+        finally:
+            await store.close()
+
+    asyncio.run(create())
+
+
+def test_ls_filters_by_tool_wait_and_age(target: Target) -> None:
+    seed_fleet(target)
+
+    def ids(*extra: str) -> list[str]:
+        return [t["taskId"] for t in json.loads(ok(mrtr("tasks", "ls", *target.args(), "--json", *extra)))]
+
+    assert ids("--tool", "deploy", "--waiting", "input") == ["ask-new", "ask-old-1", "ask-old-2"]
+    assert ids("--flow", "deploy", "--waiting", "input", "--older-than", "1d") == ["ask-old-1", "ask-old-2"]
+    assert ids("--waiting", "timer") == ["sleeper"]
+    assert ids("--waiting", "nothing") == ["running"]
+    assert ids("--waiting", "event") == [] and ids("--waiting", "callback") == []
+    bad = mrtr("tasks", "ls", *target.args(), "--waiting", "tuesday")
+    assert bad.returncode == 2 and "--waiting takes input, timer, event, callback, nothing" in bad.stderr
+
+
+def test_bulk_cancel_counts_asks_and_cancels_exactly_the_filtered_tasks(target: Target) -> None:
+    seed_fleet(target)
+    chosen = ("--status", "input_required", "--tool", "deploy", "--older-than", "1d")
+    declined = mrtr_answering("n\n", "tasks", "cancel", *target.args(), *chosen)
+    assert declined.returncode == 5, declined
+    assert "2 task(s)" in declined.stdout and "nothing changed" in declined.stderr
+    assert all(
+        r is not None and r.status == "input_required" for r in (load(target, "ask-old-1"), load(target, "ask-old-2"))
+    )
+
+    done = mrtr_answering("y\n", "tasks", "cancel", *target.args(), *chosen)
+    assert done.returncode == 0, done
+    assert "Cancel these 2 task(s)?" in done.stdout and "2 done, 0 skipped, 0 failed" in done.stdout
+    for task_id in ("ask-old-1", "ask-old-2"):
+        assert task_id in done.stdout
+        record = load(target, task_id)
+        assert record is not None and record.status == "cancelled"
+    for task_id in ("ask-new", "ask-other", "waiting", "sleeper"):  # not matched: untouched
+        record = load(target, task_id)
+        assert record is not None and record.status != "cancelled", task_id
+
+    again = ok(mrtr("tasks", "cancel", *target.args(), *chosen, "--yes"))
+    assert "no unfinished task matches" in again, "cancelled, they no longer wait for input"
+    as_json = json.loads(ok(mrtr("tasks", "cancel", *target.args(), "--waiting", "timer", "--yes", "--json")))
+    assert as_json == [{"task_id": "sleeper", "before": "working", "after": "cancelled", "outcome": "done", "note": ""}]
+    nothing = mrtr("tasks", "cancel", *target.args())
+    assert nothing.returncode == 2 and "give a task id, or filters" in nothing.stderr
+    both = mrtr("tasks", "cancel", "waiting", *target.args(), "--tool", "deploy")
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_bulk_rerun_requeues_the_failed_tasks_a_filter_matches(target: Target) -> None:
+    seed_fleet(target)
+    proc = ok(mrtr("tasks", "rerun", *target.args(), "--tool", "deploy", "--yes"))
+    assert "1 task(s)" in proc and "old" in proc and "attempt 2 queued" in proc
+    assert "more match but are not failed: left alone" in proc
+    old = load(target, "old")
+    assert old is not None and old.status == "working" and old.attempt == 2
+    done = load(target, "done")
+    assert done is not None and done.status == "completed"
+    none_left = ok(mrtr("tasks", "rerun", *target.args(), "--status", "failed", "--yes"))
+    assert "no failed task matches" in none_left
+
+
+def test_bulk_purge_deletes_only_finished_tasks_the_filter_matches(target: Target) -> None:
+    seed_fleet(target)
+    proc = ok(mrtr("tasks", "purge", *target.args(), "--tool", "deploy", "--yes"))
+    assert "2 task(s)" in proc and "purged" in proc and "2 done, 0 skipped, 0 failed" in proc
+    assert load(target, "done") is None and load(target, "old") is None
+    listed = [t["taskId"] for t in json.loads(ok(mrtr("tasks", "ls", *target.args(), "--json", "--tool", "deploy")))]
+    assert sorted(listed) == ["ask-new", "ask-old-1", "ask-old-2", "sleeper"], "unfinished tasks stay"
+    declined = mrtr_answering("\n", "tasks", "purge", *target.args(), "--status", "input_required")
+    assert declined.returncode == 0 and "no finished task matches" in declined.stdout
+
+
+def test_show_prints_each_asks_question_answer_when_and_who(target: Target) -> None:
+    now = time.time()
+    journal = Journal(flow_id="flow-approved", started_at=now - 60)
+    journal.answers["approval"] = ("dgst", {"action": "accept", "content": {"ok": True}})
+    journal.questions["approval"] = {
+        "k": "elicit",
+        "q": "Approve release 4.2?",
+        "t": "Approve",
+        "d": "dgst",
+        "a": now - 50,
+        "r": now - 40,
+    }
+    journal.pending["approval"] = "dgst"  # the last round's ask: a finished task no longer waits for it
+    # A journal written before questions were kept: it still reads, and says so.
+    old_wire = {"v": 1, "f": "flow-legacy", "t": round(now - 90, 3), "n": 1, "a": {"go": ["q", {"action": "accept"}]}}
+    legacy = journal_codec.decode("j" + json.dumps(old_wire))
+
+    async def create() -> None:
+        store = target.store()
+        try:
+            base = _record("approved", "release", "completed", age=60, owner="f00d" * 16)
+            await store.create(base.copy(journal=journal_codec.encode(journal)))
+            await store.create(
+                _record("legacy", "release", "completed", age=90).copy(journal=journal_codec.encode(legacy))
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(create())
+    shown = ok(mrtr("tasks", "show", "approved", *target.args()))
+    for expected in ("Approve release 4.2?", "[Approve]", '"ok": true', "f00d", "Z"):
+        assert expected in shown, f"{expected!r} not in:\n{shown}"
+    assert "waiting for input" not in shown
+    data = json.loads(ok(mrtr("tasks", "show", "approved", *target.args(), "--json")))
+    ask = data["journal"]["answers"]["approval"]
+    assert ask["question"] == "Approve release 4.2?" and ask["title"] == "Approve" and ask["by"] == "f00d" * 16
+    assert ask["answeredAt"].endswith("Z") and ask["answer"] == {"action": "accept", "content": {"ok": True}}
+    assert data["journal"]["pending"] == {}, "a finished task has no outstanding asks"
+    old = ok(mrtr("tasks", "show", "legacy", *target.args()))
+    assert "not recorded" in old and "go" in old
+
+
+def test_an_id_starting_with_a_dash_is_an_argument(target: Target) -> None:
+    async def create() -> None:
+        store = target.store()
+        try:
+            await store.create(_record("-Th2dash", "deploy", "input_required", age=5).copy(ttl_ms=None))
+        finally:
+            await store.close()
+
+    asyncio.run(create())
+    assert "task -Th2dash" in ok(mrtr("tasks", "show", "-Th2dash", *target.args()))
+    assert "task -Th2dash" in ok(mrtr("tasks", "show", *target.args(), "--", "-Th2dash"))
+    assert "-Th2dash cancelled" in ok(mrtr("tasks", "cancel", *target.args(), "-Th2dash"))
+    record = load(target, "-Th2dash")
+    assert record is not None and record.status == "cancelled"
+    refused = mrtr("tasks", "event", "-Th2dash", "go", *target.args())
+    assert refused.returncode == 2 and "cancelled" in refused.stderr

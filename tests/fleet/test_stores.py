@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from mrtr.stores import TaskExists, TaskQuery, TaskRecord, TaskStore
+from mrtr._wire import Wait
+from mrtr.stores import WAITS, TaskExists, TaskPage, TaskQuery, TaskRecord, TaskStore, waits_for
 from mrtr.stores._sqlite import SQLiteStore
 from tests.support.markers import backends
 from tests.support.storekit import drop_namespace, service_problem
@@ -361,6 +362,71 @@ async def test_list_tasks_filters_searches_and_pages_newest_first(store: TaskSto
     assert {"a", "b"} <= set(await store.flows(now)) <= {"a", "b", "book_trip"}  # an expired task's flow may linger
     with pytest.raises(ValueError):
         await store.list_tasks(TaskQuery(cursor="not-a-cursor"), now)
+
+
+async def test_list_tasks_filters_by_what_a_task_waits_for_and_its_age(store: TaskStore) -> None:
+    """`TaskQuery.waiting` and `created_before`, on every backend, agree with `waits_for`."""
+    now = time.time()
+    timer: Wait = {"kind": "timer", "name": None, "until": now + 60}
+    event: Wait = {"kind": "event", "name": "approved", "until": None}
+    callback: Wait = {"kind": "event", "name": "ci", "until": None, "via": "callback"}
+    shapes: list[tuple[str, dict[str, Any]]] = [
+        ("asks", {"status": "input_required"}),
+        ("sleeps", {"waiting": [timer]}),
+        ("listens", {"waiting": [event]}),
+        ("calls-back", {"waiting": [callback]}),
+        ("both", {"waiting": [timer, event]}),
+        ("runs", {}),
+        ("done", {"status": "completed"}),
+        # Arguments that look like a wait are not one.
+        ("decoy", {"arguments": {"waiting": [{"kind": "timer", "via": "callback"}], "kind": "event"}}),
+    ]
+    made: list[TaskRecord] = []
+    for age, (name, changes) in enumerate(shapes * 2):
+        old = age >= len(shapes)
+        record = rec(f"{name}-{'old' if old else 'new'}", created_at=now - (86400 * 2 if old else 0) - age, **changes)
+        await store.create(record)
+        made.append(record)
+
+    def ids(page: TaskPage) -> list[str]:
+        return [r.task_id for r in page.records]
+
+    for wait in WAITS:
+        page = await store.list_tasks(TaskQuery(waiting=wait), now + 0.5)
+        assert ids(page) == [r.task_id for r in made if wait in waits_for(r)], wait
+    assert ids(await store.list_tasks(TaskQuery(waiting="timer"), now)) == [
+        "sleeps-new",
+        "both-new",
+        "sleeps-old",
+        "both-old",
+    ]
+    assert ids(await store.list_tasks(TaskQuery(waiting="event"), now)) == [
+        "listens-new",
+        "both-new",
+        "listens-old",
+        "both-old",
+    ]
+    assert ids(await store.list_tasks(TaskQuery(waiting="callback"), now)) == ["calls-back-new", "calls-back-old"]
+    assert ids(await store.list_tasks(TaskQuery(waiting="nothing"), now)) == [
+        "runs-new",
+        "decoy-new",
+        "runs-old",
+        "decoy-old",
+    ]
+    old = await store.list_tasks(TaskQuery(created_before=now - 86400), now)
+    assert ids(old) == [r.task_id for r in made if r.task_id.endswith("-old")]
+    asking_old = await store.list_tasks(TaskQuery(waiting="input", created_before=now - 86400), now)
+    assert ids(asking_old) == ["asks-old"]
+    assert (await store.list_tasks(TaskQuery(waiting="input", statuses=("working",)), now)).records == []
+    paged = await store.list_tasks(TaskQuery(waiting="nothing", created_before=now - 6, limit=1), now)
+    rest = await store.list_tasks(
+        TaskQuery(waiting="nothing", created_before=now - 6, limit=10, cursor=paged.next_cursor), now
+    )
+    assert ids(paged) + ids(rest) == ["decoy-new", "runs-old", "decoy-old"]
+    searched = await store.list_tasks(TaskQuery(id_prefix="sleeps", waiting="timer", created_before=now - 86400), now)
+    assert ids(searched) == ["sleeps-old"]
+    with pytest.raises(ValueError):
+        await store.list_tasks(TaskQuery(waiting="tuesday"), now)
 
 
 async def test_ttl_hides_expired_records_and_blocks_saves(store: TaskStore) -> None:

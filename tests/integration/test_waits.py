@@ -375,3 +375,31 @@ async def test_check_replay_reads_journals_with_waits() -> None:
     assert report.ok and report.finished, report.explain()
     holding = await check_replay(flows, "await_ci", parked.journal)
     assert holding.ok and not holding.finished and holding.would_run == ["@event.ci"], holding.explain()
+
+
+@pytest.mark.in_process
+async def test_a_callback_wait_is_marked_so_operators_can_filter_on_it(tmp_path: Any) -> None:
+    """A wait for the event a `ctx.callback_url` delivers lists as `callback`; a plain one as `event`."""
+    from mrtr.stores import TaskQuery
+
+    store = SQLiteStore(str(tmp_path / "tasks.db"))
+    server, _ = waiting_server(Counter(), store)
+    async with tasks_client(server) as client:
+        hooked = str((await client.session.call_tool("hooked", {}, allow_claimed=True)).task_id)
+        plain = str((await client.session.call_tool("await_ci", {}, allow_claimed=True)).task_id)
+        lister = mrtr.tasks.TaskAdmin(
+            SQLiteStore(str(tmp_path / "tasks.db")), seal=mrtr.stores.RecordSeal.from_keys([SHARED_KEY])
+        )
+        async with asyncio.timeout(10):
+            while True:
+                records = [await lister.get(hooked), await lister.get(plain)]
+                if all(r is not None and r.waiting for r in records):
+                    break
+                await asyncio.sleep(0.05)
+        assert records[0] is not None and records[0].waiting[0].get("via") == "callback"
+        assert records[1] is not None and "via" not in records[1].waiting[0]
+        callback = await lister.list_tasks(TaskQuery(waiting="callback"))
+        event = await lister.list_tasks(TaskQuery(waiting="event"))
+        assert [r.task_id for r in callback.records] == [hooked]
+        assert [r.task_id for r in event.records] == [plain]
+        await lister.store.close()

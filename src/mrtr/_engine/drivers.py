@@ -32,6 +32,7 @@ from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
 from mrtr._engine.steps import StepInfo, arg_digest, call_step, to_journal
 from mrtr._engine.waits import CALLBACK_PREFIX, EVENT_PREFIX, TIMER, WaitSource, needs_task, taken_events
+from mrtr._wire import Wait
 
 logger = logging.getLogger("mrtr.drivers")
 
@@ -215,7 +216,10 @@ class JournalDriver:
                 return self._journal(key, {"due": due, "done": 1} | ({"timeout": 1} if kind == "event" else {}))
             return None
 
-        outcome: dict[str, Any] = await replay.park_wait(key, {"kind": kind, "name": name, "until": due}, resolve)
+        info: Wait = {"kind": kind, "name": name, "until": due}
+        if kind == "event" and _has_callback(replay, f"{CALLBACK_PREFIX}{name}"):
+            info["via"] = "callback"  # what an operator filters on: this event comes from a callback URL
+        outcome: dict[str, Any] = await replay.park_wait(key, info, resolve)
         return outcome
 
     async def callback_url(self, name: str, ttl: float) -> str:
@@ -313,6 +317,11 @@ class LiveDriver:
 
     async def continue_as_task(self) -> None:
         """Legacy clients cannot take tasks: the flow simply carries on in this call."""
+
+
+def _has_callback(replay: Replay, name: str) -> bool:
+    """Whether the flow minted a callback URL for event `name` (its journaled `@callback.` entry)."""
+    return any(key.rpartition("/")[2].partition("#")[0] == name for key in replay.journal.steps)
 
 
 __all__ = [

@@ -51,7 +51,7 @@ def _loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-_KNOWN = frozenset("vftnaspmowr")
+_KNOWN = frozenset("vftnaspmowrq")
 
 
 class JournalFormatError(ValueError):
@@ -85,6 +85,10 @@ class Journal:
     """A step key an operator forked the task from (`TaskAdmin.rerun(from_step=)`): when the run
     reaches it, the answers it has not used yet were given after that step, and are dropped
     (those asks are asked again). Cleared once reached."""
+    questions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """wire key -> what was asked, for people (`mrtr._engine.questions`): `{"k": kind, "q": text,
+    "t": form title?, "d": question digest, "a": asked at, "r": answered at?}`. Durable tasks only;
+    replay never reads it, and a journal from before it has none."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Wire fields written by a newer mrtr that this one does not know: kept, not dropped."""
 
@@ -119,6 +123,8 @@ class Journal:
             wire["w"] = self.reworded
         if self.fork_from is not None:
             wire["r"] = self.fork_from
+        if self.questions:
+            wire["q"] = {k: dict(v) for k, v in self.questions.items()} if copy else self.questions
         return wire | self.extras if self.extras else wire
 
     def size(self) -> int:
@@ -133,7 +139,7 @@ class Journal:
                 raise JournalFromNewerVersion(f"journal format {wire['v']!r}, this server reads {FORMAT_VERSION}")
             # Absent fields are the common case: skip building what would be empty.
             answers, steps, pending = wire.get("a"), wire.get("s"), wire.get("p")
-            markers, origins = wire.get("m"), wire.get("o")
+            markers, origins, questions = wire.get("m"), wire.get("o"), wire.get("q")
             journal = cls(
                 flow_id=str(wire["f"]),
                 started_at=float(wire["t"]),
@@ -146,6 +152,7 @@ class Journal:
                 origins={str(k): str(v) for k, v in origins.items()} if origins else {},
                 reworded=int(wire.get("w", 0)),
                 fork_from=None if wire.get("r") is None else str(wire["r"]),
+                questions={str(k): dict(v) for k, v in questions.items()} if questions else {},
                 extras={} if wire.keys() <= _KNOWN else {k: v for k, v in wire.items() if k not in _KNOWN},
             )
         except JournalFormatError:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -29,6 +30,7 @@ from mrtr._engine import quiescence, tracing
 from mrtr._engine.asks import Ask, BadAnswer
 from mrtr._engine.branches import Branch, current_branch, outside_branch
 from mrtr._engine.journal import Journal, embedded_length, entry_size
+from mrtr._engine.questions import question_of
 from mrtr._errors import FlowDefinitionError, FlowSuspended, NondeterminismError, StateTooLarge
 from mrtr._wire import Wait
 
@@ -196,6 +198,7 @@ class Replay:
                 return recorded[1]
             # Same key, different question (new code, new wording): ask again.
             del journal.answers[key]
+            journal.questions.pop(key, None)
             self._size = None
         if key not in self._incoming:
             return None
@@ -217,6 +220,8 @@ class Replay:
             self.reasked[key] = reason
             return None
         self._used_answers.add(key)
+        if self.budget is None:
+            self._note(key, ask, answered=True)
         logger.debug("flow %s: the answer to %r was accepted and journaled", self.flow, key)
         return accepted
 
@@ -243,6 +248,8 @@ class Replay:
         assert task is not None
         if ask is not None:
             self.parked[key] = ask
+            if self.budget is None:
+                self._note(key, ask, answered=False)
         self._activity += 1
         if self._watcher is None:
             if not self._running_steps and all(t is task or t.done() for t in self.tasks):
@@ -400,6 +407,16 @@ class Replay:
         return steps + answers
 
     # -- size ---------------------------------------------------------------------------
+
+    def _note(self, key: str, ask: Ask, *, answered: bool) -> None:
+        """Keep what `ask` asked beside its key (see `mrtr._engine.questions`): first asked, then answered."""
+        notes = self.journal.questions
+        note = notes.get(key)
+        now = round(time.time(), 3)
+        if note is None or note.get("d") != ask.digest:
+            note = notes[key] = question_of(ask) | {"d": ask.digest, "a": now}
+        if answered and "r" not in note:
+            note["r"] = now
 
     def _admit(self, table: dict[str, tuple[str, Any]], key: str, entry: tuple[str, Any]) -> bool:
         """Journal `entry` unless the journal would outgrow its budget (then leave it out)."""

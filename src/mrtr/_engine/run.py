@@ -294,6 +294,8 @@ def close_round(spec: FlowSpec, replay: Replay) -> None:
             "(the official mcp.Client stops after input_required_max_rounds=10 by default)"
         )
     journal.pending = replay.pending()
+    if journal.questions:  # keep the questions of the answers and of the asks now out, no others
+        journal.questions = {k: v for k, v in journal.questions.items() if k in journal.answers or k in journal.pending}
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug(
             "flow %s (%s): round %d ends waiting for %s",

@@ -21,6 +21,7 @@ from mrtr.cli._errors import (
 )
 
 if TYPE_CHECKING:
+    from mrtr.cli._taskadmin import Filters
     from mrtr.stores import RecordSeal
 
 _SHUTDOWN_TIMEOUT = 5.0
@@ -235,6 +236,42 @@ KeyFileOption = Annotated[
 ]
 
 
+TaskIdArgument = Annotated[str, typer.Argument(help="The task id (one starting with '-' works as it is, or after --)")]
+OptionalTaskId = Annotated[
+    str | None, typer.Argument(help="The task id; or, instead, filters that choose the tasks (all that match)")
+]
+StatusOption = Annotated[list[str] | None, typer.Option("--status", help="Only these statuses (repeatable)")]
+ToolOption = Annotated[str | None, typer.Option("--tool", help="Only tasks of this tool (flow)")]
+WaitingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--waiting", help="Only tasks waiting for this: input, timer, event, callback, or nothing (running or queued)"
+    ),
+]
+OlderOption = Annotated[str | None, typer.Option(help="Created more than this long ago: 90s, 10m, 2h, 1d")]
+NewerOption = Annotated[str | None, typer.Option(help="Created less than this long ago")]
+YesOption = Annotated[bool, typer.Option("--yes", help="Act without asking (default: show the count and ask)")]
+BusOption = Annotated[
+    str | None,
+    typer.Option("--bus", envvar="MRTR_BUS", help="The fleet bus URL: publish each change, so consoles update live"),
+]
+IDS = {"ignore_unknown_options": True}
+"""Commands that take a task id: an id starting with '-' (one in 64 minted before ids avoided it)
+is an argument, not an unknown option."""
+
+
+def _filters(
+    status: list[str] | None,
+    tool: str | None,
+    waiting: str | None,
+    older_than: str | None,
+    newer_than: str | None,
+) -> "Filters":
+    from mrtr.cli._taskadmin import Filters
+
+    return Filters(status=status or [], flow=tool, older_than=older_than, newer_than=newer_than, waiting=waiting)
+
+
 def _ring(key_file: str | None) -> "RecordSeal | None":
     """The ring of `--key-file`, else `$MRTR_STATE_KEY`, else None (read inside `run`: a bad key is a usage error)."""
     from mrtr.cli._storeview import key_ring
@@ -246,25 +283,27 @@ def _ring(key_file: str | None) -> "RecordSeal | None":
 def tasks_ls(
     store: StoreOption,
     namespace: NamespaceOption = None,
-    status: Annotated[list[str] | None, typer.Option("--status", help="Only these statuses (repeatable)")] = None,
-    flow: Annotated[str | None, typer.Option(help="Only tasks of this flow (tool)")] = None,
-    older_than: Annotated[str | None, typer.Option(help="Created more than this long ago: 90s, 10m, 2h, 1d")] = None,
-    newer_than: Annotated[str | None, typer.Option(help="Created less than this long ago")] = None,
+    status: StatusOption = None,
+    tool: Annotated[str | None, typer.Option("--tool", "--flow", help="Only tasks of this tool (flow)")] = None,
+    waiting: WaitingOption = None,
+    older_than: OlderOption = None,
+    newer_than: NewerOption = None,
     expired: Annotated[bool, typer.Option(help="Include tasks past their TTL (not yet purged)")] = False,
     limit: Annotated[int, typer.Option(min=1, max=100_000)] = 100,
     as_json: JsonOption = False,
     key_file: KeyFileOption = None,
 ) -> None:
     """List tasks, newest first (read-only)."""
-    from mrtr.cli._taskadmin import Filters, list_tasks
+    from mrtr.cli._taskadmin import list_tasks
 
-    filters = Filters(status=status or [], flow=flow, older_than=older_than, newer_than=newer_than, expired=expired)
+    filters = _filters(status, tool, waiting, older_than, newer_than)
+    filters.expired = expired
     run(lambda: list_tasks(store, namespace, filters, limit, as_json, Console(highlight=False), _ring(key_file)))
 
 
-@tasks_app.command("show")
+@tasks_app.command("show", context_settings=IDS)
 def tasks_show(
-    task_id: Annotated[str, typer.Argument(help="The task id")],
+    task_id: TaskIdArgument,
     store: StoreOption,
     namespace: NamespaceOption = None,
     as_json: JsonOption = False,
@@ -276,36 +315,83 @@ def tasks_show(
     run(lambda: show_task(store, namespace, task_id, as_json, Console(highlight=False), _ring(key_file)))
 
 
-@tasks_app.command("cancel")
+@tasks_app.command("cancel", context_settings=IDS)
 def tasks_cancel(
-    task_id: Annotated[str, typer.Argument(help="The task id")],
     store: StoreOption,
+    task_id: OptionalTaskId = None,
     namespace: NamespaceOption = None,
+    status: StatusOption = None,
+    tool: ToolOption = None,
+    waiting: WaitingOption = None,
+    older_than: OlderOption = None,
+    newer_than: NewerOption = None,
+    yes: YesOption = False,
+    bus: BusOption = None,
+    as_json: JsonOption = False,
     key_file: KeyFileOption = None,
 ) -> None:
-    """Cancel a task cooperatively, as tasks/cancel does: a running flow stops at its next await."""
+    """Cancel a task cooperatively, as tasks/cancel does: a running flow stops at its next await.
+
+    With filters instead of an id, cancels every unfinished task they match, after showing the
+    count and asking (--yes: without asking), and reports what each task became.
+    """
+    from mrtr.cli._bulk import bulk_action
     from mrtr.cli._taskadmin import cancel_task
 
-    run(lambda: cancel_task(store, namespace, task_id, Console(highlight=False), _ring(key_file)))
+    filters = _filters(status, tool, waiting, older_than, newer_than)
+    out = Console(highlight=False)
+    if task_id is not None:
+        _only_id(filters)
+        run(lambda: cancel_task(store, namespace, task_id, out, _ring(key_file), bus))
+    else:
+        run(lambda: bulk_action(store, namespace, "cancel", filters, yes, bus, as_json, out, _ring(key_file)))
 
 
 @tasks_app.command("purge")
 def tasks_purge(
     store: StoreOption,
     namespace: NamespaceOption = None,
-    yes: Annotated[bool, typer.Option("--yes", help="Really delete (default: only count what would go)")] = False,
+    status: StatusOption = None,
+    tool: ToolOption = None,
+    waiting: WaitingOption = None,
+    older_than: OlderOption = None,
+    newer_than: NewerOption = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Really delete (default: expired tasks are only counted; filtered, asked)")
+    ] = False,
+    bus: BusOption = None,
+    as_json: JsonOption = False,
+    key_file: KeyFileOption = None,
 ) -> None:
-    """Delete tasks past their TTL. Without --yes, only says how many would be deleted."""
+    """Delete tasks past their TTL. Without --yes, only says how many would be deleted.
+
+    With filters, deletes every finished task they match (completed, failed, cancelled; never
+    an unfinished one), after showing the count and asking (--yes: without asking).
+    """
+    from mrtr.cli._bulk import bulk_action
     from mrtr.cli._taskadmin import purge_tasks
 
-    run(lambda: purge_tasks(store, namespace, yes, Console(highlight=False)))
+    filters = _filters(status, tool, waiting, older_than, newer_than)
+    out = Console(highlight=False)
+    if filters.given:
+        run(lambda: bulk_action(store, namespace, "purge", filters, yes, bus, as_json, out, _ring(key_file)))
+    else:
+        run(lambda: purge_tasks(store, namespace, yes, out))
 
 
-@tasks_app.command("rerun")
+@tasks_app.command("rerun", context_settings=IDS)
 def tasks_rerun(
-    task_id: Annotated[str, typer.Argument(help="The task id")],
     store: StoreOption,
+    task_id: OptionalTaskId = None,
     namespace: NamespaceOption = None,
+    status: StatusOption = None,
+    tool: ToolOption = None,
+    waiting: WaitingOption = None,
+    older_than: OlderOption = None,
+    newer_than: NewerOption = None,
+    yes: YesOption = False,
+    bus: BusOption = None,
+    as_json: JsonOption = False,
     key_file: KeyFileOption = None,
     from_step: Annotated[
         str | None,
@@ -319,13 +405,31 @@ def tasks_rerun(
     """Re-run a failed task from its journal: finished steps are kept, the failed step runs again.
 
     With --from-step, fork any finished task (completed, failed or cancelled) from that step instead.
+    With filters instead of an id, re-runs every failed task they match, after showing the
+    count and asking (--yes: without asking), and reports what each task became.
     """
+    from mrtr.cli._bulk import bulk_action
     from mrtr.cli._taskadmin import rerun_task
 
-    run(lambda: rerun_task(store, namespace, task_id, Console(highlight=False), _ring(key_file), from_step))
+    filters = _filters(status, tool, waiting, older_than, newer_than)
+    out = Console(highlight=False)
+    if task_id is not None:
+        _only_id(filters)
+        run(lambda: rerun_task(store, namespace, task_id, out, _ring(key_file), from_step, bus))
+    elif from_step is not None:
+        err_console().print("mrtr: --from-step forks one task: give its id")
+        raise typer.Exit(2)
+    else:
+        run(lambda: bulk_action(store, namespace, "rerun", filters, yes, bus, as_json, out, _ring(key_file)))
 
 
-@tasks_app.command("export")
+def _only_id(filters: "Filters") -> None:
+    if filters.given:
+        err_console().print("mrtr: give a task id or filters, not both")
+        raise typer.Exit(2)
+
+
+@tasks_app.command("export", context_settings=IDS)
 def tasks_export(
     task_id: Annotated[str, typer.Argument(help="The task id")],
     store: StoreOption,
@@ -356,9 +460,9 @@ def tasks_reseal(
     run(lambda: reseal_tasks(store, namespace, _ring(key_file), batch, Console(highlight=False), err_console()))
 
 
-@tasks_app.command("event")
+@tasks_app.command("event", context_settings=IDS)
 def tasks_event(
-    task_id: Annotated[str, typer.Argument(help="The task id")],
+    task_id: TaskIdArgument,
     name: Annotated[str, typer.Argument(help="The event name the flow waits for (ctx.wait_for_event)")],
     store: StoreOption,
     namespace: NamespaceOption = None,
@@ -367,11 +471,13 @@ def tasks_event(
         str | None, typer.Option("--event-id", help="Deliver at most once under this id (resends change nothing)")
     ] = None,
     key_file: KeyFileOption = None,
+    bus: BusOption = None,
 ) -> None:
     """Deliver an event to a durable task; one parked on it resumes on the fleet's next scan."""
     from mrtr.cli._events import send_event
 
-    run(lambda: send_event(store, namespace, task_id, name, data, event_id, Console(highlight=False), _ring(key_file)))
+    out = Console(highlight=False)
+    run(lambda: send_event(store, namespace, task_id, name, data, event_id, out, _ring(key_file), bus))
 
 
 # -- mrtr console -------------------------------------------------------------------------------

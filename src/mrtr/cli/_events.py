@@ -15,7 +15,9 @@ from rich.markup import escape
 
 from mrtr._errors import EventNotDelivered
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
+from mrtr.cli._fleetbus import fleet_bus
 from mrtr.stores import RecordSeal, SealedStore, TaskStore, open_store
+from mrtr.tasks._events import TaskEvents
 from mrtr.tasks._inbox import deliver, new_event
 
 
@@ -37,6 +39,7 @@ async def send_event(
     event_id: str | None,
     out: Console,
     seal: RecordSeal | None = None,
+    bus: str | None = None,
 ) -> int:
     payload = parse_data(data)
     try:
@@ -56,6 +59,10 @@ async def send_event(
                 f"task {task_id!r} is sealed at rest: give the key ring (MRTR_STATE_KEY or --key-file) to deliver"
             )
         delivered, record = await deliver(store, task_id, event, time.time(), known=known)
+        if delivered and bus:
+            async with fleet_bus(bus, namespace) as fleet:
+                assert fleet is not None
+                await TaskEvents(fleet).publish(record)
     except EventNotDelivered as exc:
         raise CliError(str(exc)) from None
     finally:

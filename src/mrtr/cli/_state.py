@@ -96,7 +96,7 @@ def inspect(token: str, key_env: str, as_json: bool, out: Console) -> int:
     for title, rows in (
         ("answers", [[k, json.dumps(a["answer"])] for k, a in journal["answers"].items()]),
         ("steps", [[k, s["idempotencyKey"], json.dumps(s["result"])] for k, s in journal["steps"].items()]),
-        ("pending asks", [[k, d] for k, d in journal["pending"].items()]),
+        ("pending asks", [[k, d["questionDigest"] or ""] for k, d in journal["pending"].items()]),
     ):
         if not rows:
             out.print(f"  {title}: none")

@@ -12,7 +12,7 @@ import logging
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -47,7 +47,7 @@ class OpenedStore:
         seen_at = 0.0 if include_expired else now  # `list_tasks` hides what is expired *at* the time given
         cursor = None
         while True:
-            paged = TaskQuery(query.statuses, query.flow, query.id_prefix, _PAGE, cursor)
+            paged = replace(query, limit=_PAGE, cursor=cursor)
             page = await self.call(lambda paged=paged: self.store.list_tasks(paged, seen_at))  # type: ignore[misc]
             for record in page.records:
                 yield record

@@ -24,8 +24,9 @@ from rich.table import Table
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
+from mrtr.cli._fleetbus import fleet_bus
 from mrtr.cli._storeview import open_view
-from mrtr.stores import RecordSeal, TaskQuery, TaskRecord
+from mrtr.stores import WAITS, RecordSeal, TaskQuery, TaskRecord, waits_for
 from mrtr.stores._sealed import PAYLOAD_FIELDS
 from mrtr.tasks._admin import TaskAdmin, TaskSealed, TaskUnknown
 from mrtr.tasks._records import waiting_wire
@@ -42,9 +43,32 @@ NO_KEY = "sealed at rest: give the key ring (MRTR_STATE_KEY, hex keys newest fir
 class Filters:
     status: list[str] = field(default_factory=list)
     flow: str | None = None
+    """`--tool` (`--flow` on `ls`, its older name)."""
     older_than: str | None = None
     newer_than: str | None = None
     expired: bool = False
+    waiting: str | None = None
+    """`--waiting`: one of `mrtr.stores.WAITS`."""
+
+    @property
+    def given(self) -> bool:
+        """Whether any filter narrows the tasks (a bulk action needs one, or an id)."""
+        return bool(self.status or self.flow or self.older_than or self.newer_than or self.waiting)
+
+    def query(self, now: float) -> TaskQuery:
+        """The store query these filters make (`--newer-than` is checked on what it returns, by `select`)."""
+        unknown = [s for s in self.status if s not in STATUSES]
+        if unknown:
+            raise UsageError(f"--status takes {', '.join(STATUSES)}; not {', '.join(unknown)}")
+        if self.waiting is not None and self.waiting not in WAITS:
+            raise UsageError(f"--waiting takes {', '.join(WAITS)}; not {self.waiting}")
+        older = seconds(self.older_than, "--older-than") if self.older_than else None
+        return TaskQuery(
+            statuses=tuple(self.status),
+            flow=self.flow,
+            waiting=self.waiting,
+            created_before=None if older is None else now - older,
+        )
 
 
 def seconds(text: str, option: str) -> float:
@@ -94,6 +118,7 @@ def select(records: list[TaskRecord], filters: Filters, now: float) -> list[Task
         and (filters.flow is None or r.flow == filters.flow)
         and (older is None or now - r.created_at >= older)
         and (newer is None or now - r.created_at <= newer)
+        and (filters.waiting is None or filters.waiting in waits_for(r))
     ]
     return sorted(chosen, key=lambda r: r.created_at, reverse=True)
 
@@ -119,10 +144,7 @@ async def list_tasks(
     opened = open_view(url, namespace, seal)
     try:
         now = time.time()
-        unknown = [s for s in filters.status if s not in STATUSES]
-        if unknown:
-            raise UsageError(f"--status takes {', '.join(STATUSES)}; not {', '.join(unknown)}")
-        query = TaskQuery(statuses=tuple(filters.status), flow=filters.flow)
+        query = filters.query(now)
         records = select([r async for r in opened.records(now, filters.expired, query)], filters, now)
     finally:
         await opened.close()
@@ -204,21 +226,43 @@ def journal_view(record: TaskRecord) -> dict[str, Any]:
         journal = journal_codec.decode(record.journal)
     except JournalFormatError as exc:
         return {"error": str(exc)}
-    return describe_journal(journal)
+    return describe_journal(journal, finished=record.terminal, by=record.owner)
 
 
-def describe_journal(journal: Journal) -> dict[str, Any]:
-    """A journal for people (and `--json`): answers, steps with their idempotency keys, pending asks."""
+def describe_journal(journal: Journal, *, finished: bool = False, by: str | None = None) -> dict[str, Any]:
+    """A journal for people (and `--json`): each ask's question and answer, steps with their
+    idempotency keys, and the asks still out (none once the task `finished`).
+
+    `by` is the principal tag of the task's creator (`TaskRecord.owner`), the only one who may
+    answer its asks (`tasks/update` checks it): who said yes to what.
+    """
     return {
         "flowId": journal.flow_id,
         "startedAt": iso(journal.started_at),
         "rounds": journal.rounds,
-        "answers": {k: {"question": q, "answer": v} for k, (q, v) in journal.answers.items()},
+        "answers": {k: ask_view(journal, k, by) | {"answer": v} for k, (_, v) in journal.answers.items()},
         "steps": {
             k: {"idempotencyKey": f"{journal.flow_id}:{k}", "arguments": d, "result": v}
             for k, (d, v) in journal.steps.items()
         },
-        "pending": dict(journal.pending),
+        "pending": {} if finished else {k: ask_view(journal, k, by) for k in journal.pending},
+    }
+
+
+def ask_view(journal: Journal, key: str, by: str | None) -> dict[str, Any]:
+    """One ask for people: its question (None in a journal from before questions were kept), its
+    form's title, when it was asked and answered, who may answer it, and its question's digest."""
+    note = journal.questions.get(key, {})
+    answered = journal.answers.get(key)
+    asked, replied = note.get("a"), note.get("r")
+    return {
+        "question": note.get("q"),
+        "title": note.get("t"),
+        "kind": note.get("k"),
+        "askedAt": iso(asked) if isinstance(asked, int | float) else None,
+        "answeredAt": iso(replied) if isinstance(replied, int | float) and answered is not None else None,
+        "by": by,
+        "questionDigest": answered[0] if answered is not None else journal.pending.get(key),
     }
 
 
@@ -260,7 +304,21 @@ async def show_task(
             ["step", "idempotency key", "result"],
             [[k, s["idempotencyKey"], _short(s["result"])] for k, s in journal["steps"].items()],
         )
-        _table(out, "answers", ["key", "answer"], [[k, _short(a["answer"])] for k, a in journal["answers"].items()])
+        _table(
+            out,
+            "asks answered (question, answer, when, who)",
+            ["key", "question", "answer", "when", "who"],
+            [
+                [
+                    k,
+                    _question_text(a),
+                    _short(a["answer"]),
+                    a["answeredAt"] or "-",
+                    a["by"] or "anyone (no auth)",
+                ]
+                for k, a in journal["answers"].items()
+            ],
+        )
     if record.input_requests:
         rows = [
             [k, str(r.get("method", "")), _short((r.get("params") or {}).get("message", ""))]
@@ -285,6 +343,13 @@ async def show_task(
     return EXIT_OK
 
 
+def _question_text(ask: dict[str, Any]) -> str:
+    if ask["question"] is None:
+        return "(not recorded: journaled before questions were kept)"
+    title = f"[{ask['title']}] " if ask.get("title") else ""
+    return _short(title + ask["question"], 400)
+
+
 def _short(value: Any, width: int = 100) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -303,7 +368,12 @@ def _table(out: Console, title: str, columns: list[str], rows: list[list[str]]) 
 
 
 async def cancel_task(
-    url: str, namespace: str | None, task_id: str, out: Console, seal: RecordSeal | None = None
+    url: str,
+    namespace: str | None,
+    task_id: str,
+    out: Console,
+    seal: RecordSeal | None = None,
+    bus: str | None = None,
 ) -> int:
     """Through `TaskAdmin.cancel`: the same compare-and-set transition as `tasks/cancel` (no key needed)."""
     opened, record = await _load(url, namespace, task_id, seal)
@@ -315,7 +385,8 @@ async def cancel_task(
             out.print(f"task {escape(task_id)}: cancel already requested; its worker stops it at its next await")
             return EXIT_OK
         try:
-            changed, running = await opened.call(lambda: TaskAdmin(opened.store).cancel(task_id))
+            async with fleet_bus(bus, namespace) as fleet:
+                changed, running = await opened.call(lambda: TaskAdmin(opened.store, bus=fleet).cancel(task_id))
         except TaskUnknown:
             raise CliError(f"task {task_id!r} disappeared (expired or purged)") from None
         except RuntimeError as exc:
@@ -336,14 +407,16 @@ async def rerun_task(
     out: Console,
     seal: RecordSeal | None = None,
     from_step: str | None = None,
+    bus: str | None = None,
 ) -> int:
     """Through `TaskAdmin.rerun`: a failed task back to `working`, its journal kept (needs the key if sealed);
     with `from_step`, any finished task forked from that step."""
     opened, _ = await _load(url, namespace, task_id, seal)
     try:
         try:
-            admin = TaskAdmin(opened.store)
-            changed = await opened.call(lambda: admin.rerun(task_id, from_step=from_step, by=_operator()))
+            async with fleet_bus(bus, namespace) as fleet:
+                admin = TaskAdmin(opened.store, bus=fleet)
+                changed = await opened.call(lambda: admin.rerun(task_id, from_step=from_step, by=_operator()))
         except TaskSealed:
             raise CliError(f"task {task_id!r}: {NO_KEY}") from None
         except (ValueError, RuntimeError) as exc:
@@ -426,6 +499,7 @@ __all__ = [
     "Filters",
     "ago",
     "cancel_task",
+    "ask_view",
     "describe_journal",
     "iso",
     "journal_view",

@@ -13,9 +13,11 @@ import contextlib
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -26,20 +28,21 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine.journal import JournalFormatError
+from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._errors import EventNotDelivered
 from mrtr._wire import HistoryEntry, Wait
 from mrtr.buses import BrokerBus, open_bus
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.console._templates import TEMPLATES
 from mrtr.stores import RecordSeal, TaskQuery, TaskRecord, TaskStore, open_store
-from mrtr.stores._base import STATUSES
+from mrtr.stores._base import STATUSES, WAITS
 from mrtr.tasks._admin import TaskAdmin, TaskUnknown, failed
 
 COOKIE = "mrtr_console"
 _MISSING = "<!doctype html><title>No such task</title><p>No such task (unknown, or past its TTL).</p>"
 PAGE = 50
 _SHORT = 300
+_LONG = 8000
 SEALED_TEXT = "sealed"
 _NO_KEY = "sealed at rest: start the console with the fleet's key ring (MRTR_STATE_KEY or --key-file) to see it"
 
@@ -66,13 +69,14 @@ def app(
     """
     tasks_store = open_store(store, namespace=namespace) if isinstance(store, str) else store
     fleet_bus = open_bus(bus, namespace=namespace) if isinstance(bus, str) else bus
-    console = _Console(TaskAdmin(tasks_store, seal=seal), fleet_bus, token, redact)
+    console = _Console(TaskAdmin(tasks_store, seal=seal, bus=fleet_bus), fleet_bus, token, redact)
     routes = [
         Route("/", console.tasks),
         Route("/fragment", console.fragment),
         Route("/events", console.events),
         Route("/login", console.login, methods=["GET", "POST"]),
         Route("/purge", console.purge, methods=["POST"]),
+        Route("/bulk", console.bulk, methods=["GET", "POST"]),
         Route("/tasks/{task_id}", console.task),
         Route("/tasks/{task_id}/version", console.version),
         Route("/tasks/{task_id}/{action}", console.act, methods=["POST"]),
@@ -104,6 +108,7 @@ class _Console:
 
     async def tasks(self, request: Request) -> Response:
         query, shown = self._query(request)
+        problem = shown.pop("problem", None)
         page = await self.admin.list_tasks(query)
         counts, flows = await asyncio.gather(self.admin.counts(), self.admin.flows())
         now = time.time()
@@ -118,6 +123,11 @@ class _Console:
             current_status=shown["status"],
             tool=shown["tool"],
             q=shown["q"],
+            waits=WAITS,
+            waiting=shown["waiting"],
+            older=shown["older"],
+            filter_query=urlencode({k: v for k, v in shown.items() if v}),
+            problem=problem,
             cursor=page.next_cursor,
             next_query=next_query,
             fragment_query=urlencode(shown | {"cursor": request.query_params.get("cursor", "")}),
@@ -170,13 +180,14 @@ class _Console:
             return HTMLResponse(_MISSING, status_code=404)
         now = time.time()
         timeline, journal_info, problem = self._timeline(record)
+        asks = journal_info.get("asks", [])
         return self._render(
             request,
             "task.html",
             t=record,
             created=_ago(record.created_at, now),
             updated=_ago(record.updated_at, now),
-            arguments=SEALED_TEXT if record.sealed else _json(record.arguments, 2000),
+            arguments=SEALED_TEXT if record.sealed else _pretty(record.arguments, 20000),
             waits=[_wait_text(w) for w in record.waiting],
             inputs=[
                 {
@@ -185,14 +196,17 @@ class _Console:
                     "message": (req.get("params") or {}).get("message", ""),
                 }
                 for key, req in record.input_requests.items()
-            ],
+            ]
+            if not record.terminal
+            else [],
+            asks=asks,
             timeline=timeline,
             timeline_error=problem,
             started=journal_info.get("started", "-"),
             rounds=journal_info.get("rounds", 0),
             history=[_history_row(entry) for entry in record.history],
-            result=_json(record.result, 4000) if not self.redact else "[redacted]",
-            error=_json(record.error, 4000),
+            result=_pretty(record.result, 20000) if not self.redact else "[redacted]",
+            error=_pretty(record.error, 20000),
             failed=failed(record),
             notice=request.query_params.get("notice"),
         )
@@ -234,6 +248,57 @@ class _Console:
         root = request.scope.get("root_path", "")
         return RedirectResponse(f"{root}/tasks/{task_id}?{urlencode({'notice': notice})}", status_code=303)
 
+    async def bulk(self, request: Request) -> Response:
+        """A bulk action on the tasks a filter matches: GET shows the count and the tasks and asks
+        to confirm; the confirmation POSTs (CSRF-checked by `_Guard`) exactly the ids it showed,
+        and the answer says what each task became."""
+        if request.method == "GET":
+            action = request.query_params.get("action", "")
+            if action not in BULK_ACTIONS:
+                return JSONResponse({"error": f"unknown bulk action {action!r}"}, status_code=404)
+            query, shown = self._query(request)
+            if shown.get("problem"):
+                return JSONResponse({"error": shown["problem"]}, status_code=400)
+            query = replace(query, cursor=None)  # every task the filter matches, from the newest
+            matched = await self.admin.matching(query, limit=BULK_MAX + 1, action=action)  # type: ignore[arg-type]
+            chosen = matched[:BULK_MAX]
+            now = time.time()
+            return self._render(
+                request,
+                "bulk.html",
+                action=action,
+                verb=BULK_ACTIONS[action],
+                rows=[_row(r, now) for r in chosen[:_LISTED]],
+                count=len(chosen),
+                ids=" ".join(r.task_id for r in chosen),
+                capped=len(matched) > BULK_MAX,
+                bulk_max=BULK_MAX,
+                shown=shown,
+                back=urlencode({k: v for k, v in shown.items() if v and k != "problem"}),
+                outcomes=None,
+            )
+        form = await request.form()
+        action = str(form.get("action", ""))
+        if action not in BULK_ACTIONS:
+            return JSONResponse({"error": f"unknown bulk action {action!r}"}, status_code=404)
+        ids = str(form.get("ids", "")).split()[:BULK_MAX]  # exactly the tasks the confirmation listed
+        outcomes = await self.admin.bulk(action, ids)  # type: ignore[arg-type]
+        return self._render(
+            request,
+            "bulk.html",
+            action=action,
+            verb=BULK_ACTIONS[action],
+            rows=[],
+            count=0,
+            ids="",
+            capped=False,
+            bulk_max=BULK_MAX,
+            shown={},
+            back=str(form.get("back", "")),
+            outcomes=outcomes,
+            done=sum(o.outcome == "done" for o in outcomes),
+        )
+
     async def purge(self, request: Request) -> Response:
         purged = await self.admin.purge_expired()
         return RedirectResponse(f"{request.scope.get('root_path', '')}/?purged={purged}", status_code=303)
@@ -258,14 +323,22 @@ class _Console:
         status = params.get("status", "")
         tool = params.get("tool", "")
         q = params.get("q", "").strip()
+        waiting = params.get("waiting", "")
+        older = params.get("older", "").strip()
+        shown = {"status": status, "tool": tool, "q": q, "waiting": waiting, "older": older}
+        age = _age(older)
+        if age is None and older:
+            shown["problem"] = f"older than takes a duration like 90s, 10m, 2h or 1d, not {older!r}"
         query = TaskQuery(
             statuses=(status,) if status in STATUSES else (),
             flow=tool or None,
             id_prefix=q or None,
             limit=PAGE,
             cursor=params.get("cursor") or None,
+            waiting=waiting if waiting in WAITS else None,
+            created_before=None if age is None else time.time() - age,
         )
-        return query, {"status": status, "tool": tool, "q": q}
+        return query, shown
 
     def _timeline(self, record: TaskRecord) -> tuple[list[dict[str, str]], dict[str, Any], str | None]:
         if record.sealed:
@@ -285,16 +358,34 @@ class _Console:
                 kind = "callback URL"
             else:
                 kind = "step"
-            shown = "[redacted]" if self.redact and kind in ("step", "event") else _json(value, _SHORT)
+            shown = "[redacted]" if self.redact and kind in ("step", "event") else _pretty(value, _LONG)
             entries.append({"kind": kind, "key": key, "value": shown})
+        asks: list[dict[str, str]] = []
         for key, (_, answer) in journal.answers.items():
-            entries.append(
-                {"kind": "answer", "key": key, "value": "[redacted]" if self.redact else _json(answer, _SHORT)}
-            )
-        for key in journal.pending:
-            entries.append({"kind": "ask (outstanding)", "key": key, "value": ""})
-        info = {"started": _iso(journal.started_at), "rounds": journal.rounds}
+            asks.append(self._ask(journal, key, record, "[redacted]" if self.redact else _pretty(answer, _LONG)))
+        if not record.terminal:  # a finished task waits for nothing: its last round's asks are history
+            for key in journal.pending:
+                if key not in journal.answers:
+                    asks.append(self._ask(journal, key, record, ""))
+        info = {"started": _iso(journal.started_at), "rounds": journal.rounds, "asks": asks}
         return entries, info, None
+
+    def _ask(self, journal: Journal, key: str, record: TaskRecord, answer: str) -> dict[str, str]:
+        """One ask for the task page: question (and form title), answer, when, and who may answer it."""
+        note = journal.questions.get(key, {})
+        asked, replied = note.get("a"), note.get("r")
+        question = note.get("q")
+        return {
+            "key": key,
+            "title": str(note.get("t") or ""),
+            "question": str(question) if question is not None else "",
+            "recorded": "yes" if question is not None else "",
+            "answer": answer,
+            "outstanding": "" if key in journal.answers else "yes",
+            "asked": _iso(asked) if isinstance(asked, int | float) else "",
+            "when": _iso(replied) if isinstance(replied, int | float) and key in journal.answers else "",
+            "by": record.owner or "anyone (no auth)",
+        }
 
     def _render(self, request: Request, template: str, *, status: int = 200, **values: Any) -> Response:
         if template == "task_missing":
@@ -377,6 +468,22 @@ def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
     return receive
 
 
+BULK_ACTIONS = {"cancel": "Cancel", "rerun": "Re-run", "purge": "Purge"}
+"""The console's bulk actions (`TaskAdmin.bulk`) and their buttons' verbs."""
+BULK_MAX = 1000
+"""Tasks one bulk action takes at most (act again for more)."""
+_LISTED = 100
+"""Tasks a confirmation lists by row (it acts on all it counted: their ids are in its form)."""
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _age(text: str) -> float | None:
+    """`90s`, `10m`, `2h`, `1d` (a bare number: seconds) as seconds; None if empty or not a duration."""
+    match = _AGE.match(text)
+    return None if match is None else float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
 def _row(record: TaskRecord, now: float) -> dict[str, str]:
     if record.status == "input_required":
         waits = "answer: " + (SEALED_TEXT if record.sealed else ", ".join(record.input_requests))
@@ -441,6 +548,12 @@ def _ago(ts: float, now: float) -> str:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _pretty(value: Any, limit: int) -> str:
+    """JSON for people: indented (the page wraps and folds it, see `_json.html`), cut at `limit`."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False, indent=2)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _json(value: Any, limit: int) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mrtr._wire import TERMINAL, TaskStatus
-from mrtr.stores._base import TaskExists, TaskPage, TaskQuery, TaskRecord, TaskStore, round_verdict
+from mrtr.stores._base import WAITS, TaskExists, TaskPage, TaskQuery, TaskRecord, TaskStore, round_verdict, waits_for
 from mrtr.stores._sealed import RecordSeal, RecordSealed, Resealed, SealedStore, reseal
 
 if TYPE_CHECKING:  # imported lazily below; named here for type checkers and the API reference
@@ -82,6 +82,8 @@ __all__ = [
     "TaskRecord",
     "TaskStatus",
     "TaskStore",
+    "WAITS",
     "open_store",
     "round_verdict",
+    "waits_for",
 ]

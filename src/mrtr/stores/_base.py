@@ -135,6 +135,10 @@ class TaskQuery:
     limit: int = 50
     cursor: str | None = None
     """Where the page starts: the `next_cursor` of the page before (opaque)."""
+    waiting: str | None = None
+    """Only tasks that wait for this (one of `WAITS`, see `waits_for`)."""
+    created_before: float | None = None
+    """Only tasks created before this epoch second (an operator's "older than")."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,40 @@ def read_cursor(cursor: str | None) -> tuple[float, str] | None:
 
 
 STATUSES: tuple[TaskStatus, ...] = ("working", "input_required", "completed", "failed", "cancelled")
+
+WAITS = ("input", "timer", "event", "callback", "nothing")
+"""What a task can wait for (`TaskQuery.waiting`): the client's input (`input_required`), a
+timer, an event, an event a callback URL delivers, or nothing (`working`, running or queued for a
+worker). Finished tasks wait for nothing of these."""
+
+
+def waits_for(record: TaskRecord) -> set[str]:
+    """Which of `WAITS` the task waits for (the reference every store's `TaskQuery.waiting` matches)."""
+    if record.status == "input_required":
+        return {"input"}
+    if record.status != "working":
+        return set()
+    kinds = {"callback" if wait.get("via") == "callback" else str(wait.get("kind")) for wait in record.waiting}
+    return kinds or {"nothing"}
+
+
+def wait_statuses(query: TaskQuery) -> tuple[str, ...] | None:
+    """The statuses a query can match once its wait filter is applied; None: it matches nothing.
+
+    A wait narrows the status (`input` is `input_required`, the rest `working`), so stores
+    read the status index, and filter the (few) unfinished rows on their waits.
+
+    Raises:
+        ValueError: `query.waiting` is not one of `WAITS`.
+    """
+    if query.waiting is None:
+        return query.statuses
+    if query.waiting not in WAITS:
+        raise ValueError(f"waiting takes one of {', '.join(WAITS)}, not {query.waiting!r}")
+    status = "input_required" if query.waiting == "input" else "working"
+    if query.statuses and status not in query.statuses:
+        return None
+    return (status,)
 
 
 class TaskStore(Protocol):
@@ -285,5 +323,8 @@ __all__ = [
     "TaskExists",
     "TaskRecord",
     "TaskStore",
+    "WAITS",
     "round_verdict",
+    "wait_statuses",
+    "waits_for",
 ]

@@ -30,6 +30,7 @@ from mrtr.stores._base import (
     page_cursor,
     read_cursor,
     round_verdict,
+    wait_statuses,
 )
 from mrtr.stores._faults import burst, store_boundary, throttle_logger
 
@@ -48,6 +49,23 @@ def _transient(exc: BaseException) -> bool:
     # OperationalError: refused or dropped connections, a server shutting down or starting
     # up, and the pool's own PoolTimeout; InterfaceError: a connection found closed.
     return isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError))
+
+
+# `TaskQuery.waiting` beyond the status (`wait_statuses` narrows to `working` rows first, through
+# the status index): the record's `waiting` list, parsed as `json` (not `jsonb`, which refuses the
+# NUL characters arguments may hold). See `waits_for`. Parsing a record costs tens of µs, so a
+# plain text search (no wait of that kind can be there if its text is not) decides most rows first.
+_WAITS_OF = "json_array_elements(data::json -> 'waiting')"
+_WAIT_SQL: dict[str, LiteralString] = {
+    "timer": 'strpos(data, \'"kind":"timer"\') > 0'
+    f" AND EXISTS (SELECT 1 FROM {_WAITS_OF} AS w WHERE w ->> 'kind' = 'timer')",
+    "event": 'strpos(data, \'"kind":"event"\') > 0'
+    f" AND EXISTS (SELECT 1 FROM {_WAITS_OF} AS w WHERE w ->> 'kind' = 'event' AND w ->> 'via' IS NULL)",
+    "callback": 'strpos(data, \'"via":"callback"\') > 0'
+    f" AND EXISTS (SELECT 1 FROM {_WAITS_OF} AS w WHERE w ->> 'via' = 'callback')",
+    "nothing": '((strpos(data, \'"kind":"timer"\') = 0 AND strpos(data, \'"kind":"event"\') = 0)'
+    " OR COALESCE(json_array_length(data::json -> 'waiting'), 0) = 0)",
+}
 
 
 @store_boundary("postgresql", _transient)
@@ -333,11 +351,25 @@ class PostgresStore:
     # -- listing ----------------------------------------------------------------------------
 
     async def list_tasks(self, query: TaskQuery, now: float) -> TaskPage:
+        statuses = wait_statuses(query)
+        if statuses is None:
+            return TaskPage([], None)
         where: list[sql.Composable] = [sql.SQL("(expires_at IS NULL OR expires_at > %s)")]
         params: list[Any] = [now]
-        if query.statuses:
+        if len(statuses) == 1:
+            # Equality, not `= ANY`: the planner then reads the (status|flow, status, created_at)
+            # index in order and stops at the page's end, instead of sorting every match (and
+            # evaluating a wait filter on each of them).
+            where.append(sql.SQL("status = %s"))
+            params.append(statuses[0])
+        elif statuses:
             where.append(sql.SQL("status = ANY(%s)"))
-            params.append(list(query.statuses))
+            params.append(list(statuses))
+        if query.waiting in _WAIT_SQL:
+            where.append(sql.SQL(_WAIT_SQL[query.waiting]))
+        if query.created_before is not None:
+            where.append(sql.SQL("created_at < %s"))
+            params.append(query.created_before)
         if query.flow is not None:
             where.append(sql.SQL("flow = %s"))
             params.append(query.flow)

@@ -37,7 +37,17 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from mrtr._redisclient import client, is_cluster, shard_tags
-from mrtr.stores._base import STATUSES, TaskExists, TaskPage, TaskQuery, TaskRecord, page_cursor, read_cursor
+from mrtr.stores._base import (
+    STATUSES,
+    TaskExists,
+    TaskPage,
+    TaskQuery,
+    TaskRecord,
+    page_cursor,
+    read_cursor,
+    wait_statuses,
+    waits_for,
+)
 from mrtr.stores._faults import store_boundary
 
 if TYPE_CHECKING:
@@ -158,8 +168,25 @@ return #ids
 
 # One page of a listing index, newest first. KEYS[1] the index. ARGV: 1 the highest score
 # ('+inf', or the cursor's), 2 the cursor's id ('' none), 3 how many, 4 now, 5 record key
-# prefix, 6 the expiry key. Ids whose record Redis has expired are dropped from the index.
+# prefix, 6 the expiry key, 7 a wait to match (`TaskQuery.waiting` past its status: timer,
+# event, callback, nothing; '' any). Ids whose record Redis has expired are dropped from the index.
 _LIST = """
+local function waits(data, kind)
+  if kind == '' or kind == 'input' then return true end
+  local marker = kind == 'timer' and '"kind":"timer"' or '"kind":"event"'
+  local present = string.find(data, marker, 1, true)
+  if kind ~= 'nothing' and not present then return false end
+  if kind == 'nothing' and not present and not string.find(data, '"kind":"timer"', 1, true) then return true end
+  local w = cjson.decode(data)['waiting']
+  if type(w) ~= 'table' then return kind == 'nothing' end
+  if kind == 'nothing' then return #w == 0 end
+  for _, x in ipairs(w) do
+    if kind == 'timer' and x['kind'] == 'timer' then return true end
+    if kind == 'callback' and x['via'] == 'callback' then return true end
+    if kind == 'event' and x['kind'] == 'event' and x['via'] == nil then return true end
+  end
+  return false
+end
 local want, now, out, offset = tonumber(ARGV[3]), tonumber(ARGV[4]), {}, 0
 local top = ARGV[1] ~= '+inf' and tonumber(ARGV[1]) or nil
 while #out < want do
@@ -175,7 +202,7 @@ while #out < want do
         offset = offset - 1
       else
         local exp = redis.call('ZSCORE', ARGV[6], id)
-        if not exp or tonumber(exp) > now then
+        if (not exp or tonumber(exp) > now) and waits(data, ARGV[7]) then
           out[#out + 1] = data
           if #out >= want then break end
         end
@@ -486,19 +513,28 @@ class RedisStore:
         if query.id_prefix:  # a search: ids by ZRANGEBYLEX, in id order, one page
             return await self._search(query, now)
         after = read_cursor(query.cursor)
-        statuses = query.statuses or (None,)
+        chosen = wait_statuses(query)
+        if chosen is None:
+            return TaskPage([], None)
+        statuses = chosen or (None,)
         top, after_id = (repr(after[0]), after[1]) if after is not None else ("+inf", "")
+        before = query.created_before
+        if before is not None and (after is None or before <= after[0]):
+            top, after_id = repr(before), ""  # a score range: ties at `before` itself are dropped below
+        wait = query.waiting or ""
         pages = [
             page
             for status in statuses
             for page in await self._each_shard(
                 lambda shard, status=status: self._list(  # type: ignore[misc]
                     keys=[self._index_key(shard, status, query.flow)],
-                    args=[top, after_id, str(query.limit + 1), repr(now), shard.records, shard.expiry],
+                    args=[top, after_id, str(query.limit + 1), repr(now), shard.records, shard.expiry, wait],
                 )
             )
         ]
         records = [TaskRecord.from_json(data) for page in pages for data in page]
+        if before is not None:
+            records = [r for r in records if r.created_at < before]
         records.sort(key=lambda r: (r.created_at, r.task_id), reverse=True)
         shown = records[: query.limit]
         return TaskPage(shown, page_cursor(shown[-1]) if len(records) > query.limit else None)
@@ -520,6 +556,10 @@ class RedisStore:
         found = []
         for record in await asyncio.gather(*(self.load(task_id, now) for task_id in ids)):
             if record is None or (query.statuses and record.status not in query.statuses):
+                continue
+            if query.waiting is not None and query.waiting not in waits_for(record):
+                continue
+            if query.created_before is not None and record.created_at >= query.created_before:
                 continue
             if query.flow is None or record.flow == query.flow:
                 found.append(record)

@@ -26,6 +26,7 @@ from mrtr.stores._base import (
     page_cursor,
     read_cursor,
     round_verdict,
+    wait_statuses,
 )
 from mrtr.stores._faults import store_boundary
 
@@ -68,6 +69,20 @@ _LISTING_INDEXES = (
     "CREATE INDEX IF NOT EXISTS mrtr_tasks_flow ON mrtr_tasks (flow, status, created_at DESC, task_id DESC)",
     "CREATE INDEX IF NOT EXISTS mrtr_tasks_counts ON mrtr_tasks (status, expires_at)",
 )
+
+# `TaskQuery.waiting` beyond the status (`wait_statuses` narrows to `working` rows first, through
+# the status index): the record's `waiting` list, read from its JSON (see `waits_for`), after a
+# plain text search (no wait of that kind can be there if its text is not) has decided most rows.
+_WAIT_MATCH = "instr(data, '{}') > 0 AND EXISTS (SELECT 1 FROM json_each(data, '$.waiting') AS w WHERE {})"
+_WAIT_SQL = {
+    "timer": _WAIT_MATCH.format('"kind":"timer"', "json_extract(w.value, '$.kind') = 'timer'"),
+    "event": _WAIT_MATCH.format(
+        '"kind":"event"', "json_extract(w.value, '$.kind') = 'event' AND json_extract(w.value, '$.via') IS NULL"
+    ),
+    "callback": _WAIT_MATCH.format('"via":"callback"', "json_extract(w.value, '$.via') = 'callback'"),
+    "nothing": '((instr(data, \'"kind":"timer"\') = 0 AND instr(data, \'"kind":"event"\') = 0)'
+    " OR COALESCE(json_array_length(data, '$.waiting'), 0) = 0)",
+}
 
 # An expired row is as good as absent (`load` hides it and Redis drops it by itself), so
 # `create` may take its id over; only a live row makes the id "taken".
@@ -267,11 +282,19 @@ class SQLiteStore:
     # -- listing ----------------------------------------------------------------------------
 
     async def list_tasks(self, query: TaskQuery, now: float) -> TaskPage:
+        statuses = wait_statuses(query)
+        if statuses is None:
+            return TaskPage([], None)
         where: list[str] = ["(expires_at IS NULL OR expires_at > ?)"]
         params: list[Any] = [now]
-        if query.statuses:
-            where.append(f"status IN ({', '.join('?' for _ in query.statuses)})")
-            params.extend(query.statuses)
+        if statuses:
+            where.append(f"status IN ({', '.join('?' for _ in statuses)})")
+            params.extend(statuses)
+        if query.waiting in _WAIT_SQL:
+            where.append(_WAIT_SQL[query.waiting])
+        if query.created_before is not None:
+            where.append("created_at < ?")
+            params.append(query.created_before)
         if query.flow is not None:
             where.append("flow = ?")
             params.append(query.flow)

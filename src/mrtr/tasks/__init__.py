@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         TaskStatus,
         UpdateTaskParams,
     )
-    from mrtr.tasks._admin import TaskAdmin, TaskSealed, TaskUnknown
+    from mrtr.tasks._admin import BulkOutcome, TaskAdmin, TaskSealed, TaskUnknown
     from mrtr.tasks._export import export_task
     from mrtr.tasks._extension import TasksExtension
     from mrtr.tasks._fork import StepUnknown
@@ -44,6 +44,7 @@ _EXPORTS = {
     "UpdateTaskParams": "mrtr._wire",
     "EngineOptions": "mrtr.tasks._seam",
     "TaskAdmin": "mrtr.tasks._admin",
+    "BulkOutcome": "mrtr.tasks._admin",
     "TaskSealed": "mrtr.tasks._admin",
     "TaskUnknown": "mrtr.tasks._admin",
     "StepUnknown": "mrtr.tasks._fork",
@@ -58,6 +59,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BulkOutcome",
     "CreateTaskResult",
     "DetailedTask",
     "EngineOptions",

@@ -9,18 +9,36 @@ is shared with `TaskRuntime.cancel`), so an operator and the fleet never fight o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFormatError
 from mrtr._errors import EventNotDelivered
 from mrtr.stores._base import HISTORY_KEPT, TaskPage, TaskQuery, TaskRecord, TaskStore
 from mrtr.stores._sealed import RecordSeal, Resealed, SealedStore, reseal
+from mrtr.tasks._events import Bus, TaskEvents
 from mrtr.tasks._fork import StepUnknown, fork_change
 from mrtr.tasks._inbox import deliver, new_event
 
 _CAS_RETRIES = 20
+_PAGE = 500
+
+BulkAction = Literal["cancel", "rerun", "purge"]
+
+
+@dataclass(frozen=True)
+class BulkOutcome:
+    """What one task of a bulk action became: `done` (changed), `skipped` (nothing to do), or `error`."""
+
+    task_id: str
+    before: str
+    """Its status before the action."""
+    after: str
+    """Its status after it (`purged` once deleted)."""
+    outcome: Literal["done", "skipped", "error"]
+    note: str = ""
 
 
 def cancel_change(record: TaskRecord, now: float) -> tuple[TaskRecord | None, bool]:
@@ -50,6 +68,23 @@ def failed(record: TaskRecord) -> bool:
     )
 
 
+_ACTION_STATUSES: dict[str, tuple[str, ...]] = {
+    "cancel": ("working", "input_required"),
+    "rerun": ("failed", "completed"),
+    "purge": ("completed", "failed", "cancelled"),
+}
+
+
+def applies(action: BulkAction, record: TaskRecord) -> bool:
+    """Whether a bulk `action` would change `record`: cancel an unfinished task (not already being
+    cancelled), re-run a failed one, purge a finished one. What a confirmation counts."""
+    if action == "cancel":
+        return not record.terminal and not record.cancel_requested
+    if action == "rerun":
+        return failed(record)
+    return record.terminal
+
+
 class TaskUnknown(LookupError):
     """No such task in the store (unknown, or past its TTL)."""
 
@@ -71,11 +106,19 @@ class TaskAdmin:
     """
 
     def __init__(
-        self, store: TaskStore, *, clock: Callable[[], float] = time.time, seal: RecordSeal | None = None
+        self,
+        store: TaskStore,
+        *,
+        clock: Callable[[], float] = time.time,
+        seal: RecordSeal | None = None,
+        bus: Bus | None = None,
     ) -> None:
         self.store: TaskStore = store if seal is None else SealedStore(store, seal, strict=False)
         self.seal = seal
         self.clock = clock
+        self.events = None if bus is None else TaskEvents(bus)
+        """Every change an operator makes is published here (as the runtime publishes its own), so
+        other consoles and `subscriptions/listen` streams see it at once."""
 
     async def list_tasks(self, query: TaskQuery | None = None) -> TaskPage:
         """A page of tasks, newest first (see `TaskQuery`)."""
@@ -95,6 +138,100 @@ class TaskAdmin:
         """Delete the tasks past their TTL; returns how many."""
         return await self.store.purge_expired(self.clock())
 
+    async def matching(
+        self,
+        query: TaskQuery,
+        *,
+        limit: int | None = None,
+        action: BulkAction | None = None,
+    ) -> list[TaskRecord]:
+        """Every task `query` matches (all its pages, or the newest `limit`), newest first: what a
+        bulk action acts on. With `action`, only the tasks it applies to (see `applies`), read
+        through the statuses it can change (a re-run reads only failed and completed tasks)."""
+        if action is not None:
+            wanted = _ACTION_STATUSES[action]
+            statuses = tuple(s for s in query.statuses if s in wanted) if query.statuses else wanted
+            if not statuses:
+                return []
+            query = replace(query, statuses=statuses)
+        found: list[TaskRecord] = []
+        cursor = None
+        while True:
+            page = await self.store.list_tasks(replace(query, limit=_PAGE, cursor=cursor), self.clock())
+            found.extend(r for r in page.records if action is None or applies(action, r))
+            if page.next_cursor is None or (limit is not None and len(found) >= limit):
+                return found if limit is None else found[:limit]
+            cursor = page.next_cursor
+
+    async def purge(self, task_id: str) -> TaskRecord:
+        """Delete one finished task now (its record and everything in it); returns it as it was.
+
+        Only finished tasks (completed, failed, cancelled) go: cancel a running one first. The
+        record is expired on the spot with a compare-and-set (so a task that changed meanwhile is
+        not deleted on a stale read), then purged with the rest of the expired.
+
+        Raises:
+            TaskUnknown: No such task.
+            ValueError: The task has not finished.
+        """
+        for _ in range(_CAS_RETRIES):
+            record = await self._load(task_id)
+            if not record.terminal:
+                raise ValueError(
+                    f"task {task_id!r} is {record.status}: only finished tasks are purged (cancel it first)"
+                )
+            now = self.clock()
+            gone = record.copy(ttl_ms=max(0, int((now - record.created_at) * 1000)), updated_at=now)
+            if await self.store.save(gone):
+                await self.store.purge_expired(self.clock())
+                await self._publish(gone)
+                return record
+        raise RuntimeError(f"task {task_id!r} is busy; try again")
+
+    async def bulk(self, action: BulkAction, task_ids: Iterable[str]) -> list[BulkOutcome]:
+        """`cancel`, `rerun` or `purge` each task, one compare-and-set at a time; what each became.
+
+        A task the action does not apply to (already finished for a cancel, not failed for a
+        re-run, not finished for a purge) is `skipped`, with the reason; one that vanished or kept
+        changing is an `error`. The rest is still done: a bulk action never stops halfway.
+        """
+        outcomes: list[BulkOutcome] = []
+        for task_id in task_ids:
+            before = await self.get(task_id)
+            if before is None:
+                outcomes.append(BulkOutcome(task_id, "-", "-", "error", "unknown, or past its TTL"))
+                continue
+            try:
+                if action == "cancel":
+                    if before.terminal or before.cancel_requested:
+                        note = "cancel already requested" if before.cancel_requested else "already finished"
+                        outcomes.append(BulkOutcome(task_id, before.status, before.status, "skipped", note))
+                        continue
+                    changed, running = await self.cancel(task_id)
+                    note = f"cancel requested: {changed.lease_owner} stops it" if running else ""
+                    outcomes.append(BulkOutcome(task_id, before.status, changed.status, "done", note))
+                elif action == "rerun":
+                    if not failed(before):
+                        outcomes.append(BulkOutcome(task_id, before.status, before.status, "skipped", "did not fail"))
+                        continue
+                    changed = await self.rerun(task_id)
+                    outcomes.append(
+                        BulkOutcome(task_id, before.status, changed.status, "done", f"attempt {changed.attempt} queued")
+                    )
+                elif action == "purge":
+                    if not before.terminal:
+                        outcomes.append(BulkOutcome(task_id, before.status, before.status, "skipped", "not finished"))
+                        continue
+                    await self.purge(task_id)
+                    outcomes.append(BulkOutcome(task_id, before.status, "purged", "done"))
+                else:
+                    raise ValueError(f"unknown bulk action {action!r}: cancel, rerun or purge")
+            except (TaskUnknown, TaskSealed, RuntimeError, ValueError) as exc:
+                if isinstance(exc, ValueError) and str(exc).startswith("unknown bulk action"):
+                    raise
+                outcomes.append(BulkOutcome(task_id, before.status, before.status, "error", str(exc)))
+        return outcomes
+
     async def cancel(self, task_id: str) -> tuple[TaskRecord, bool]:
         """Cancel a task; returns its record and whether a live worker still has to stop it.
 
@@ -108,6 +245,7 @@ class TaskAdmin:
             if changed is None:
                 return record, False
             if await self.store.save(changed):
+                await self._publish(changed)
                 return changed, running
         raise RuntimeError(f"task {task_id!r} is busy; try again")
 
@@ -138,6 +276,7 @@ class TaskAdmin:
             if from_step is not None:
                 forked = fork_change(record, from_step, self.clock(), by)
                 if await self.store.save(forked):
+                    await self._publish(forked)
                     return forked
                 continue
             if not failed(record):
@@ -167,6 +306,7 @@ class TaskAdmin:
                 updated_at=now,
             )
             if await self.store.save(changed):
+                await self._publish(changed)
                 return changed
         raise RuntimeError(f"task {task_id!r} is busy; try again")
 
@@ -182,7 +322,9 @@ class TaskAdmin:
         record = await self.get(task_id)
         if record is not None and record.sealed:
             raise TaskSealed(f"task {task_id!r} is sealed at rest: delivering an event needs the key that opens it")
-        delivered, _ = await deliver(self.store, task_id, event, now, known=record)
+        delivered, changed = await deliver(self.store, task_id, event, now, known=record)
+        if delivered:
+            await self._publish(changed)
         return delivered
 
     async def reseal(self, *, batch: int = 200, on_batch: Callable[[Resealed], None] | None = None) -> Resealed:
@@ -197,6 +339,11 @@ class TaskAdmin:
             raise ValueError("resealing needs the key ring (TaskAdmin(store, seal=RecordSeal.from_keys(keys)))")
         return await reseal(self.store, self.seal, self.clock(), batch=batch, on_batch=on_batch)
 
+    async def _publish(self, record: TaskRecord) -> None:
+        """Tell the fleet (best effort, as the runtime does: the write stands if the bus fails)."""
+        if self.events is not None:
+            await self.events.publish(record)
+
     async def _load(self, task_id: str) -> TaskRecord:
         record = await self.get(task_id)
         if record is None:
@@ -204,4 +351,15 @@ class TaskAdmin:
         return record
 
 
-__all__ = ["EventNotDelivered", "StepUnknown", "TaskAdmin", "TaskSealed", "TaskUnknown", "cancel_change", "failed"]
+__all__ = [
+    "BulkAction",
+    "BulkOutcome",
+    "EventNotDelivered",
+    "StepUnknown",
+    "TaskAdmin",
+    "TaskSealed",
+    "TaskUnknown",
+    "applies",
+    "cancel_change",
+    "failed",
+]
