@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
+from mrtr._errors import StoreUnavailable
 from mrtr.cli._errors import Unreachable, UsageError
 from mrtr.stores import RecordSeal, SealedStore, TaskQuery, TaskRecord, TaskStore, open_store
 
@@ -32,6 +33,10 @@ class OpenedStore:
         """Run one store call; a store that cannot be reached is `Unreachable` (exit 3)."""
         try:
             return await operation()
+        except StoreUnavailable as exc:
+            verb = "read" if exc.store == "redis" else "connect to"
+            cause = exc.__cause__ if exc.__cause__ is not None else exc.detail or exc
+            raise Unreachable(f"cannot {verb} the store: {' '.join(str(cause).split())}") from None
         except (OSError, TimeoutError) as exc:
             raise Unreachable(f"cannot connect to the store: {' '.join(str(exc).split())}") from None
         except Exception as exc:
@@ -114,6 +119,8 @@ def open_view(url: str, namespace: str | None, seal: RecordSeal | None = None) -
             f"unknown task store URL {url!r}: expected sqlite:///PATH, redis://..., redis+cluster://... or "
             "postgresql://..."
         )
+    # The store's own "unavailable" line is for a server's operator; a shell prints one line itself.
+    logging.getLogger("mrtr.store").setLevel(logging.CRITICAL)
     try:
         if url.startswith(("postgresql://", "postgres://")):
             from mrtr.stores._postgres import PostgresStore
