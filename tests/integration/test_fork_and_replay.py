@@ -176,6 +176,9 @@ async def test_fork_from_a_step_export_and_replay(app_dir: tuple[Path, bytes]) -
             (3, "answer", start_key),
             (4, "answer", ship_key),
         ]
+        answers = document["journal"]["entries"][3:]
+        assert [e.get("questionText") for e in answers] == ["Start api?", "Ship api?"], answers
+        assert all(e["askKind"] == "elicit" and e["answeredAt"] >= e["askedAt"] for e in answers), answers
         assert document["result"] == done["result"] and [h["key"] for h in document["history"]] == [
             "one",
             "two",

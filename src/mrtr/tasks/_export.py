@@ -97,11 +97,17 @@ def journal_entries(journal: Journal, *, outstanding: bool = True) -> list[dict[
             recorded["entry"] = more
         if recorded:
             entry["recorded"] = recorded
+        asked = recorded.get("q")
+        if isinstance(asked, dict):  # what was asked (`mrtr._engine.questions`), for the person reading
+            entry |= {name: asked[short] for short, name in _ASKED.items() if asked.get(short) is not None}
         entries.append(entry)
     for key, digest in journal.pending.items() if outstanding else ():
         entries.append({"kind": "ask", "key": key, "question": digest})
     return [{"index": index} | entry for index, entry in enumerate(entries)]
 
+
+_ASKED = {"q": "questionText", "t": "title", "k": "askKind", "a": "askedAt", "r": "answeredAt"}
+"""A journal's question note (wire field `q`), spelled out on its answer's entry."""
 
 _PLAIN = frozenset("vftnaspmow")
 """Wire fields that hold no per-ask record (version, ids, counters, the answer/step/pending tables, markers)."""
