@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
 URLS = {"redis": REDIS_URL, "postgres": POSTGRES_DSN}
 TASKS = 1300  # x 4 changes each = 5,200
 WINDOW = 20.0  # seconds the changes should fit in (issue 40's figure, measured in benchmarks/fleet_push.py)
-LIMIT = 30.0  # seconds past which it is a regression whatever the machine: asserted
+LIMIT = 45.0  # seconds past which it is a regression whatever the machine: asserted
 STARVED = {"max_outbox_age": 0.002, "max_publish_wait": 0}
 OTHERS = 0.5  # cores the rest of the machine may take meanwhile for the window to be checked
 
@@ -94,8 +94,8 @@ async def test_every_terminal_state_reaches_a_or_a_refetches_it(kind: str, tmp_p
     assert stats["A"]["published"] == 0, f"A committed changes itself: not every state crossed the bus: {stats['A']}"
     # Speed is measured in `benchmarks/fleet_push.py`, not asserted here to the second. With the
     # machine to itself the window held on one machine (9 s on Redis, 17 s on PostgreSQL); a
-    # slower 2-core machine of the same kind took 21-25 s on the same code. So the window is
-    # reported, and only a run past `LIMIT` (half as slow again) fails, when the rest of the
+    # slower 2-core machine of the same kind took 21-26 s on the same code. So the window is
+    # reported, and only a run past `LIMIT` (over twice the window) fails, when the rest of the
     # machine (broker included) left room; when other work takes the cores, nothing is checked.
     if others > OTHERS:
         warnings.warn(
