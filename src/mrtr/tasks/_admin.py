@@ -16,10 +16,11 @@ from typing import Any, Literal
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFormatError
 from mrtr._errors import EventNotDelivered
+from mrtr._wire import HistoryEntry
 from mrtr.stores._base import HISTORY_KEPT, TaskPage, TaskQuery, TaskRecord, TaskStore
 from mrtr.stores._sealed import RecordSeal, Resealed, SealedStore, reseal
 from mrtr.tasks._events import Bus, TaskEvents
-from mrtr.tasks._fork import StepUnknown, fork_change
+from mrtr.tasks._fork import StepUnknown, fork_change, new_attempt
 from mrtr.tasks._inbox import deliver, new_event
 
 _CAS_RETRIES = 20
@@ -286,25 +287,9 @@ class TaskAdmin:
                 journal = journal_codec.decode(record.journal)
             except JournalFormatError as exc:
                 raise ValueError(f"task {task_id!r}: its journal cannot be read, so it cannot re-run ({exc})") from None
-            journal.started_at = now
-            changed = record.copy(
-                status="working",
-                status_message=f"re-run by an operator (attempt {record.attempt + 1})",
-                result=None,
-                error=None,
-                input_requests={},
-                responses={},
-                waiting=[],
-                cancel_requested=False,
-                lease_owner=None,
-                lease_until=0.0,
-                attempt=record.attempt + 1,
-                journal=journal_codec.encode(journal),
-                history=[*record.history, {"at": round(now, 3), "kind": "rerun", "attempt": record.attempt + 1}][
-                    -HISTORY_KEPT:
-                ],
-                updated_at=now,
-            )
+            attempt = record.attempt + 1
+            entry: HistoryEntry = {"at": round(now, 3), "kind": "rerun", "attempt": attempt}
+            changed = new_attempt(record, journal, now, f"re-run by an operator (attempt {attempt})", entry)
             if await self.store.save(changed):
                 await self._publish(changed)
                 return changed

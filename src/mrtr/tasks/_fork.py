@@ -75,14 +75,24 @@ def fork_change(record: TaskRecord, from_step: str, now: float, by: str | None =
     journal.fork_from = key
     journal.pending = {}
     journal.reworded = 0
-    journal.started_at = now  # a new attempt: the flow's deadline counts afresh, as a re-run's
     attempt = record.attempt + 1
     entry: HistoryEntry = {"at": round(now, 3), "kind": "fork", "step": key, "attempt": attempt}
     if by:
         entry["by"] = by
+    message = f"forked from step {key!r} by {by or 'an operator'} (attempt {attempt})"
+    return new_attempt(record, journal, now, message, entry)
+
+
+def new_attempt(record: TaskRecord, journal: Journal, now: float, message: str, entry: HistoryEntry) -> TaskRecord:
+    """`record` back to `working` for a new attempt on `journal` (a re-run's or a fork's).
+
+    Whatever the last attempt ended with or waited for is cleared, no worker holds it, and its
+    deadline counts afresh from `now`; `entry` says in the history who started the attempt and why.
+    """
+    journal.started_at = now
     return record.copy(
         status="working",
-        status_message=f"forked from step {key!r} by {by or 'an operator'} (attempt {attempt})",
+        status_message=message,
         result=None,
         error=None,
         input_requests={},
@@ -91,11 +101,11 @@ def fork_change(record: TaskRecord, from_step: str, now: float, by: str | None =
         cancel_requested=False,
         lease_owner=None,
         lease_until=0.0,
-        attempt=attempt,
+        attempt=record.attempt + 1,
         journal=journal_codec.encode(journal),
         history=[*record.history, entry][-HISTORY_KEPT:],
         updated_at=now,
     )
 
 
-__all__ = ["StepUnknown", "fork_change", "fork_point", "step_name"]
+__all__ = ["StepUnknown", "fork_change", "fork_point", "new_attempt", "step_name"]
