@@ -439,3 +439,15 @@ def test_an_id_starting_with_a_dash_is_an_argument(target: Target) -> None:
     assert record is not None and record.status == "cancelled"
     refused = mrtr("tasks", "event", "-Th2dash", "go", *target.args())
     assert refused.returncode == 2 and "cancelled" in refused.stderr
+
+
+def test_show_prints_the_history_with_a_fork_and_who_made_it(target: Target) -> None:
+    seed(target)
+    assert "history: none" in ok(mrtr("tasks", "show", "done", *target.args()))
+    forked = ok(mrtr("tasks", "rerun", "done", "--from-step", "backup", *target.args()))
+    assert "forked from step 'backup'" in forked, forked
+    shown = ok(mrtr("tasks", "show", "done", *target.args()))
+    history = shown[shown.index("  history") :]
+    rows = [line for line in history.splitlines() if " fork " in line]
+    assert len(rows) == 1, history
+    assert "backup" in rows[0] and "forked by mrtr tasks" in rows[0] and " 2 " in rows[0], rows[0]

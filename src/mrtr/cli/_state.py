@@ -22,7 +22,8 @@ from rich.table import Table
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFormatError
 from mrtr.cli._errors import EXIT_OK, UsageError
-from mrtr.cli._taskadmin import ago, describe_journal, iso
+from mrtr.cli._taskadmin import ago, describe_journal
+from mrtr.tasks._history import iso
 
 
 def load_security(key_env: str) -> RequestStateSecurity:

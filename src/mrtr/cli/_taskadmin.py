@@ -14,7 +14,6 @@ import json
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -29,6 +28,7 @@ from mrtr.cli._storeview import open_view
 from mrtr.stores import WAITS, RecordSeal, TaskQuery, TaskRecord, waits_for
 from mrtr.stores._sealed import PAYLOAD_FIELDS
 from mrtr.tasks._admin import TaskAdmin, TaskSealed, TaskUnknown
+from mrtr.tasks._history import history_row, iso
 from mrtr.tasks._records import waiting_wire
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
@@ -92,10 +92,6 @@ def ago(ts: float, now: float) -> str:
     else:
         text = f"{delta / 86400:.1f}d"
     return f"in {text}" if future else f"{text} ago"
-
-
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def lease_text(record: TaskRecord, now: float) -> str:
@@ -336,6 +332,9 @@ async def show_task(
         _table(out, "events not yet consumed", ["event", "id", "payload"], rows)
     if record.responses:
         _table(out, "answers not yet used", ["key", "answer"], [[k, _short(v)] for k, v in record.responses.items()])
+    columns = ["at", "kind", "attempt", "what", "took", "outcome"]
+    rows = [[row[c] for c in columns] for row in map(history_row, record.history)]
+    _table(out, "history", columns, rows)  # steps that ran and operators' actions (a fork: who made it)
     if record.result is not None:
         out.print(f"  result: {escape(_short(record.result, 400))}")
     if record.error is not None:

@@ -18,7 +18,6 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
@@ -30,13 +29,14 @@ from starlette.routing import Route
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._errors import EventNotDelivered
-from mrtr._wire import HistoryEntry, Wait
+from mrtr._wire import Wait
 from mrtr.buses import BrokerBus, open_bus
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.console._templates import TEMPLATES
 from mrtr.stores import RecordSeal, TaskQuery, TaskRecord, TaskStore, open_store
 from mrtr.stores._base import STATUSES, WAITS
 from mrtr.tasks._admin import TaskAdmin, TaskUnknown, failed
+from mrtr.tasks._history import history_row, iso
 
 COOKIE = "mrtr_console"
 _MISSING = "<!doctype html><title>No such task</title><p>No such task (unknown, or past its TTL).</p>"
@@ -204,7 +204,7 @@ class _Console:
             timeline_error=problem,
             started=journal_info.get("started", "-"),
             rounds=journal_info.get("rounds", 0),
-            history=[_history_row(entry) for entry in record.history],
+            history=[history_row(entry) for entry in record.history],
             result=_pretty(record.result, 20000) if not self.redact else "[redacted]",
             error=_pretty(record.error, 20000),
             failed=failed(record),
@@ -367,7 +367,7 @@ class _Console:
             for key in journal.pending:
                 if key not in journal.answers:
                     asks.append(self._ask(journal, key, record, ""))
-        info = {"started": _iso(journal.started_at), "rounds": journal.rounds, "asks": asks}
+        info = {"started": iso(journal.started_at), "rounds": journal.rounds, "asks": asks}
         return entries, info, None
 
     def _ask(self, journal: Journal, key: str, record: TaskRecord, answer: str) -> dict[str, str]:
@@ -382,8 +382,8 @@ class _Console:
             "recorded": "yes" if question is not None else "",
             "answer": answer,
             "outstanding": "" if key in journal.answers else "yes",
-            "asked": _iso(asked) if isinstance(asked, int | float) else "",
-            "when": _iso(replied) if isinstance(replied, int | float) and key in journal.answers else "",
+            "asked": iso(asked) if isinstance(asked, int | float) else "",
+            "when": iso(replied) if isinstance(replied, int | float) and key in journal.answers else "",
             "by": record.owner or "anyone (no auth)",
         }
 
@@ -506,30 +506,9 @@ def _row(record: TaskRecord, now: float) -> dict[str, str]:
     }
 
 
-def _history_row(entry: HistoryEntry) -> dict[str, str]:
-    kind = str(entry.get("kind", ""))
-    if kind == "step":
-        seconds = entry.get("seconds")
-        outcome = f"raised {entry['error']}" if entry.get("error") else "finished"
-        what, took = str(entry.get("key", "")), f"{seconds * 1000:.1f} ms" if isinstance(seconds, int | float) else ""
-    elif kind == "fork":
-        what, took, outcome = str(entry.get("step", "")), "", f"forked by {entry.get('by') or 'an operator'}"
-    else:
-        what, took, outcome = "", "", "by an operator"
-    at = entry.get("at")
-    return {
-        "at": _iso(at) if isinstance(at, int | float) else "",
-        "kind": kind,
-        "attempt": str(entry.get("attempt", "")),
-        "what": what,
-        "took": took,
-        "outcome": outcome,
-    }
-
-
 def _wait_text(wait: Wait) -> str:
     until = wait.get("until")
-    when = f" until {_iso(until)}" if until is not None else ""
+    when = f" until {iso(until)}" if until is not None else ""
     if wait.get("kind") == "timer":
         return f"timer{when}"
     return f"event {wait.get('name')!r}" + (f" (timeout{when})" if when else "")
@@ -544,10 +523,6 @@ def _ago(ts: float, now: float) -> str:
     if delta < 129600:
         return f"{delta / 3600:.1f}h ago"
     return f"{delta / 86400:.1f}d ago"
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _pretty(value: Any, limit: int) -> str:
