@@ -14,7 +14,8 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextvars import ContextVar
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, cast, overload
+from types import CoroutineType
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, ParamSpec, Protocol, TypeVar, cast, overload
 
 from mcp_types import (
     AudioContent,
@@ -116,6 +117,15 @@ def _module_tracked(function: F) -> F:
         return coro
 
     return cast(F, call)
+
+
+def _handed_a_coroutine(name: str, value: Coroutine[Any, Any, Any]) -> NoReturn:
+    call = describe_call(value)
+    value.close()
+    raise FlowDefinitionError(
+        f"step {name!r} was handed {call}, a coroutine: that call was never awaited, so it did "
+        f"nothing; write `await {call}` and pass its value"
+    )
 
 
 def describe_call(coro: Any) -> str:
@@ -486,14 +496,15 @@ class FlowContext:
         value that does not match the annotation raises `mrtr.StepResultError` (a `ToolError`).
         Inside `fn`, `mrtr.current_step().idempotency_key` names this step stably.
         """
-        for value in (*args, *kwargs.values()):
-            if inspect.iscoroutine(value):
-                call = describe_call(value)
-                value.close()
-                raise FlowDefinitionError(
-                    f"step {name!r} was handed {call}, a coroutine: that call was never awaited, so it did "
-                    f"nothing; write `await {call}` and pass its value"
-                )
+        # Every replayed step passes here: a type test per argument, not a call (a coroutine's
+        # type cannot be subclassed, so this is `inspect.iscoroutine`).
+        for value in args:
+            if type(value) is CoroutineType:
+                _handed_a_coroutine(name, value)
+        if kwargs:
+            for value in kwargs.values():
+                if type(value) is CoroutineType:
+                    _handed_a_coroutine(name, value)
         value = await self._driver.step(name, fn, args, kwargs)
         return typed_result(name, fn, value)
 
