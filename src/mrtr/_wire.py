@@ -45,9 +45,10 @@ TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 """The statuses a task never leaves."""
 
 
-def iso(ts: float) -> str:
-    """A UNIX time as the extension's timestamps: ISO 8601, milliseconds, `Z`."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def iso(ts: float, *, timespec: str = "milliseconds") -> str:
+    """A UNIX time as the extension's timestamps: ISO 8601, milliseconds, `Z` (`timespec="seconds"`
+    for people's screens)."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 WAITING = "mrtr/waiting"

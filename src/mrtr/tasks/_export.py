@@ -11,12 +11,12 @@ still outstanding. A divergence found by replay names an entry by that number.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
 from typing import Any
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal
 from mrtr._engine.waits import CALLBACK_PREFIX, EVENT_PREFIX, TIMER
+from mrtr._wire import iso
 from mrtr.stores._base import TaskRecord
 
 FORMAT = "mrtr.task-export"
@@ -43,14 +43,14 @@ def export_task(record: TaskRecord, *, now: float | None = None) -> dict[str, An
     return {
         "format": FORMAT,
         "version": VERSION,
-        "exportedAt": _iso(time.time() if now is None else now),
+        "exportedAt": iso(time.time() if now is None else now),
         "task": {
             "taskId": record.task_id,
             "flow": record.flow,
             "status": record.status,
             "statusMessage": record.status_message,
-            "createdAt": _iso(record.created_at),
-            "updatedAt": _iso(record.updated_at),
+            "createdAt": iso(record.created_at),
+            "updatedAt": iso(record.updated_at),
             "ttlMs": record.ttl_ms,
             "attempt": record.attempt,
             "owner": record.owner,
@@ -62,7 +62,7 @@ def export_task(record: TaskRecord, *, now: float | None = None) -> dict[str, An
         "capabilities": record.capabilities,
         "journal": {
             "flowId": journal.flow_id,
-            "startedAt": _iso(journal.started_at),
+            "startedAt": iso(journal.started_at),
             "rounds": journal.rounds,
             "entries": journal_entries(journal, outstanding=not record.terminal),
             "wire": journal.to_wire(),
@@ -123,10 +123,6 @@ def step_kind(key: str) -> str:
     if name.startswith(CALLBACK_PREFIX):
         return "callback"
     return "step"
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 __all__ = ["FORMAT", "VERSION", "ExportSealed", "export_task", "journal_entries", "step_kind"]

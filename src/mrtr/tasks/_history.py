@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from mrtr._wire import HistoryEntry
+from mrtr._wire import iso as wire_iso
 
 
 def iso(ts: float) -> str:
     """A timestamp as operators read it: UTC, to the second (`2026-11-27T04:31:07Z`)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return wire_iso(ts, timespec="seconds")
 
 
 def history_row(entry: HistoryEntry) -> dict[str, str]:
