@@ -44,9 +44,9 @@ from mcp.server.request_state import InvalidRequestState
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, InputRequiredResult
 
-from mrtr._engine import tracing
 from mrtr._engine.spec import TaskStarted
 from mrtr._errors import Cancelled, Declined, FlowError, InputRefused, StoreUnavailable
+from mrtr._telemetry import tracing
 
 if TYPE_CHECKING:
     from mrtr._engine.journal import Journal

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from mcp_types import ClientCapabilities, Implementation, InputRequiredResult
 
-from mrtr._engine import tracing
 from mrtr._engine.sealing import state_within_cap
+from mrtr._telemetry import tracing
 from mrtr._wire import SHEDDING_EXTENSION
 
 if TYPE_CHECKING:

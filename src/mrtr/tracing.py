@@ -11,6 +11,6 @@ Log records of mrtr's loggers (`mrtr.engine`, `mrtr.replay`, `mrtr.tasks.runtime
 stamp them on every record, for a `%(flow_id)s` format shared with other libraries.
 """
 
-from mrtr._engine.tracing import TRACER_NAME, LogContextFilter, current_ids, get_logger
+from mrtr._telemetry.tracing import TRACER_NAME, LogContextFilter, current_ids, get_logger
 
 __all__ = ["TRACER_NAME", "LogContextFilter", "current_ids", "get_logger"]

@@ -22,7 +22,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import mrtr
-from mrtr._engine import metrics as engine_metrics
+from mrtr._telemetry import metrics as engine_metrics
 from mrtr.client import FlowClient
 from tests.support.flowkit import new_server
 

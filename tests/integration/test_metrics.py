@@ -21,8 +21,8 @@ from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricR
 from pydantic import BaseModel
 
 import mrtr
-from mrtr._engine import metrics as engine_metrics
 from mrtr._guard import ReplayGuard
+from mrtr._telemetry import metrics as engine_metrics
 from mrtr.client import FlowClient
 from mrtr.metrics import METER_NAME, use_meter_provider
 from mrtr.stores._sqlite import SQLiteStore

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from pydantic import BaseModel
 
 import mrtr
-import mrtr._engine.tracing
+import mrtr._telemetry.tracing
 from mrtr.client import FlowClient
 from mrtr.stores._sqlite import SQLiteStore
 from mrtr.tracing import LogContextFilter
@@ -192,9 +192,9 @@ def test_shed_and_replay_refused_are_events_on_the_current_span() -> None:
     exporter.clear()
     tracer = trace.get_tracer("test")
     with tracer.start_as_current_span("tools/call greet"):
-        mrtr._engine.tracing.shed("greet", "overloaded")
-        mrtr._engine.tracing.replay_refused("greet", "state already used")
-    mrtr._engine.tracing.task_status("t1", "chore", "cancelled")  # no current span: a short span of its own
+        mrtr._telemetry.tracing.shed("greet", "overloaded")
+        mrtr._telemetry.tracing.replay_refused("greet", "state already used")
+    mrtr._telemetry.tracing.task_status("t1", "chore", "cancelled")  # no current span: a short span of its own
     spans = exporter.get_finished_spans()
     (request,) = by_name(spans, "tools/call greet")
     assert [(e.name, dict(e.attributes or {})) for e in request.events] == [

@@ -25,13 +25,13 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from mrtr._engine import tracing
 from mrtr._engine.asks import Ask, BadAnswer, Capability, malformed, required_capability, supports
 from mrtr._engine.branches import outside_branch
 from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
 from mrtr._engine.steps import StepInfo, arg_digest, call_step, to_journal
 from mrtr._engine.waits import CALLBACK_PREFIX, EVENT_PREFIX, TIMER, WaitSource, needs_task, taken_events
+from mrtr._telemetry import tracing
 from mrtr._wire import Wait
 
 logger = logging.getLogger("mrtr.drivers")

@@ -21,7 +21,7 @@ from mcp_types import INVALID_PARAMS, InputRequiredResult
 from mcp_types.version import is_version_at_least
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import metrics, sealing
+from mrtr._engine import sealing
 from mrtr._engine.asks import supports
 from mrtr._engine.context import FlowContext
 from mrtr._engine.drivers import LiveDriver, missing_capability
@@ -31,6 +31,7 @@ from mrtr._engine.round import Round, Services, chain
 from mrtr._engine.run import RunOptions, as_protocol_error, call_flow, check_deadline, close_round, execute, wire_asks
 from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import FlowError
+from mrtr._telemetry import metrics
 from mrtr._wire import TASKS_EXTENSION, declares_tasks
 
 logger = logging.getLogger("mrtr.engine")

@@ -26,12 +26,13 @@ from typing import Any, Literal
 from mcp_types import ClientCapabilities
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import quiescence, tracing
+from mrtr._engine import quiescence
 from mrtr._engine.asks import Ask, BadAnswer
 from mrtr._engine.branches import Branch, current_branch, outside_branch
 from mrtr._engine.journal import Journal, embedded_length, entry_size
 from mrtr._engine.questions import question_of
 from mrtr._errors import FlowDefinitionError, FlowSuspended, NondeterminismError, StateTooLarge
+from mrtr._telemetry import tracing
 from mrtr._wire import Wait
 
 logger = tracing.get_logger("mrtr.replay")

@@ -23,7 +23,7 @@ from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
 
-from mrtr._engine import branches, metrics, tracing
+from mrtr._engine import branches, spans
 from mrtr._engine.asks import Ask
 from mrtr._engine.context import FlowContext, current_flow_context, describe_call
 from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver
@@ -33,6 +33,7 @@ from mrtr._engine.round import Round
 from mrtr._engine.spec import FlowSpec, ShedCheck
 from mrtr._engine.waits import WaitSource
 from mrtr._errors import FlowDefinitionError, FlowError, FlowExpired, NondeterminismError, TooManyRounds
+from mrtr._telemetry import metrics, tracing
 from mrtr._wire import Wait
 
 logger = logging.getLogger("mrtr.engine")
@@ -159,7 +160,7 @@ async def execute(
     meters = metrics.instruments()  # None (the common case) while no MeterProvider is configured
     started = time.perf_counter() if meters is not None else 0.0
     if tracing.enabled():
-        with tracing.round_span(spec, replay, round):
+        with spans.round_span(spec, replay, round):
             await _run(spec, replay, driver, request, arguments)
     else:  # the common case, kept free of context-manager machinery: every round runs it
         token = tracing.bind_flow(journal.flow_id)

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mrtr._backoff import equal_jitter
-from mrtr._engine import metrics
+from mrtr._telemetry import metrics
 from mrtr.buses._events import BusGap, dumps, event_body, event_from_body, gap_from_notice, lost_key
 
 logger = logging.getLogger("mrtr.buses")

@@ -28,8 +28,8 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from mrtr._engine import metrics
 from mrtr._errors import StoreUnavailable
+from mrtr._telemetry import metrics
 
 logger = logging.getLogger("mrtr.store")
 

@@ -62,8 +62,8 @@ from mcp_types import (
 )
 
 from mrtr import _sdk as sdk
-from mrtr._engine import metrics
 from mrtr._errors import StoreUnavailable
+from mrtr._telemetry import metrics
 from mrtr._wire import SNAPSHOTS, TASK_IDS, TASK_KEYS, TASK_VERSION
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.tasks._extension import valid_idempotency_key

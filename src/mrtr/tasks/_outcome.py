@@ -19,11 +19,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, CallToolResult, ClientCapabilities, InputRequiredResult, TextContent
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import tracing
 from mrtr._engine.journal import Journal, JournalFormatError, JournalFromNewerVersion
 from mrtr._engine.run import Outcome, as_protocol_error, check_deadline, close_round, wire_asks
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowError, InputRefused
+from mrtr._telemetry import tracing
 from mrtr._wire import InputRequests, Wait, iso
 from mrtr.tasks._seam import ConvertResult
 

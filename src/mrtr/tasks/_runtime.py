@@ -23,9 +23,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
+from mrtr._telemetry import tracing
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 from mrtr.stores._base import load_many
 from mrtr.stores._sealed import RecordSeal, RecordSealed, SealedStore

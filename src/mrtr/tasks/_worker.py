@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Collection
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import metrics, tracing
 from mrtr._engine.journal import Journal, JournalFromNewerVersion
 from mrtr._engine.run import Outcome, RunOptions, execute
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowDefinitionError, StoreUnavailable
+from mrtr._telemetry import metrics, tracing
 from mrtr._wire import HistoryEntry, TaskView
 from mrtr.stores import TaskRecord
 from mrtr.stores._base import HISTORY_KEPT, WAIT_FOREVER

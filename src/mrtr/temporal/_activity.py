@@ -29,12 +29,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import tracing
 from mrtr._engine.journal import JournalFromNewerVersion
 from mrtr._engine.run import RunOptions, execute
 from mrtr._engine.spec import FlowSpec
 from mrtr._engine.waits import taken_events
 from mrtr._errors import FlowDefinitionError
+from mrtr._telemetry import tracing
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._outcome import Settled, prologue, settle
 from mrtr.tasks._seam import ConvertResult

@@ -42,10 +42,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import EventNotDelivered
+from mrtr._telemetry import tracing
 from mrtr._wire import TaskView, expired, is_terminal
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import new_event

@@ -7,11 +7,12 @@ cost a context-variable lookup):
 
 - `mrtr.round <flow>`: one run of a flow against its journal (one MRTR round, or one run
   of a durable task), with the flow id, the round number, how many steps came from the
-  journal and how many really ran, the asks parked, and the sealed state size;
+  journal and how many really ran, the asks parked, and the sealed state size; the engine
+  opens it (`mrtr._engine.spans.round_span`), on this module's tracer and log context;
 - `mrtr.step <name>`: one step that really runs (never a replay), with its idempotency key
   and outcome;
 - events on the current span for a replayed `requestState` refused, a request shed, and a
-  task's status change (each also counted by `mrtr._engine.metrics`).
+  task's status change (each also counted by `mrtr._telemetry.metrics`).
 
 Logging: `get_logger(name)` is a standard logger (named by role: `mrtr.engine`,
 `mrtr.tasks.runtime`, ...) whose records carry
@@ -22,26 +23,26 @@ use `%(flow_id)s` in a format shared with other libraries).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, StatusCode
+from opentelemetry.trace import Span, StatusCode, Tracer
 
-from mrtr._engine import metrics
-from mrtr._engine.sealing import sealed_size
-
-if TYPE_CHECKING:
-    from mrtr._engine.round import Round
-    from mrtr._engine.spec import FlowSpec
+from mrtr._telemetry import metrics
 
 TRACER_NAME = "mrtr"
 """The OpenTelemetry tracer mrtr's spans come from (filter or sample on it)."""
 _tracer = trace.get_tracer(TRACER_NAME)
+
+
+def tracer() -> Tracer:
+    """mrtr's tracer (`TRACER_NAME`), for spans opened outside this module (the engine's round span)."""
+    return _tracer
+
 
 _flow_id: ContextVar[str | None] = ContextVar("mrtr_flow_id", default=None)
 _task_id: ContextVar[str | None] = ContextVar("mrtr_task_id", default=None)
@@ -53,6 +54,11 @@ _task_id: ContextVar[str | None] = ContextVar("mrtr_task_id", default=None)
 def bind_task(task_id: str) -> None:
     """Mark the current asyncio task (and the tasks it starts) as running durable task `task_id`."""
     _task_id.set(task_id)
+
+
+def current_task_id() -> str | None:
+    """The durable task the code running now belongs to (see `bind_task`), or None."""
+    return _task_id.get()
 
 
 def current_ids() -> dict[str, str | None]:
@@ -108,69 +114,6 @@ def bind_flow(flow_id: str) -> Token[str | None]:
 
 def unbind_flow(token: Token[str | None]) -> None:
     _flow_id.reset(token)
-
-
-@contextmanager
-def round_span(spec: FlowSpec, replay: Any, round: Round | None = None) -> Iterator[Span]:
-    """Span one run of `spec` against `replay`'s journal; everything is read off `replay` at the end.
-
-    Wrap the body of `engine.execute` in it: the flow runs as an asyncio task created
-    inside, so steps and logs in the flow see this span and the flow id.
-    """
-    journal = replay.journal
-    before = set(journal.steps)
-    attributes: dict[str, Any] = {
-        "mrtr.flow": spec.name,
-        "mrtr.flow_id": journal.flow_id,
-        "mrtr.round": journal.rounds + 1,
-    }
-    if (task_id := _task_id.get()) is not None:
-        attributes["mrtr.task_id"] = task_id
-    token = _flow_id.set(journal.flow_id)
-    try:
-        with _tracer.start_as_current_span(f"mrtr.round {spec.name}", attributes=attributes) as span:
-            try:
-                yield span
-            finally:
-                if span.is_recording():
-                    _finish_round(span, spec, replay, before, round)
-    finally:
-        _flow_id.reset(token)
-
-
-def _finish_round(span: Span, spec: FlowSpec, replay: Any, before: set[str], round: Round | None) -> None:
-    journal = replay.journal
-    new = [key for key in journal.steps if key not in before]
-    span.set_attribute("mrtr.steps.replayed", len(before))
-    span.set_attribute("mrtr.steps.new", len(new))
-    parked = list(replay.parked) if replay.settled else []
-    span.set_attribute("mrtr.outcome", _outcome(replay, parked))
-    span.set_attribute("mrtr.asks.parked", len(parked))
-    if parked:
-        span.set_attribute("mrtr.asks.keys", parked)
-        if round is not None:
-            # What `_input_required` will seal: measured only when someone records the span.
-            from dataclasses import replace
-
-            from mrtr._engine import journal as journal_codec
-
-            state = journal_codec.encode(replace(journal, rounds=journal.rounds + 1, pending=replay.pending()))
-            span.set_attribute("mrtr.state.bytes", len(state))
-            span.set_attribute("mrtr.state.sealed_bytes", sealed_size(state, round))
-
-
-def _outcome(replay: Any, parked: list[str]) -> str:
-    """`parked`, `completed`, `became_task`, `cancelled` or `error:<type>` (flow errors are values, not raises)."""
-    if parked:
-        return "parked"
-    ending = getattr(replay, "ending", None)
-    if not getattr(replay, "flow_ended", False):
-        return "interrupted"
-    if isinstance(ending, asyncio.CancelledError):
-        return "cancelled"
-    if not isinstance(ending, BaseException):
-        return "completed"
-    return "became_task" if type(ending).__name__ == "BecomeTask" else f"error:{type(ending).__name__}"
 
 
 @contextmanager
@@ -234,12 +177,16 @@ def task_status(task_id: str, flow: str, status: str, message: str | None = None
 __all__ = [
     "TRACER_NAME",
     "LogContextFilter",
+    "bind_flow",
     "bind_task",
     "current_ids",
+    "current_task_id",
+    "enabled",
     "get_logger",
     "replay_refused",
-    "round_span",
     "shed",
     "step_span",
     "task_status",
+    "tracer",
+    "unbind_flow",
 ]

@@ -1,4 +1,4 @@
-"""Metrics for flows and tasks, beside the spans of `mrtr._engine.tracing`.
+"""Metrics for flows and tasks, beside the spans of `mrtr._telemetry.tracing`.
 
 Recorded through `opentelemetry-api` only, on the meter named `mrtr`: nothing is recorded
 (and a round pays one attribute lookup) until an application configures a `MeterProvider`,
