@@ -38,7 +38,7 @@ import secrets
 import socket
 import time
 from collections.abc import Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.request_state import InvalidRequestState
 from mcp.shared.exceptions import MCPError
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from mrtr._engine.journal import Journal
     from mrtr._engine.round import CallNext, Round
     from mrtr._engine.spec import FlowSpec
+    from mrtr.stores._abilities import RoundLedger
     from mrtr.stores._sealed import RecordSeal
 
 _OUTCOME = "mrtr/round-outcome/v1"
@@ -66,40 +67,9 @@ logger = logging.getLogger("mrtr.guard")
 _PURGE_EVERY = 256  # claims between sweeps of expired rounds (SQL ledgers; Redis expires keys itself)
 
 
-class RoundLedger(Protocol):
-    """The store side of the guard (`SQLiteStore`, `RedisStore`, `PostgresStore` implement it).
-
-    Leases are compared on the ledger's own clock (Redis `TIME`, PostgreSQL `now()`, the
-    SQLite host's clock), never on the calling instance's.
-    """
-
-    async def claim_round(
-        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
-    ) -> tuple[str, str | None]:
-        """Atomically claim a round, returning one of:
-
-        - `("claimed", None)`: absent or expired (inserted), or in flight with the same
-          digest under a lapsed lease (taken over by `owner`);
-        - `("forked", None)`: claimed with another digest;
-        - `("done", outcome)`: finished with the same digest;
-        - `("busy", None)`: in flight with the same digest under a live lease;
-        - `("retry", None)`: it vanished mid-call; claim again.
-        """
-        ...
-
-    async def renew_round(self, round_id: str, owner: str, lease: float) -> bool: ...
-
-    async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
-        """Record the outcome iff `owner` still holds the round and none is recorded."""
-        ...
-
-    async def purge_rounds(self) -> int: ...
-
-    async def close(self) -> None: ...
-
-
 class ReplayGuard:
-    """Enforces single-use rounds against a shared `RoundLedger`.
+    """Enforces single-use rounds against a shared `RoundLedger` (`mrtr.stores._abilities`: the SQLite,
+    Redis and PostgreSQL stores are ledgers).
 
     Args:
         ledger: Where rounds are recorded; share it across the fleet.
@@ -261,8 +231,12 @@ class ReplayGuard:
 def open_guard(url: str, *, namespace: str | None = None, **options: Any) -> ReplayGuard:
     """A `ReplayGuard` on the store at `url` (same URLs as `mrtr.open_store`)."""
     from mrtr.stores import open_store
+    from mrtr.stores._abilities import is_round_ledger
 
-    return ReplayGuard(open_store(url, namespace=namespace), **options)  # type: ignore[arg-type]
+    store = open_store(url, namespace=namespace)
+    if not is_round_ledger(store):  # every store `open_store` opens is one
+        raise ValueError(f"a {type(store).__name__} cannot record rounds")
+    return ReplayGuard(store, **options)
 
 
 # -- outcomes ---------------------------------------------------------------------------------
@@ -335,6 +309,5 @@ __all__ = [
     "IN_FLIGHT",
     "UNAVAILABLE",
     "ReplayGuard",
-    "RoundLedger",
     "open_guard",
 ]

@@ -451,7 +451,7 @@ async def test_ttl_hides_expired_records_and_blocks_saves(store: TaskStore) -> N
 
 
 async def test_load_many_reads_each_id_in_order_as_load_does(store: TaskStore) -> None:
-    from mrtr.stores._base import load_many
+    from mrtr.stores._abilities import load_many
 
     live = [rec(f"many{i}") for i in range(5)]
     for record in live:
@@ -658,7 +658,7 @@ async def test_open_store_picks_the_backend_from_the_url() -> None:
         open_store("mysql://nope")
 
 
-# -- the replay guard's ledger (mrtr._guard.RoundLedger), on every store -------------------------
+# -- the replay guard's ledger (mrtr.stores._abilities.RoundLedger), on every store ---------------
 
 
 async def test_round_ledger_claim_fork_finish(store: Any) -> None:

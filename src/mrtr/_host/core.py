@@ -36,6 +36,7 @@ from mrtr._host.options import FlowOptions, HostOptions
 from mrtr._host.registration import checked_capabilities, flow_limits, one_step
 from mrtr._shedding import LoadShedder
 from mrtr.buses._base import BrokerBus
+from mrtr.stores._abilities import is_shared, redacted
 from mrtr.stores._sealed import RecordSeal
 from mrtr.tasks._callbacks import PATH as CALLBACK_PATH
 from mrtr.tasks._callbacks import CallbackUrls
@@ -99,12 +100,12 @@ class HostCore:
         if opts.tasks is not None:
             engine = opts.tasks.engine if isinstance(opts.tasks, TasksExtension) else opts.tasks
             store = engine.shared_store
-            if store is None or fleet.shared(store):  # an engine of its own (Temporal), or a shared store
+            if store is None or is_shared(store):  # an engine of its own (Temporal), or a shared store
                 return
             fleet.refuse_unshared_store(self.host, f"the task engine's store ({type(store).__name__})")
         if opts.store is None:
             fleet.refuse_unshared_store(self.host, f"the default SQLite file {DEFAULT_STORE!r} (no store= given)")
-        if not fleet.shared(opts.store):
+        if not is_shared(opts.store):
             fleet.refuse_unshared_store(self.host, f"a {type(opts.store).__name__}")
 
     def _guard(self) -> ReplayGuard | None:
@@ -115,18 +116,18 @@ class HostCore:
             return None
         if value is None or value is True:
             store = self.options.store
-            if not fleet.shared(store):
+            if not is_shared(store):
                 if value is True:
                     raise FlowDefinitionError(
                         "Flows(replay_guard=True) records rounds in the shared store: give store= a Redis or "
                         "PostgreSQL store, or replay_guard= a store URL"
                     )
                 return None  # one host's store, or none: nothing the fleet shares to record rounds in
-            guard = ReplayGuard(store)  # type: ignore[arg-type]  # Redis and PostgreSQL stores are round ledgers
-            where = fleet.redacted(str(getattr(store, "url", None) or getattr(store, "dsn", "")))
+            guard = ReplayGuard(store)
+            where = store.where
         else:
             guard = open_guard(value) if isinstance(value, str) else value
-            where = fleet.redacted(value) if isinstance(value, str) else type(guard.ledger).__name__
+            where = redacted(value) if isinstance(value, str) else type(guard.ledger).__name__
         if guard.seal is None:
             guard.seal = self.record_seal
         if guard.state_ttl is None:

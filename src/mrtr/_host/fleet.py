@@ -19,10 +19,11 @@ same check reads right on both hosts.
 from __future__ import annotations
 
 import logging
-import urllib.parse
 from typing import TYPE_CHECKING
 
 from mrtr._errors import FlowDefinitionError
+from mrtr.buses._base import BrokerBus
+from mrtr.stores._abilities import is_shared
 
 if TYPE_CHECKING:
     from mcp.server.subscriptions import SubscriptionBus
@@ -50,11 +51,6 @@ def check_state_key(host: Host, *, required: bool) -> None:
         host.name,
         fix,
     )
-
-
-def shared(store: object | None) -> bool:
-    """Whether other hosts can share `store` (Redis, PostgreSQL: it has a broker for a fleet bus)."""
-    return callable(getattr(store, "fleet_bus", None))
 
 
 def refuse_unshared_store(host: Host, what: str) -> None:
@@ -127,11 +123,11 @@ def choose_bus(
     """
     fix = f"{host.kind}(..., subscriptions=mrtr.open_bus(url)) or Flows(..., bus=mrtr.open_bus(url))"
     if given is not None:
-        channel = getattr(given, "channel", None)
+        channel = given.channel if isinstance(given, BrokerBus) else None
         what = f"{type(given).__name__} {channel!r}" if channel else type(given).__name__
         logger.info("mrtr: listen streams and task notifications ride the server's own bus, %s", what)
         return given, True
-    if not shared(store):  # one host's store (SQLite), or none: the in-process bus serves it
+    if not is_shared(store):  # one host's store (SQLite), or none: the in-process bus serves it
         if engine_spans_fleet and not worker_here:
             logger.warning(
                 "mrtr: server %r keeps an in-process bus, but its tasks run in other processes (the task "
@@ -157,7 +153,7 @@ def choose_bus(
                 fix,
             )
         return None, True
-    where = redacted(str(getattr(store, "url", None) or getattr(store, "dsn", "")))
+    where = store.where
     if not fleet_bus:
         logger.warning(
             "mrtr: Flows(fleet_bus=False) keeps an in-process bus beside a shared store (%s): listens are "
@@ -165,7 +161,7 @@ def choose_bus(
             where,
         )
         return None, False
-    bus: SubscriptionBus | None = store.fleet_bus()  # type: ignore[union-attr]  # `shared` checked it
+    bus = store.fleet_bus()
     if bus is None:
         logger.warning(
             "mrtr: the task store (%s) was built with connection options a fleet bus cannot copy, so server %r "
@@ -181,27 +177,16 @@ def choose_bus(
         "same broker (%s %r); pass Flows(bus=...) to choose another",
         where,
         type(bus).__name__,
-        getattr(bus, "channel", ""),
+        bus.channel,
     )
     return bus, True
-
-
-def redacted(url: str) -> str:
-    """`url` without its password, for logs."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
 
 
 __all__ = [
     "check_state_key",
     "choose_bus",
     "log_guard",
-    "redacted",
     "log_sealing",
     "refuse_unshared_store",
-    "shared",
     "warn_about_default_store",
 ]

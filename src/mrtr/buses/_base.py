@@ -89,6 +89,9 @@ class BrokerBus:
         max_backoff: Cap on the wait between reconnect attempts, in seconds.
     """
 
+    channel: str
+    """Where this instance publishes on the broker (a Redis channel, a PostgreSQL `NOTIFY` channel), for logs."""
+
     def __init__(
         self,
         *,

@@ -128,17 +128,15 @@ def open_view(url: str, namespace: str | None, seal: RecordSeal | None = None) -
             # A shell waits seconds, not a server's patience; the pool's retry log is not for it.
             logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
             store: TaskStore = PostgresStore(url, table=namespace or "mrtr_tasks", timeout=5.0, max_size=2)
-        elif url.startswith(("redis+cluster://", "rediss+cluster://")):
+        elif url.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")):
             from mrtr.stores._redis import RedisStore
 
-            # A shell waits seconds, not a server's patience, for a cluster that does not answer.
+            # A shell waits seconds, not a server's patience, for a Redis that does not answer.
             store = RedisStore(url, prefix=f"{namespace or 'mrtr'}:", socket_connect_timeout=5, socket_timeout=5)
         else:
             store = open_store(url, namespace=namespace)
     except (ValueError, ImportError) as exc:
         raise UsageError(f"cannot open the store: {exc}") from None
-    if url.startswith(("redis://", "rediss://")):
-        _short_timeouts(store)
     return OpenedStore(store if seal is None else SealedStore(store, seal, strict=False), label)
 
 
@@ -154,14 +152,6 @@ def _check_sqlite(path: str) -> None:
         raise UsageError(f"{path} is not an mrtr task store: {exc}") from None
     if found is None:
         raise UsageError(f"{path} is not an mrtr task store (no mrtr_tasks table)")
-
-
-def _short_timeouts(store: TaskStore) -> None:
-    """A shell waits seconds, not a server's patience, for a Redis that does not answer."""
-    client = getattr(store, "_redis", None)
-    pool = getattr(client, "connection_pool", None)
-    if pool is not None:
-        pool.connection_kwargs.update(socket_connect_timeout=5, socket_timeout=5)
 
 
 __all__ = ["KEY_ENV", "OpenedStore", "key_ring", "open_view"]

@@ -6,9 +6,7 @@ re-exports it and picks a backend from a URL.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -204,7 +202,11 @@ def wait_statuses(query: TaskQuery) -> tuple[str, ...] | None:
 
 
 class TaskStore(Protocol):
-    """The contract every store meets (see tests/test_stores.py, run against all three)."""
+    """The contract every store meets (see tests/fleet/test_stores.py, run against all three).
+
+    What a store may do besides (its clock, a wake index, batch loads, the replay guard's
+    ledger, being shared by a fleet) is named in `mrtr.stores._abilities`.
+    """
 
     async def create(self, record: TaskRecord) -> None:
         """Store a new record at `record.version` (normally 0).
@@ -229,14 +231,6 @@ class TaskStore(Protocol):
 
     async def claimable(self, now: float, limit: int) -> list[str]:
         """Ids of unexpired `working` tasks whose lease has run out (`lease_until < now`)."""
-        ...
-
-    async def next_wake(self, now: float) -> float | None:
-        """The earliest `lease_until` later than `now` among `working` tasks, or None.
-
-        The scanner sleeps until then (at most its scan interval), so a parked task's timer
-        fires on time without polling the task. Optional for stores of your own.
-        """
         ...
 
     async def purge_expired(self, now: float) -> int:
@@ -286,30 +280,6 @@ def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str,
     return "busy", None
 
 
-_LOAD_AT_ONCE = 4
-"""Loads in flight at once for a store without `load_many` (a pool must keep room for leases)."""
-
-
-async def load_many(store: TaskStore, task_ids: Sequence[str], now: float) -> list[TaskRecord | None]:
-    """`store.load` of each id, in order, in as few round trips as the store allows.
-
-    A store may offer `load_many(task_ids, now)` (one `MGET`, one `= ANY(...)` query); any
-    other store is read a few ids at a time. Read one by one, 64 tasks on a store that takes
-    200 ms a call would take 13 s (a listen stream's snapshot of the tasks it was asked for).
-    """
-    batch = getattr(store, "load_many", None)
-    if batch is not None:
-        found: list[TaskRecord | None] = await batch(list(task_ids), now)
-        return found
-    gate = asyncio.Semaphore(_LOAD_AT_ONCE)
-
-    async def one(task_id: str) -> TaskRecord | None:
-        async with gate:
-            return await store.load(task_id, now)
-
-    return list(await asyncio.gather(*(one(task_id) for task_id in task_ids)))
-
-
 __all__ = [
     "HISTORY_KEPT",
     "SEALED",
@@ -319,7 +289,6 @@ __all__ = [
     "TaskQuery",
     "page_cursor",
     "read_cursor",
-    "load_many",
     "TaskExists",
     "TaskRecord",
     "TaskStore",

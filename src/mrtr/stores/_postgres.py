@@ -21,6 +21,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from mrtr.stores._abilities import redacted
 from mrtr.stores._base import (
     STATUSES,
     TaskExists,
@@ -408,7 +409,7 @@ class PostgresStore:
         _, rows = await self._execute(self._count_expired_sql, (now,))
         return int(rows[0][0])
 
-    # -- the replay guard's ledger (see mrtr._guard.RoundLedger); the database's clock -------
+    # -- the replay guard's ledger (see mrtr.stores._abilities.RoundLedger); the database's clock -------
 
     async def clock(self) -> float:
         """Epoch seconds on the PostgreSQL server's clock, shared by every instance."""
@@ -436,6 +437,11 @@ class PostgresStore:
     async def purge_rounds(self) -> int:
         count, _ = await self._execute(self._purge_rounds_sql, ())
         return count
+
+    @property
+    def where(self) -> str:
+        """This store's DSN, password redacted, for logs."""
+        return redacted(self.dsn)
 
     def fleet_bus(self) -> BrokerBus | None:
         """The fleet bus on this store's database: `mrtr.open_bus(dsn)` with this store's namespace

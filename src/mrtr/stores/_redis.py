@@ -37,6 +37,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from mrtr._redisclient import client, is_cluster, shard_tags
+from mrtr.stores._abilities import redacted
 from mrtr.stores._base import (
     STATUSES,
     TaskExists,
@@ -376,6 +377,11 @@ class RedisStore:
         self._claim_round = self._redis.register_script(_CLAIM_ROUND)
         self._touch_round = self._redis.register_script(_TOUCH_ROUND)
 
+    @property
+    def where(self) -> str:
+        """This store's URL, password redacted, for logs."""
+        return redacted(self.url)
+
     def fleet_bus(self) -> BrokerBus | None:
         """The fleet bus on this store's Redis: `mrtr.open_bus(url)` with this store's namespace.
 
@@ -629,7 +635,7 @@ class RedisStore:
 
         return sum(await self._each_shard(purge))
 
-    # -- the replay guard's ledger (see mrtr._guard.RoundLedger); Redis's clock ---------------
+    # -- the replay guard's ledger (see mrtr.stores._abilities.RoundLedger); Redis's clock ---------------
 
     async def clock(self) -> float:
         """Epoch seconds on the Redis server's clock (`TIME`), shared by every instance.

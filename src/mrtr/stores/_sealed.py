@@ -26,11 +26,22 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.request_state import InvalidRequestState, RequestStateCodec, RequestStateSecurity
 
-from mrtr.stores._base import SEALED, TaskPage, TaskQuery, TaskRecord, TaskStore, load_many
+from mrtr.stores._abilities import (
+    WrappedStore,
+    has_clock,
+    has_next_wake,
+    is_round_ledger,
+    is_shared,
+    load_many,
+)
+from mrtr.stores._base import SEALED, TaskPage, TaskQuery, TaskRecord, TaskStore
+
+if TYPE_CHECKING:
+    from mrtr.buses._base import BrokerBus
 
 _KIND = "mrtr/task-record/v1"
 _UNKNOWN = "sealed_unknown"
@@ -180,7 +191,7 @@ class RecordSeal:
         return True
 
 
-class SealedStore:
+class SealedStore(WrappedStore):
     """Any `TaskStore`, with the payload of every record sealed on write and opened on read.
 
     Args:
@@ -190,19 +201,16 @@ class SealedStore:
             task runtime: a flow must never run from an empty journal), or, for tools
             (`strict=False`), the record with its payload still sealed (`record.sealed` True).
 
-    Everything else a store offers (its clock, the replay guard's ledger, `fleet_bus`) is the
-    wrapped store's, reached through this object unchanged.
+    Every ability of a store (`mrtr.stores._abilities`: its clock, its wake index, batch loads,
+    the replay guard's ledger, a fleet's bus and `where`) is the wrapped store's, forwarded
+    unchanged: the guards (`has_clock(sealed)`, ...) answer for the wrapped store, and a
+    forwarded call it cannot serve is a `TypeError`.
     """
 
     def __init__(self, store: TaskStore, seal: RecordSeal, *, strict: bool = True) -> None:
         self.inner = store
         self.seal = seal
         self.strict = strict
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner":  # not set yet (a copy being built): no recursion
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     def _open(self, record: TaskRecord) -> TaskRecord:
         if self.strict:
@@ -235,9 +243,6 @@ class SealedStore:
     async def claimable(self, now: float, limit: int) -> list[str]:
         return await self.inner.claimable(now, limit)
 
-    async def next_wake(self, now: float) -> float | None:
-        return await self.inner.next_wake(now)
-
     async def purge_expired(self, now: float) -> int:
         return await self.inner.purge_expired(now)
 
@@ -262,6 +267,63 @@ class SealedStore:
 
     async def close(self) -> None:
         await self.inner.close()
+
+    # -- the wrapped store's abilities, forwarded ---------------------------------------------
+
+    async def next_wake(self, now: float) -> float | None:
+        inner = self.inner
+        if not has_next_wake(inner):
+            raise _lacks(inner, "wake index (next_wake)")
+        return await inner.next_wake(now)
+
+    async def clock(self) -> float:
+        inner = self.inner
+        if not has_clock(inner):
+            raise _lacks(inner, "clock")
+        return await inner.clock()
+
+    async def claim_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        inner = self.inner
+        if not is_round_ledger(inner):
+            raise _lacks(inner, "round ledger")
+        return await inner.claim_round(round_id, digest, owner, lease, expires_at)
+
+    async def renew_round(self, round_id: str, owner: str, lease: float) -> bool:
+        inner = self.inner
+        if not is_round_ledger(inner):
+            raise _lacks(inner, "round ledger")
+        return await inner.renew_round(round_id, owner, lease)
+
+    async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
+        inner = self.inner
+        if not is_round_ledger(inner):
+            raise _lacks(inner, "round ledger")
+        return await inner.finish_round(round_id, owner, outcome)
+
+    async def purge_rounds(self) -> int:
+        inner = self.inner
+        if not is_round_ledger(inner):
+            raise _lacks(inner, "round ledger")
+        return await inner.purge_rounds()
+
+    def fleet_bus(self) -> BrokerBus | None:
+        inner = self.inner
+        if not is_shared(inner):
+            raise _lacks(inner, "fleet bus")
+        return inner.fleet_bus()
+
+    @property
+    def where(self) -> str:
+        inner = self.inner
+        if not is_shared(inner):
+            raise _lacks(inner, "shared location (where)")
+        return inner.where
+
+
+def _lacks(store: TaskStore, ability: str) -> TypeError:
+    return TypeError(f"the store SealedStore wraps, a {type(store).__name__}, has no {ability}")
 
 
 @dataclass

@@ -340,7 +340,7 @@ class SQLiteStore:
 
         return await self._run(op)
 
-    # -- the replay guard's ledger (see mrtr._guard.RoundLedger); this host's clock ------------
+    # -- the replay guard's ledger (see mrtr.stores._abilities.RoundLedger); this host's clock ------------
 
     async def clock(self) -> float:
         """Epoch seconds on the store's clock: the one host that shares this file."""

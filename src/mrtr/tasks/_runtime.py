@@ -27,7 +27,7 @@ from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr._telemetry import tracing
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
-from mrtr.stores._base import load_many
+from mrtr.stores._abilities import load_many
 from mrtr.stores._sealed import RecordSeal, RecordSealed, SealedStore
 from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._callbacks import CallbackUrls
