@@ -7,7 +7,9 @@ instances never both win a transition and a crash never leaves half a record: ea
 write replaces the whole record in one atomic operation of the backing database.
 
 `SQLiteStore` (a file, or `":memory:"` for tests) is the embedded default;
-`RedisStore` and `PostgresStore` serve fleets (their drivers are optional extras).
+`RedisStore` and `PostgresStore` serve fleets (their drivers are optional extras). What a
+store can do besides keeping tasks (its own clock, the replay guard's ledger, being shared
+by a fleet) is named in `mrtr.stores._abilities` and asked for with its type guards.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ guard (`has_clock(store)`, `is_shared(store)`, ...), never by probing for an att
   is one host's): all of the above, a fleet bus on the same broker (`fleet_bus()`) and where
   it is, password redacted, for logs (`where`).
 
-SQLite, Redis and PostgreSQL stores have all four single abilities; Redis and PostgreSQL are
-also shared. A store of your own has those whose methods its class defines.
+SQLite, Redis and PostgreSQL stores have all four single abilities, and Redis and PostgreSQL
+are also shared: each names its abilities as its bases, so a type checker holds it to them. A
+store of your own has those whose methods its class defines, with or without such bases.
 
 An ability is a method of the store's class, not an attribute an object happens to carry. A
 store that wraps another (`WrappedStore`: `SealedStore`) forwards every ability, and has one

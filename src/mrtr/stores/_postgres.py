@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from mrtr.stores._abilities import redacted
+from mrtr.stores._abilities import SharedStore, redacted
 from mrtr.stores._base import (
     STATUSES,
     TaskExists,
@@ -70,7 +70,7 @@ _WAIT_SQL: dict[str, LiteralString] = {
 
 
 @store_boundary("postgresql", _transient)
-class PostgresStore:
+class PostgresStore(SharedStore):
     """A `TaskStore` in one PostgreSQL table, created if missing.
 
     `timeout` bounds the wait for a pooled connection (and the first connect): while

@@ -37,7 +37,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from mrtr._redisclient import client, is_cluster, shard_tags
-from mrtr.stores._abilities import redacted
+from mrtr.stores._abilities import SharedStore, redacted
 from mrtr.stores._base import (
     STATUSES,
     TaskExists,
@@ -329,7 +329,7 @@ class _Shard:
 
 
 @store_boundary("redis", _transient)
-class RedisStore:
+class RedisStore(SharedStore):
     """A `TaskStore` in Redis, one node or a cluster; several stores (processes) may share one prefix.
 
     Args:

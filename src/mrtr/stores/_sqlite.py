@@ -17,12 +17,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from mrtr.stores._abilities import BatchLoading, Clocked, RoundLedger, WakeIndexed
 from mrtr.stores._base import (
     STATUSES,
     TaskExists,
     TaskPage,
     TaskQuery,
     TaskRecord,
+    TaskStore,
     page_cursor,
     read_cursor,
     round_verdict,
@@ -124,7 +126,7 @@ def _transient(exc: BaseException) -> bool:
 
 
 @store_boundary("sqlite", _transient)
-class SQLiteStore:
+class SQLiteStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundLedger):
     """A `TaskStore` in one SQLite file (or `":memory:"`, private to this object, for tests).
 
     Several processes may share the file: a write waits for another's lock (`busy_timeout_ms`,
