@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from mrtr._dialects.plumbing import invalid, unwrap_answer
+from mrtr._wire import JSONObject
 
 NAME = "draft"
 
 
-def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+def incoming(message: Mapping[str, Any]) -> tuple[JSONObject, str | None]:
     params = message.get("params") or {}
     responses = message.get("input_responses", params.get("input_responses"))
     state = message.get("request_state", params.get("request_state"))
@@ -30,8 +31,8 @@ def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     return answers, state
 
 
-def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+def outgoing(request_id: Any, result: Mapping[str, Any]) -> JSONObject:
+    body: JSONObject = {"jsonrpc": "2.0", "id": request_id}
     if result.get("inputRequests"):
         body["input_requests"] = dict(result["inputRequests"])
     if result.get("requestState"):

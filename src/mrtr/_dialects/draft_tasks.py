@@ -40,10 +40,10 @@ from mrtr._dialects.plumbing import (
     plain_result,
     unwrap_answer,
 )
-from mrtr._wire import RELATED_TASK, TASKS_EXTENSION
+from mrtr._wire import RELATED_TASK, TASKS_EXTENSION, JSONObject
 
-Incoming = Callable[[Mapping[str, Any]], tuple[dict[str, Any], str | None]]
-Outgoing = Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+Incoming = Callable[[Mapping[str, Any]], tuple[JSONObject, str | None]]
+Outgoing = Callable[[Any, Mapping[str, Any]], JSONObject]
 
 METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
 """The task methods the draft endpoint serves itself (anything else there is a round or passes through)."""
@@ -77,7 +77,7 @@ async def serve(
     caller: Caller,
     incoming: Incoming,
     outgoing: Outgoing,
-) -> dict[str, Any]:
+) -> JSONObject:
     """The JSON-RPC body answering one persistent-workflow message (see `handles`).
 
     `incoming` / `outgoing` are the draft's round shape, for a task call that first asks
@@ -89,7 +89,7 @@ async def serve(
     tasks_caller = _declaring_tasks(caller)
     method = message.get("method")
     params = message.get("params")
-    params = cast(dict[str, Any], params) if isinstance(params, dict) else {}
+    params = cast(JSONObject, params) if isinstance(params, dict) else {}
     if method is None:
         return await _answer(gateway, origin, request_id, message, tasks_caller)
     if method == "tools/call":
@@ -107,7 +107,7 @@ async def serve(
     return await _result(gateway, origin, request_id, task_id, tasks_caller)
 
 
-def seed_task(task: Mapping[str, Any], message: str | None = None) -> dict[str, Any]:
+def seed_task(task: Mapping[str, Any], message: str | None = None) -> JSONObject:
     """A tasks-extension `Task` as the seed writes it: `ttl` and `pollInterval`, always a `statusMessage`."""
     status = str(task.get("status"))
     return {
@@ -120,7 +120,7 @@ def seed_task(task: Mapping[str, Any], message: str | None = None) -> dict[str, 
     }
 
 
-def related(task_id: str) -> dict[str, Any]:
+def related(task_id: str) -> JSONObject:
     return {RELATED_TASK: {"taskId": task_id}}
 
 
@@ -136,7 +136,7 @@ async def _create(
     caller: Caller,
     incoming: Incoming,
     outgoing: Outgoing,
-) -> dict[str, Any]:
+) -> JSONObject:
     answers, state = incoming(message)
     plain = {k: v for k, v in params.items() if k != "task"}
     result = await gateway.call(origin, request_id, "tools/call", modern_params(plain, answers, state, caller))
@@ -153,9 +153,7 @@ async def _get(gateway: Gateway, origin: Origin, request_id: str | int, task_id:
     return await gateway.call(origin, request_id, "tasks/get", _params({"taskId": task_id}, caller))
 
 
-async def _result(
-    gateway: Gateway, origin: Origin, request_id: str | int, task_id: str, caller: Caller
-) -> dict[str, Any]:
+async def _result(gateway: Gateway, origin: Origin, request_id: str | int, task_id: str, caller: Caller) -> JSONObject:
     task = await _get(gateway, origin, request_id, task_id, caller)
     deadline = time.monotonic() + RESULT_WAIT
     while task.get("status") == "working" and time.monotonic() < deadline:
@@ -183,7 +181,7 @@ async def _result(
 
 async def _answer(
     gateway: Gateway, origin: Origin, request_id: str | int, message: Mapping[str, Any], caller: Caller
-) -> dict[str, Any]:
+) -> JSONObject:
     task_id = _related_task(message)
     responses = message.get("input_responses")
     if not isinstance(responses, dict):
@@ -217,11 +215,11 @@ def _declaring_tasks(caller: Caller) -> Caller:
     return Caller(capabilities=capabilities, client_info=caller.client_info, protocol_version=caller.protocol_version)
 
 
-def _params(params: Mapping[str, Any], caller: Caller) -> dict[str, Any]:
+def _params(params: Mapping[str, Any], caller: Caller) -> JSONObject:
     return modern_params(params, None, None, caller)
 
 
-def _reply(request_id: str | int, result: Mapping[str, Any]) -> dict[str, Any]:
+def _reply(request_id: str | int, result: Mapping[str, Any]) -> JSONObject:
     return {"jsonrpc": "2.0", "id": request_id, "result": dict(result)}
 
 

@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from mrtr._dialects.plumbing import invalid, unwrap_answer
+from mrtr._wire import JSONObject
 
 NAME = "incomplete"
 VERSION = "2026-06-XX"
 """The experimental protocol version the C# SDK negotiates MRTR with."""
 
 
-def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+def incoming(message: Mapping[str, Any]) -> tuple[JSONObject, str | None]:
     params = message.get("params") or {}
     responses = params.get("inputResponses", params.get("input_responses"))
     state = params.get("requestState", params.get("request_state"))
@@ -34,13 +35,13 @@ def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     return answers, state
 
 
-def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
+def outgoing(request_id: Any, result: Mapping[str, Any]) -> JSONObject:
     return {"jsonrpc": "2.0", "id": request_id, "result": outgoing_result(result)}
 
 
-def outgoing_result(result: Mapping[str, Any]) -> dict[str, Any]:
+def outgoing_result(result: Mapping[str, Any]) -> JSONObject:
     """The JSON-RPC `result` of `outgoing`'s response: the incomplete result itself."""
-    incomplete: dict[str, Any] = {"result_type": "incomplete"}
+    incomplete: JSONObject = {"result_type": "incomplete"}
     if result.get("inputRequests"):
         incomplete["inputRequests"] = dict(result["inputRequests"])
     if result.get("requestState"):

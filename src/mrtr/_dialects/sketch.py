@@ -13,13 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from mrtr._dialects.plumbing import invalid, unwrap_answer
+from mrtr._wire import JSONObject
 
 NAME = "sketch"
 STATE_KEY_PREFIX = "mrtr/state:"
 """The key of the `ping` dependent request that carries the sealed journal."""
 
 
-def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+def incoming(message: Mapping[str, Any]) -> tuple[JSONObject, str | None]:
     """The answers and sealed journal a retried request carries (none on a first request)."""
     params = message.get("params") or {}
     responses = message.get("dependent_responses", params.get("dependent_responses"))
@@ -28,7 +29,7 @@ def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
         return {}, state if isinstance(state, str) else None
     if not isinstance(responses, dict):
         raise invalid("dependent_responses must be an object keyed like dependent_requests", "malformed_answers")
-    answers: dict[str, Any] = {}
+    answers: JSONObject = {}
     for key, value in responses.items():
         if key.startswith(STATE_KEY_PREFIX):
             state = key.removeprefix(STATE_KEY_PREFIX)
@@ -39,7 +40,7 @@ def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     return answers, state if isinstance(state, str) else None
 
 
-def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
+def outgoing(request_id: Any, result: Mapping[str, Any]) -> JSONObject:
     """An `input_required` result as the sketch's incomplete response."""
     requests = dict(result.get("inputRequests") or {})
     state = result.get("requestState")

@@ -30,6 +30,7 @@ from mrtr._dialects.plumbing import (
     modern_params,
     plain_result,
 )
+from mrtr._wire import JSONObject
 
 
 class DialectMiddleware:
@@ -59,7 +60,7 @@ class DialectMiddleware:
             raise MCPError(code=exc.error.code, message=exc.error.message, data=exc.error.data) from None
         return await call_next(ctx)
 
-    async def _incomplete(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    async def _incomplete(self, ctx: ServerRequestContext[Any, Any]) -> JSONObject:
         params = ctx.params or {}
         answers, state = incomplete.incoming({"params": params})
         modern = modern_params(params, answers, state, _caller(ctx, dict(DEFAULT_CAPABILITIES)))
@@ -76,7 +77,7 @@ def _negotiated_incomplete(ctx: ServerRequestContext[Any, Any]) -> bool:
     return params is not None and params.protocol_version == incomplete.VERSION
 
 
-def _caller(ctx: ServerRequestContext[Any, Any], fallback: dict[str, Any]) -> Caller:
+def _caller(ctx: ServerRequestContext[Any, Any], fallback: JSONObject) -> Caller:
     """What this connection's `initialize` declared, else what the dialect's clients answer."""
     declared = ctx.session.client_capabilities
     params = ctx.session.client_params

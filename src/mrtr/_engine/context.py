@@ -38,6 +38,7 @@ from mrtr._engine.asks import Ask, Capability, elicit_ask, elicit_url_ask, form_
 from mrtr._engine.steps import StepInfo, current_step, typed_result
 from mrtr._engine.waits import check_event_name, seconds
 from mrtr._errors import Cancelled, Declined, EventTimeout, FlowDefinitionError
+from mrtr._wire import JSONObject
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
@@ -164,7 +165,7 @@ class Driver(Protocol):
         """The wire key of `ask` and its journaled/received answer (validated by `Ask.accept`)."""
         ...
 
-    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: JSONObject) -> Any:
         """The step's result as JSON (journaled, or freshly computed and journaled)."""
         ...
 
@@ -176,7 +177,7 @@ class Driver(Protocol):
         """Hand over to a durable task here, if this call is becoming one."""
         ...
 
-    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> dict[str, Any]:
+    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> JSONObject:
         """A durable timer or event wait's journaled outcome (see `mrtr._engine.waits`)."""
         ...
 
@@ -301,11 +302,11 @@ class FlowContext:
     async def ask_form(
         self,
         message: str,
-        schema: dict[str, Any],
-        validate: Callable[[dict[str, Any]], object],
+        schema: JSONObject,
+        validate: Callable[[JSONObject], object],
         *,
         key: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Ask a form whose JSON schema is already rendered; returns the answer as journaled.
 
         `{"action": "accept", "content": {...}}` (content that passed `validate`), or
@@ -336,7 +337,7 @@ class FlowContext:
     @overload
     async def sample(
         self,
-        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        prompt: str | Sequence[SamplingMessage | JSONObject],
         *,
         max_tokens: int,
         system_prompt: str | None = None,
@@ -344,7 +345,7 @@ class FlowContext:
         stop_sequences: list[str] | None = None,
         model_preferences: ModelPreferences | None = None,
         include_context: IncludeContext | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: JSONObject | None = None,
         tools: None = None,
         tool_choice: None = None,
         key: str | None = None,
@@ -353,7 +354,7 @@ class FlowContext:
     @overload
     async def sample(
         self,
-        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        prompt: str | Sequence[SamplingMessage | JSONObject],
         *,
         max_tokens: int,
         system_prompt: str | None = None,
@@ -361,7 +362,7 @@ class FlowContext:
         stop_sequences: list[str] | None = None,
         model_preferences: ModelPreferences | None = None,
         include_context: IncludeContext | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: JSONObject | None = None,
         tools: Sequence[Tool],
         tool_choice: ToolChoice | None = None,
         key: str | None = None,
@@ -371,7 +372,7 @@ class FlowContext:
     @tracked
     async def sample(
         self,
-        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        prompt: str | Sequence[SamplingMessage | JSONObject],
         *,
         max_tokens: int,
         system_prompt: str | None = None,
@@ -379,7 +380,7 @@ class FlowContext:
         stop_sequences: list[str] | None = None,
         model_preferences: ModelPreferences | None = None,
         include_context: IncludeContext | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: JSONObject | None = None,
         tools: Sequence[Tool] | None = None,
         tool_choice: ToolChoice | None = None,
         key: str | None = None,
@@ -446,7 +447,7 @@ class FlowContext:
     @tracked
     async def sample_text(
         self,
-        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        prompt: str | Sequence[SamplingMessage | JSONObject],
         *,
         max_tokens: int,
         system_prompt: str | None = None,
@@ -655,7 +656,7 @@ async def gather(*aws: Awaitable[Any]) -> list[Any]:
     return await current_flow().gather(*aws)
 
 
-def _raise_if_refused(answer: dict[str, Any], message: str, key: str) -> None:
+def _raise_if_refused(answer: JSONObject, message: str, key: str) -> None:
     action = answer.get("action")
     if action == "decline":
         raise Declined(message, key=key)

@@ -32,7 +32,7 @@ from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
 from mrtr._engine.steps import StepInfo, arg_digest, call_step, to_journal
 from mrtr._engine.waits import CALLBACK_PREFIX, EVENT_PREFIX, TIMER, WaitSource, needs_task, taken_events
-from mrtr._wire import Wait
+from mrtr._wire import JSONObject, Wait
 
 logger = logging.getLogger("mrtr.drivers")
 
@@ -136,7 +136,7 @@ class JournalDriver:
             raise missing_capability(ask.capability)
         return await replay.park(key, ask)
 
-    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: JSONObject) -> Any:
         replay = self._replay
         branch = replay.branch()
         check_step_name(replay.flow, name)
@@ -180,7 +180,7 @@ class JournalDriver:
         replay = self._replay
         return replay.patched(replay.branch(), patch_id)
 
-    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> dict[str, Any]:
+    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> JSONObject:
         """A durable timer (`kind="timer"`, `limit` its delay) or event wait (`limit` its timeout).
 
         Returns the wait's journaled outcome: `{"due", "done": 1}` plus `"id"`/`"data"` for a
@@ -206,7 +206,7 @@ class JournalDriver:
             self._journal(key, state)
         due = state["due"]
 
-        def resolve() -> dict[str, Any] | None:
+        def resolve() -> JSONObject | None:
             if kind == "event":
                 assert name is not None
                 event = waits.take_event(name, taken_events(replay.journal.steps))
@@ -219,7 +219,7 @@ class JournalDriver:
         info: Wait = {"kind": kind, "name": name, "until": due}
         if kind == "event" and _has_callback(replay, f"{CALLBACK_PREFIX}{name}"):
             info["via"] = "callback"  # what an operator filters on: this event comes from a callback URL
-        outcome: dict[str, Any] = await replay.park_wait(key, info, resolve)
+        outcome: JSONObject = await replay.park_wait(key, info, resolve)
         return outcome
 
     async def callback_url(self, name: str, ttl: float) -> str:
@@ -242,7 +242,7 @@ class JournalDriver:
         self._journal(key, {"url": url})
         return url
 
-    def _journal(self, key: str, state: dict[str, Any]) -> dict[str, Any]:
+    def _journal(self, key: str, state: JSONObject) -> JSONObject:
         """Journal a wait's state; a task writes it with its next checkpoint (before any new step)."""
         self._replay.record_step(key, "", state)
         if self._checkpoint is not None:
@@ -297,7 +297,7 @@ class LiveDriver:
                 continue
         raise MCPError(code=INVALID_PARAMS, message=f"The client answered {_LEGACY_REASK_LIMIT} times off-schema")
 
-    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: JSONObject) -> Any:
         check_step_name(self._flow, name)
         n = self._step_counts[name] = self._step_counts.get(name, 0) + 1
         key = name if n == 1 else f"{name}#{n}"
@@ -309,7 +309,7 @@ class LiveDriver:
         """A live run is always new code running for the first time."""
         return True
 
-    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> dict[str, Any]:
+    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> JSONObject:
         raise needs_task(self._flow, "sleep" if kind == "timer" else "wait_for_event")
 
     async def callback_url(self, name: str, ttl: float) -> str:

@@ -19,6 +19,8 @@ from typing import Any
 
 import pydantic_core
 
+from mrtr._wire import JSONObject
+
 FORMAT_VERSION = 1
 
 # Below this many bytes compression never pays (zlib's header and the base64 cost).
@@ -85,25 +87,25 @@ class Journal:
     """A step key an operator forked the task from (`TaskAdmin.rerun(from_step=)`): when the run
     reaches it, the answers it has not used yet were given after that step, and are dropped
     (those asks are asked again). Cleared once reached."""
-    questions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    questions: dict[str, JSONObject] = field(default_factory=dict)
     """wire key -> what was asked, for people (`mrtr._engine.questions`): `{"k": kind, "q": text,
     "t": form title?, "d": question digest, "a": asked at, "r": answered at?}`. Durable tasks only;
     replay never reads it, and a journal from before it has none."""
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: JSONObject = field(default_factory=dict)
     """Wire fields written by a newer mrtr that this one does not know: kept, not dropped."""
 
     @classmethod
     def start(cls) -> Journal:
         return cls(flow_id=_b64u(os.urandom(12)), started_at=time.time())
 
-    def to_wire(self, *, copy: bool = True) -> dict[str, Any]:
+    def to_wire(self, *, copy: bool = True) -> JSONObject:
         """The wire form, as JSON-ready data.
 
         `copy=False` (for the encoder, every round) puts the answer and step tables in as
         they are: their `(digest, value)` tuples serialize as the same JSON arrays as the
         lists a copy holds, without rebuilding a long flow's tables each round.
         """
-        wire: dict[str, Any] = {
+        wire: JSONObject = {
             "v": FORMAT_VERSION,
             "f": self.flow_id,
             "t": round(self.started_at, 3),

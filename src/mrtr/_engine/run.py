@@ -33,7 +33,7 @@ from mrtr._engine.round import Round
 from mrtr._engine.spec import FlowSpec, ShedCheck
 from mrtr._engine.waits import WaitSource
 from mrtr._errors import FlowDefinitionError, FlowError, FlowExpired, NondeterminismError, TooManyRounds
-from mrtr._wire import Wait
+from mrtr._wire import JSONObject, Wait
 
 logger = logging.getLogger("mrtr.engine")
 replay_logger = logging.getLogger("mrtr.replay")
@@ -312,19 +312,19 @@ def _describe(ask: Ask) -> str:
     return f"{ask.kind} {message!r}" if isinstance(message, str) else f"a new {ask.kind} request"
 
 
-def wire_asks(replay: Replay) -> dict[str, Any]:
+def wire_asks(replay: Replay) -> JSONObject:
     """The parked asks as `inputRequests`; a re-asked question says why, so the client can show it.
 
     The reason goes in the form's message (what a person sees; it is not part of the
     question's identity) and in `_meta["mrtr/reaskReason"]` (raw wire clients see it; the
     official SDK client drops unknown `_meta` keys when it parses an input request).
     """
-    asks: dict[str, Any] = {}
+    asks: JSONObject = {}
     for key, ask in replay.parked.items():
         request = ask.request
         reason = replay.reasked.get(key)
         if reason is not None and request.params is not None:
-            update: dict[str, Any] = {"meta": {"mrtr/reaskReason": reason}}
+            update: JSONObject = {"meta": {"mrtr/reaskReason": reason}}
             message = getattr(request.params, "message", None)
             if ask.kind == "elicit" and isinstance(message, str):
                 update["message"] = f"{message}\n\n(Asked again: {reason}.)"

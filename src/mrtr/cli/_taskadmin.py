@@ -22,6 +22,7 @@ from rich.table import Table
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFormatError
+from mrtr._wire import JSONObject
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
 from mrtr.cli._fleetbus import fleet_bus
 from mrtr.cli._storeview import open_view
@@ -170,7 +171,7 @@ async def list_tasks(
     return EXIT_OK
 
 
-def summary(record: TaskRecord) -> dict[str, Any]:
+def summary(record: TaskRecord) -> JSONObject:
     return {
         "taskId": record.task_id,
         "flow": record.flow,
@@ -190,7 +191,7 @@ def summary(record: TaskRecord) -> dict[str, Any]:
     }
 
 
-def record_data(record: TaskRecord) -> dict[str, Any]:
+def record_data(record: TaskRecord) -> JSONObject:
     """The record as JSON for `show --json`: a payload no key opened is "sealed", never its token."""
     data = asdict(record)
     extras = data.pop("extras", {})
@@ -214,7 +215,7 @@ async def _load(url: str, namespace: str | None, task_id: str, seal: RecordSeal 
     return opened, record
 
 
-def journal_view(record: TaskRecord) -> dict[str, Any]:
+def journal_view(record: TaskRecord) -> JSONObject:
     """The record's journal, decoded for people: answers, steps with idempotency keys, pending asks."""
     if record.sealed:
         return {"sealed": NO_KEY}
@@ -225,7 +226,7 @@ def journal_view(record: TaskRecord) -> dict[str, Any]:
     return describe_journal(journal, finished=record.terminal, by=record.owner)
 
 
-def describe_journal(journal: Journal, *, finished: bool = False, by: str | None = None) -> dict[str, Any]:
+def describe_journal(journal: Journal, *, finished: bool = False, by: str | None = None) -> JSONObject:
     """A journal for people (and `--json`): each ask's question and answer, steps with their
     idempotency keys, and the asks still out (none once the task `finished`).
 
@@ -245,7 +246,7 @@ def describe_journal(journal: Journal, *, finished: bool = False, by: str | None
     }
 
 
-def ask_view(journal: Journal, key: str, by: str | None) -> dict[str, Any]:
+def ask_view(journal: Journal, key: str, by: str | None) -> JSONObject:
     """One ask for people: its question (None in a journal from before questions were kept), its
     form's title, when it was asked and answered, who may answer it, and its question's digest."""
     note = journal.questions.get(key, {})
@@ -342,7 +343,7 @@ async def show_task(
     return EXIT_OK
 
 
-def _question_text(ask: dict[str, Any]) -> str:
+def _question_text(ask: JSONObject) -> str:
     if ask["question"] is None:
         return "(not recorded: journaled before questions were kept)"
     title = f"[{ask['title']}] " if ask.get("title") else ""

@@ -33,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mrtr import _sdk as sdk
-from mrtr._wire import IDEMPOTENCY_KEY, SHEDDING_EXTENSION
+from mrtr._wire import IDEMPOTENCY_KEY, SHEDDING_EXTENSION, JSONObject
 from mrtr.client._connect import SessionWatch, discover
 from mrtr.client._tasks import CreatedTask, TasksClient, TaskSnapshot, as_wire, cancel_task, follow_task
 from mrtr.client._transport import (
@@ -82,7 +82,7 @@ class Round:
     method: str
     target: str
     asked: dict[str, t.InputRequest]
-    answered: dict[str, Any]
+    answered: JSONObject
     had_state: bool
 
 
@@ -148,7 +148,7 @@ class FlowClient:
     before the session reads it: for wire displays such as `mrtr call`'s."""
     listen: bool = True
     """Follow tasks by listening for `notifications/tasks` where the server offers it (else poll)."""
-    client_options: dict[str, Any] = field(default_factory=dict)
+    client_options: JSONObject = field(default_factory=dict)
     """Extra options for `mcp.Client` (stdio, in-process, legacy HTTP) or `ClientSession` (2026-07-28 HTTP)."""
     _client: Client | None = field(init=False, default=None)
     _session: ClientSession | None = field(init=False, default=None)
@@ -232,7 +232,7 @@ class FlowClient:
             self._task_extension = TasksClient(self._answer, on_status=self.on_task, listen=self.listen)
         return [self._task_extension]
 
-    def _callbacks(self) -> dict[str, Any]:
+    def _callbacks(self) -> JSONObject:
         return {
             "elicitation_callback": self._on_elicit if self.elicit else None,
             "sampling_callback": self._on_sample if self.sample else None,
@@ -307,7 +307,7 @@ class FlowClient:
         self._session = session
         return True
 
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> t.CallToolResult:
+    async def call_tool(self, name: str, arguments: JSONObject | None = None) -> t.CallToolResult:
         """`tools/call`, driven through every round; a task the server starts is followed to its end.
 
         Raises:
@@ -316,7 +316,7 @@ class FlowClient:
             TransportError: The server could not be reached, after `retry`'s resends.
             MCPError: An error the server sent.
         """
-        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        params: JSONObject = {"name": name, "arguments": arguments}
         feed = self._task_extension.feed if self._task_extension is not None else None
         reservation = None
         if self.tasks:
@@ -358,9 +358,7 @@ class FlowClient:
         """`resources/read`, driven through every round (questions answered by the handlers)."""
         return await self._drive("resources/read", uri, {"uri": uri})
 
-    async def _send(
-        self, method: str, params: dict[str, Any], responses: dict[str, Any] | None, state: str | None
-    ) -> t.Result:
+    async def _send(self, method: str, params: JSONObject, responses: JSONObject | None, state: str | None) -> t.Result:
         """One request of the exchange, sent as a fresh request (new JSON-RPC id) every time.
 
         On 2026-07-28 the result is read by the spec's client rules rather than the SDK's
@@ -380,7 +378,7 @@ class FlowClient:
         raw = await sdk.send_stamped(session, method, {"method": method, "params": wire})
         return _parse_result(method, raw)
 
-    async def _send_legacy(self, method: str, params: dict[str, Any]) -> _LegacyResult:
+    async def _send_legacy(self, method: str, params: JSONObject) -> _LegacyResult:
         # Legacy servers ask through server->client requests (answered by our callbacks).
         session = self.session
         meta = params.get("_meta")
@@ -398,20 +396,18 @@ class FlowClient:
     # The complete result's model is `_RESULT_MODELS[method]` (or the legacy SDK call's): one overload each.
     @overload
     async def _drive(
-        self, method: Literal["tools/call"], target: str, params: dict[str, Any]
+        self, method: Literal["tools/call"], target: str, params: JSONObject
     ) -> t.CallToolResult | CreatedTask: ...
     @overload
-    async def _drive(
-        self, method: Literal["prompts/get"], target: str, params: dict[str, Any]
-    ) -> t.GetPromptResult: ...
+    async def _drive(self, method: Literal["prompts/get"], target: str, params: JSONObject) -> t.GetPromptResult: ...
     @overload
     async def _drive(
-        self, method: Literal["resources/read"], target: str, params: dict[str, Any]
+        self, method: Literal["resources/read"], target: str, params: JSONObject
     ) -> t.ReadResourceResult: ...
-    async def _drive(self, method: str, target: str, params: dict[str, Any]) -> t.Result:
+    async def _drive(self, method: str, target: str, params: JSONObject) -> t.Result:
         """Send, answer, resend until complete; transport failures and shed rounds resend the same round."""
         state: str | None = None
-        answered: dict[str, Any] = {}
+        answered: JSONObject = {}
         asked_rounds = shed = reported = 0
         while True:
             result = await resending(self.retry, partial(self._send, method, params, answered or None, state))
@@ -440,7 +436,7 @@ class FlowClient:
                     await hook
             state = result.request_state  # back exactly as received, and only if there was one
 
-    async def _answer_all(self, asked: dict[str, t.InputRequest]) -> dict[str, Any]:
+    async def _answer_all(self, asked: dict[str, t.InputRequest]) -> JSONObject:
         keys = list(asked)
         answers = await asyncio.gather(*(self._answer(asked[k]) for k in keys))
         return dict(zip(keys, answers, strict=True))
@@ -480,7 +476,7 @@ class FlowClient:
         return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
 
 
-def _parse_result(method: str, raw: dict[str, Any]) -> t.Result:
+def _parse_result(method: str, raw: JSONObject) -> t.Result:
     """Read a result by the client rules: absent `resultType` is complete, unknown ones invalid."""
     kind = raw.setdefault("resultType", "complete")
     if kind == "input_required":

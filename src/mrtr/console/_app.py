@@ -29,7 +29,7 @@ from starlette.routing import Route
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._errors import EventNotDelivered
-from mrtr._wire import Wait
+from mrtr._wire import JSONObject, Wait
 from mrtr.buses import BrokerBus, open_bus
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.console._templates import TEMPLATES
@@ -340,7 +340,7 @@ class _Console:
         )
         return query, shown
 
-    def _timeline(self, record: TaskRecord) -> tuple[list[dict[str, str]], dict[str, Any], str | None]:
+    def _timeline(self, record: TaskRecord) -> tuple[list[dict[str, str]], JSONObject, str | None]:
         if record.sealed:
             return [], {}, _NO_KEY
         try:
@@ -449,16 +449,16 @@ class _Guard:
         return hmac.compare_digest(cookie.encode(), console.cookie.encode())
 
 
-async def _form_copy(request: Request) -> dict[str, Any]:
+async def _form_copy(request: Request) -> JSONObject:
     """The form fields (the body stays on `request`, and `_Guard` hands it on to the route)."""
     body = await request.body()
     return {k: v[0] for k, v in parse_qs(body.decode("latin-1")).items()}
 
 
-def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
+def _replay(body: bytes) -> Callable[[], Awaitable[JSONObject]]:
     sent = False
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> JSONObject:
         nonlocal sent
         if sent:
             return {"type": "http.disconnect"}
