@@ -169,7 +169,7 @@ class Effects:
         """`fn`, counted on every call (sync or async alike, signature and annotations kept)."""
         label = name or getattr(fn, "__name__", repr(fn))
 
-        def describe(args: tuple[Any, ...], kwargs: JSONObject) -> str:
+        def describe(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
             shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
             text = f"{label}({', '.join(shown)})"
             return text if len(text) <= 120 else text[:117] + "..."

@@ -17,7 +17,7 @@ untouched. Bodies are parsed with the SDK's JSON-RPC models; responses are plain
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -59,8 +59,8 @@ class Shape:
     """A message-level dialect (sketch, draft, incomplete): how a round looks on its wire."""
 
     name: str
-    incoming: Callable[[Mapping[str, Any]], tuple[JSONObject, str | None]]
-    outgoing: Callable[[Any, Mapping[str, Any]], JSONObject]
+    incoming: draft_tasks.Incoming
+    outgoing: draft_tasks.Outgoing
     version: str | None = None
     """The protocol version `initialize` answers with (incomplete: `2026-06-XX`)."""
     tasks: bool = False

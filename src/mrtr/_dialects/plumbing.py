@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, TypedDict, cast
 
 import anyio
 from mcp.server.connection import Connection
@@ -92,6 +92,14 @@ class OneExchange:
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         return None
+
+
+class Reply(TypedDict):
+    """A JSON-RPC success response as a dialect writes it: dialects answer with bodies, not SDK models."""
+
+    jsonrpc: Literal["2.0"]
+    id: RequestId
+    result: JSONObject
 
 
 @dataclass
@@ -280,6 +288,7 @@ def digest(value: Any) -> str:
 
 
 __all__ = [
+    "Reply",
     "DEFAULT_CAPABILITIES",
     "Caller",
     "DialectError",

@@ -15,7 +15,7 @@ replaced, nor silently ignored when it changed. Steps nobody asked are ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, Literal, TypedDict, cast
 
 from mrtr._dialects.plumbing import (
     Caller,
@@ -29,7 +29,7 @@ from mrtr._dialects.plumbing import (
     seal,
     unseal,
 )
-from mrtr._wire import JSONObject
+from mrtr._wire import InputRequests, InputResponses, JSONObject
 
 NAME = "saga"
 CALL = "tools/callSaga"
@@ -42,12 +42,41 @@ CAPABILITIES: JSONObject = {"elicitation": {"form": {}}, "sampling": {}}
 """What a saga client answers: the two step types the seed defines."""
 
 
+class SagaStep(TypedDict):
+    """One step a suspended saga asks the client to complete: a server request, by step type."""
+
+    type: str
+    """`elicitation`, `sampling` or `roots` (`STEP_TYPES`; another method as it is named)."""
+    stepId: str
+    params: JSONObject
+
+
+class SuspendedSaga(TypedDict):
+    """The result of a saga call that needs input: its steps, and the token to resume it with."""
+
+    state: Literal["suspended"]
+    sagaToken: str
+    steps: list[SagaStep]
+
+
+class SagaClaims(TypedDict):
+    """What a saga token seals besides `plumbing.seal`'s own claims: the call, and the steps
+    asked and done so far (step id -> type, step id -> fingerprint of its result)."""
+
+    t: str
+    args: JSONObject
+    rs: str | None
+    """The flow's `requestState`."""
+    asked: dict[str, str]
+    done: dict[str, str]
+
+
 async def handle(
     gateway: Gateway, origin: Origin, request_id: Any, method: str, params: Mapping[str, Any], caller: Caller
-) -> JSONObject:
+) -> SuspendedSaga | JSONObject:
     """Serve `tools/callSaga` or `tools/resumeSaga`; the JSON-RPC `result` (suspended or final)."""
     security, audience = gateway.security, gateway.audience
-    answers: JSONObject = {}
+    answers: InputResponses = {}
     accepted: dict[str, str] = {}
     done: dict[str, str] = {}
     if method == CALL:
@@ -68,12 +97,12 @@ async def handle(
     result = await gateway.call(origin, request_id, "tools/call", modern_params(call, answers, state, caller))
     if not is_input_required(result):
         return plain_result(result)
-    pending: JSONObject = dict(result.get("inputRequests") or {})
+    pending: InputRequests = dict(result.get("inputRequests") or {})
     done.update({step_id: mark for step_id, mark in accepted.items() if step_id not in pending})
     steps = [_step(step_id, ask) for step_id, ask in pending.items()]
     asked = {step["stepId"]: step["type"] for step in steps}
-    claims = {"t": name, "args": arguments, "rs": result.get("requestState"), "asked": asked, "done": done}
-    return {"state": "suspended", "sagaToken": seal(security, TOKEN_KIND, audience, claims), "steps": steps}
+    sealed: SagaClaims = {"t": name, "args": arguments, "rs": result.get("requestState"), "asked": asked, "done": done}
+    return {"state": "suspended", "sagaToken": seal(security, TOKEN_KIND, audience, sealed), "steps": steps}
 
 
 def _call_params(params: Mapping[str, Any]) -> tuple[str, JSONObject]:
@@ -89,13 +118,13 @@ def _call_params(params: Mapping[str, Any]) -> tuple[str, JSONObject]:
 
 def check_steps(
     completed: object, asked: Mapping[str, str], done: Mapping[str, str]
-) -> tuple[JSONObject, dict[str, str]]:
+) -> tuple[InputResponses, dict[str, str]]:
     """New answers (to steps asked last turn) and their fingerprints; refuses a changed past step."""
     if completed is None:
         completed = []
     if not isinstance(completed, list):
         raise invalid("completedSteps must be an array of SagaStepResult", "malformed_completed_steps")
-    answers: JSONObject = {}
+    answers: InputResponses = {}
     fingerprints: dict[str, str] = {}
     for entry in completed:
         if not isinstance(entry, dict) or not isinstance(entry.get("stepId"), str):
@@ -129,13 +158,16 @@ def _answer(step_type: str, entry: Mapping[str, Any]) -> Any | None:
     return None  # nothing usable: the step is asked again
 
 
-def _step(step_id: str, ask: Mapping[str, Any]) -> JSONObject:
+def _step(step_id: str, ask: Mapping[str, Any]) -> SagaStep:
     method = ask.get("method", "")
     step_type = STEP_TYPES.get(method, method)
     return {"type": step_type, "stepId": step_id, "params": dict(ask.get("params") or {})}
 
 
 __all__ = [
+    "SagaClaims",
+    "SagaStep",
+    "SuspendedSaga",
     "CALL",
     "CAPABILITIES",
     "METHODS",

@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, RequestParams
 from pydantic import ConfigDict
 
-from mrtr._wire import RELATED_TASK, JSONObject, TaskRequestParams, TaskView
+from mrtr._wire import RELATED_TASK, InputResponses, JSONObject, TaskRequestParams, TaskView
 
 
 class TaskAccess(Protocol):
@@ -33,7 +33,7 @@ class TaskAccess(Protocol):
 
     async def reload(self, task_id: str) -> TaskView: ...
 
-    async def apply_answers(self, task_id: str, responses: JSONObject, *, strict: bool) -> Any: ...
+    async def apply_answers(self, task_id: str, responses: InputResponses, *, strict: bool) -> Any: ...
 
 
 _RESULT_WAIT = 25.0  # seconds tasks/result holds a request while the task is still working
@@ -41,7 +41,7 @@ _RESULT_WAIT = 25.0  # seconds tasks/result holds a request while the task is st
 
 class InputResponseParams(RequestParams):
     model_config = ConfigDict(extra="allow")
-    input_responses: JSONObject
+    input_responses: InputResponses
 
 
 def seed_methods(extension: TaskAccess) -> list[MethodBinding]:

@@ -14,7 +14,7 @@ middleware costs one method test per request.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -48,7 +48,10 @@ class DialectMiddleware:
         try:
             if self.saga and method in saga.METHODS:
                 caller = _caller(ctx, dict(saga.CAPABILITIES))
-                return await saga.handle(self.gateway, ctx, ctx.request_id, method, ctx.params or {}, caller)
+                # The SDK's middleware takes a plain dict: the named shapes are dicts at run time.
+                return cast(
+                    JSONObject, await saga.handle(self.gateway, ctx, ctx.request_id, method, ctx.params or {}, caller)
+                )
             if self.incomplete and method == "initialize":
                 result = await call_next(ctx)
                 if (ctx.params or {}).get("protocolVersion") == incomplete.VERSION and isinstance(result, dict):
@@ -67,7 +70,7 @@ class DialectMiddleware:
         assert ctx.request_id is not None
         result = await self.gateway.call(ctx, ctx.request_id, ctx.method, modern)
         if is_input_required(result):
-            return incomplete.outgoing_result(result)
+            return cast(JSONObject, incomplete.outgoing_result(result))  # a plain dict for the SDK, as above
         return plain_result(result)
 
 

@@ -13,8 +13,8 @@ import base64
 import hashlib
 import json
 import weakref
-from collections.abc import Callable
-from typing import Any, Literal, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -51,6 +51,14 @@ AskKind = Literal["elicit", "elicit_url", "sample", "roots"]
 
 Capability = Literal["elicitation", "elicitation.form", "elicitation.url", "sampling", "sampling.tools", "roots"]
 """A client capability a flow can test (`ctx.client_supports`) or require (`@flows.tool(requires=[...])`)."""
+
+
+class FormAnswer(TypedDict):
+    """A form's answer as journaled (`Ask.accept`): what `ctx.ask_form` returns to an adapter."""
+
+    action: Literal["accept", "decline", "cancel"]
+    content: NotRequired[JSONObject]
+    """The form's fields (only those it asked for), when accepted."""
 
 
 class BadAnswer(Exception):
@@ -242,7 +250,7 @@ class Ask:
         return properties
 
 
-def human_reason(exc: Exception, fields: JSONObject) -> str:
+def human_reason(exc: Exception, fields: Mapping[str, Any]) -> str:
     """Why a form answer was not taken, for the person who answers it again: short, in the form's words.
 
     The re-asked question carries it (`(Asked again: ...)`), so it names fields by the titles
@@ -266,7 +274,7 @@ def human_reason(exc: Exception, fields: JSONObject) -> str:
     return "; ".join(reasons) + (f" (and {more} more)" if more > 0 else "")
 
 
-def _needs(error: Any, field: JSONObject) -> str:
+def _needs(error: Any, field: Mapping[str, Any]) -> str:
     kind = error["type"]
     if kind == "missing":
         return "is required"
@@ -587,6 +595,7 @@ def required_capability(capability: Capability) -> JSONObject:
 
 
 __all__ = [
+    "FormAnswer",
     "form_ask",
     "human_reason",
     "SUPPORTED_FIELDS",

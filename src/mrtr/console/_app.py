@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine.journal import Journal, JournalFormatError
+from mrtr._engine.journal import Journal, JournalFormatError, QuestionNote
 from mrtr._errors import EventNotDelivered
 from mrtr._wire import JSONObject, Wait
 from mrtr.buses import BrokerBus, open_bus
@@ -372,7 +372,7 @@ class _Console:
 
     def _ask(self, journal: Journal, key: str, record: TaskRecord, answer: str) -> dict[str, str]:
         """One ask for the task page: question (and form title), answer, when, and who may answer it."""
-        note = journal.questions.get(key, {})
+        note: QuestionNote = journal.questions.get(key) or {}
         asked, replied = note.get("a"), note.get("r")
         question = note.get("q")
         return {
