@@ -55,8 +55,8 @@ def outgoing(request_id: Any, result: Mapping[str, Any]) -> DraftReply:
 
 
 __all__ = [
-    "DraftReply",
     "NAME",
+    "DraftReply",
     "incoming",
     "outgoing",
 ]

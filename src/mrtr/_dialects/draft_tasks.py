@@ -241,4 +241,14 @@ def _reply(request_id: str | int, result: Mapping[str, Any]) -> Reply:
     return {"jsonrpc": "2.0", "id": request_id, "result": dict(result)}
 
 
-__all__ = ["METHODS", "RESULT_WAIT", "Incoming", "Outgoing", "SeedTask", "handles", "related", "seed_task", "serve"]
+__all__ = [
+    "METHODS",
+    "RESULT_WAIT",
+    "Incoming",
+    "Outgoing",
+    "SeedTask",
+    "handles",
+    "related",
+    "seed_task",
+    "serve",
+]

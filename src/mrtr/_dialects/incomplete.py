@@ -68,10 +68,10 @@ def outgoing_result(result: Mapping[str, Any]) -> IncompleteResult:
 
 
 __all__ = [
-    "IncompleteReply",
-    "IncompleteResult",
     "NAME",
     "VERSION",
+    "IncompleteReply",
+    "IncompleteResult",
     "incoming",
     "outgoing",
     "outgoing_result",

@@ -288,13 +288,13 @@ def digest(value: Any) -> str:
 
 
 __all__ = [
-    "Reply",
     "DEFAULT_CAPABILITIES",
     "Caller",
     "DialectError",
     "Gateway",
     "OneExchange",
     "Origin",
+    "Reply",
     "digest",
     "invalid",
     "is_carrier",

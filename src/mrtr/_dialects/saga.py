@@ -165,9 +165,6 @@ def _step(step_id: str, ask: Mapping[str, Any]) -> SagaStep:
 
 
 __all__ = [
-    "SagaClaims",
-    "SagaStep",
-    "SuspendedSaga",
     "CALL",
     "CAPABILITIES",
     "METHODS",
@@ -175,6 +172,9 @@ __all__ = [
     "RESUME",
     "STEP_TYPES",
     "TOKEN_KIND",
+    "SagaClaims",
+    "SagaStep",
+    "SuspendedSaga",
     "check_steps",
     "handle",
 ]

@@ -61,9 +61,9 @@ def outgoing(request_id: Any, result: Mapping[str, Any]) -> SketchReply:
 
 
 __all__ = [
-    "SketchReply",
     "NAME",
     "STATE_KEY_PREFIX",
+    "SketchReply",
     "incoming",
     "outgoing",
 ]

@@ -595,7 +595,6 @@ def required_capability(capability: Capability) -> JSONObject:
 
 
 __all__ = [
-    "FormAnswer",
     "form_ask",
     "human_reason",
     "SUPPORTED_FIELDS",
@@ -603,6 +602,7 @@ __all__ = [
     "AskKind",
     "BadAnswer",
     "Capability",
+    "FormAnswer",
     "MalformedAnswer",
     "client_result",
     "malformed",

@@ -243,11 +243,11 @@ def _b64u(data: bytes) -> str:
 
 
 __all__ = [
-    "QuestionNote",
     "FORMAT_VERSION",
     "Journal",
     "JournalFormatError",
     "JournalFromNewerVersion",
+    "QuestionNote",
     "decode",
     "embedded_length",
     "encode",

@@ -97,11 +97,11 @@ def taken_events(steps: dict[str, tuple[str, Any]]) -> set[str]:
 
 
 __all__ = [
-    "WaitState",
     "CALLBACK_PREFIX",
     "EVENT_PREFIX",
     "TIMER",
     "WaitSource",
+    "WaitState",
     "check_event_name",
     "needs_task",
     "seconds",

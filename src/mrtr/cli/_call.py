@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -278,7 +279,7 @@ def parse_arguments(raw: list[str], json_args: str | None) -> JSONObject:
     return arguments
 
 
-def typed(arguments: JSONObject, raw_names: set[str], schema: JSONObject | None) -> JSONObject:
+def typed(arguments: Mapping[str, Any], raw_names: set[str], schema: Mapping[str, Any] | None) -> JSONObject:
     """`--arg` values as strings where the schema wants a string, else as JSON when they parse."""
     properties = (schema or {}).get("properties") or {}
     out = dict(arguments)
@@ -426,7 +427,7 @@ def show_result(result: Any, out: Console, output: str, console: Console) -> int
     return EXIT_TOOL_ERROR if is_error else EXIT_OK
 
 
-def _print_block(out: Console, block: JSONObject) -> None:
+def _print_block(out: Console, block: Mapping[str, Any]) -> None:
     if block.get("type") == "text":
         out.print(escape(str(block.get("text", ""))), highlight=False)
     else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import date
 from typing import Any, Literal
 
@@ -100,7 +100,7 @@ def reason(exc: jsonschema.ValidationError) -> str:
     return f"{exc.message}: give {example}" if example else str(exc.message)
 
 
-def problems(schema: JSONObject, content: JSONObject) -> str | None:
+def problems(schema: Mapping[str, Any], content: Mapping[str, Any]) -> str | None:
     """Why `content` does not fit the form's schema (`field: reason`), or None when it does."""
     try:
         jsonschema.validate(content, schema, format_checker=FORMATS)
@@ -123,7 +123,7 @@ class Refused(Exception):
 Reader = Callable[[str], str]
 
 
-def choices_of(schema: JSONObject) -> list[tuple[Any, str]] | None:
+def choices_of(schema: Mapping[str, Any]) -> list[tuple[Any, str]] | None:
     """(value, label) pairs of an enum field (`enum`, or `oneOf`/`anyOf` of `const`s), else None."""
     if isinstance(schema.get("enum"), list):
         names = schema.get("enumNames")
@@ -136,7 +136,7 @@ def choices_of(schema: JSONObject) -> list[tuple[Any, str]] | None:
     return None
 
 
-def field_type(schema: JSONObject) -> str:
+def field_type(schema: Mapping[str, Any]) -> str:
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
@@ -181,7 +181,7 @@ class FormRenderer:
             self.console.print(f"[yellow]  → {refused.action}[/]")
             return t.ElicitResult(action=refused.action)
 
-    def _fields(self, schema: JSONObject) -> JSONObject:
+    def _fields(self, schema: Mapping[str, Any]) -> JSONObject:
         properties = schema.get("properties") or {}
         required = set(schema.get("required") or [])
         content: JSONObject = {}
@@ -191,7 +191,7 @@ class FormRenderer:
                 content[name] = value
         return content
 
-    def _field(self, name: str, prop: JSONObject, required: bool) -> Any:
+    def _field(self, name: str, prop: Mapping[str, Any], required: bool) -> Any:
         label = str(prop.get("title") or name)
         kind = field_type(prop)
         choices = choices_of(prop)
@@ -254,7 +254,7 @@ _SKIP = _Skip()
 
 
 def _hint(
-    kind: str, prop: JSONObject, choices: list[tuple[Any, str]] | None, items: list[tuple[Any, str]] | None
+    kind: str, prop: Mapping[str, Any], choices: list[tuple[Any, str]] | None, items: list[tuple[Any, str]] | None
 ) -> str:
     if choices:
         return "number or value"

@@ -75,7 +75,7 @@ class WireView:
         elif "taskId" in result and isinstance(requests, dict):
             self._file(requests, keep=True)
 
-    def observe_task(self, task: JSONObject) -> None:
+    def observe_task(self, task: Mapping[str, Any]) -> None:
         """A task state that came as a `notifications/tasks` (no result to read): file its asks."""
         if isinstance(task.get("inputRequests"), dict):
             self._file(task["inputRequests"], keep=True)
@@ -99,7 +99,7 @@ class WireView:
         return None
 
 
-def fingerprint_of(method: str, params: JSONObject) -> str:
+def fingerprint_of(method: str, params: Mapping[str, Any]) -> str:
     """What identifies a question in both its wire JSON and the SDK's parsed params (dumped)."""
     if method == "sampling/createMessage":
         return last_user_text(params.get("messages"))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
 from rich.console import Console
@@ -54,7 +56,7 @@ def unseal(token: str, security: RequestStateSecurity) -> JSONObject:
     return claims
 
 
-def describe(claims: JSONObject, now: float) -> JSONObject:
+def describe(claims: Mapping[str, Any], now: float) -> JSONObject:
     """Claims and decoded journal as one JSON-able document."""
     envelope = {k: claims.get(k) for k in ("m", "t", "aud", "iat", "exp") if k in claims}
     out: JSONObject = {

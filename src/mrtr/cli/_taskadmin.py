@@ -566,15 +566,15 @@ async def reseal_tasks(
 
 
 __all__ = [
+    "SEALED_TEXT",
+    "STATUSES",
     "AnswerView",
     "AskView",
+    "Filters",
     "JournalUnread",
     "JournalView",
     "StepView",
     "TaskRow",
-    "SEALED_TEXT",
-    "STATUSES",
-    "Filters",
     "ago",
     "cancel_task",
     "ask_view",

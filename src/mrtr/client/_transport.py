@@ -250,7 +250,7 @@ class RoundTripDispatcher:
                 None,
             )
         )
-        extra: JSONObject = {"timeout": per_read if per_read is not None else httpx2.Timeout(timeout)}
+        extra: dict[str, Any] = {"timeout": per_read if per_read is not None else httpx2.Timeout(timeout)}
         if self._auth is not None:
             extra["auth"] = self._auth
         try:

@@ -28,9 +28,9 @@ import json
 import logging
 import re
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, Literal, TypedDict, TypeVar, cast
 
 from fastmcp import settings as fastmcp_settings
 from fastmcp.exceptions import AuthorizationError, ToolError
@@ -430,7 +430,15 @@ def step_name(tool: str) -> str:
     return "sampling-tool:" + re.sub(r"[#/@]", "_", tool)
 
 
-async def run_tool(tool: SamplingTool, arguments: JSONObject, mask: bool) -> JSONObject:
+class ToolOutcome(TypedDict):
+    """What a sampling tool's call tells the model, as its step journals it."""
+
+    text: str
+    """The tool's value as text, or its error's message."""
+    error: bool
+
+
+async def run_tool(tool: SamplingTool, arguments: Mapping[str, Any], mask: bool) -> ToolOutcome:
     """Run one tool call and say what the model is told: its value as text, or the error.
 
     A step's function: what it returns is journaled, errors included (3.x reported a raising
@@ -456,7 +464,7 @@ async def run_tool(tool: SamplingTool, arguments: JSONObject, mask: bool) -> JSO
     return {"text": str(value), "error": False}
 
 
-async def _call(fn: Callable[..., Any], arguments: JSONObject) -> Any:
+async def _call(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn(**arguments)
     # A plain function runs in a worker thread (as a step's does), so concurrent calls overlap.
@@ -557,6 +565,7 @@ __all__ = [
     "SamplingResult",
     "SamplingTool",
     "ToolChoiceOption",
+    "ToolOutcome",
     "sample",
     "sample_step",
 ]
