@@ -22,7 +22,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,6 +34,7 @@ from mrtr._engine.asks import Ask
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._engine.run import Outcome, RunOptions, execute
 from mrtr._host.base import BaseFlows
+from mrtr._wire import JSONObject
 from mrtr.tasks._export import FORMAT, journal_entries, step_kind
 from mrtr.tasks._outcome import Settled
 from mrtr.tasks._outcome import settle as settle_task
@@ -54,7 +55,7 @@ class Divergence:
 
     index: int | None
     """The journal entry (its `index` in the export's `journal.entries`); None: the task's end state."""
-    entry: dict[str, Any] | None
+    entry: Mapping[str, Any] | None
     journal: str
     """What the journal (or the task's end state) holds there."""
     code: str
@@ -104,7 +105,7 @@ class ReplayDiverged(AssertionError):
         self.report = report
 
 
-def load_export(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
+def load_export(source: str | os.PathLike[str] | Mapping[str, Any]) -> JSONObject:
     """An export document: a path to its JSON file, or the document itself.
 
     Raises:
@@ -180,7 +181,7 @@ def _converter(flows: BaseFlows, name: str) -> ConvertResult | None:
 def _judge(
     report: ExportReplay,
     document: Mapping[str, Any],
-    entries: list[dict[str, Any]],
+    entries: Sequence[Mapping[str, Any]],
     outcome: Outcome,
     spec: Any,
     convert: ConvertResult | None,
@@ -190,7 +191,7 @@ def _judge(
     parked = dict(replay.parked)
     asked = {key: ask.digest for key, ask in parked.items()}
 
-    def used(entry: dict[str, Any]) -> bool:
+    def used(entry: Mapping[str, Any]) -> bool:
         kind, key = entry["kind"], entry["key"]
         if kind == "answer":
             return key in used_answers
@@ -201,7 +202,7 @@ def _judge(
     unused = [entry for entry in entries if not used(entry)]
     report.used = len(entries) - len(unused)
 
-    def first(*kinds: str) -> dict[str, Any] | None:
+    def first(*kinds: str) -> Mapping[str, Any] | None:
         for group in kinds:
             for entry in unused:
                 if (entry["kind"] == group) if group in ("answer", "ask") else (group == "step" and _is_step(entry)):
@@ -214,7 +215,7 @@ def _judge(
     waits = [key for key in would_run if step_kind(key) in ("timer", "event", "callback")]
     new_steps = [key for key in would_run if key not in waits]
 
-    def diverge(entry: dict[str, Any] | None, code: str, end: str | None = None) -> None:
+    def diverge(entry: Mapping[str, Any] | None, code: str, end: str | None = None) -> None:
         if entry is None:
             report.divergence = Divergence(None, None, end or _end_state(document), code)
         else:
@@ -311,7 +312,7 @@ def recorded_pending(document: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in pending.items()}
 
 
-def _is_step(entry: dict[str, Any]) -> bool:
+def _is_step(entry: Mapping[str, Any]) -> bool:
     return entry["kind"] not in ("answer", "ask")
 
 
@@ -335,7 +336,7 @@ def _raised_step(document: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _holds(entry: dict[str, Any]) -> str:
+def _holds(entry: Mapping[str, Any]) -> str:
     kind, key = entry["kind"], entry["key"]
     if kind == "answer":
         recorded = entry.get("recorded")

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, cast
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp_types import _v2025_11_25, _v2026_07_28
 from mcp_types.methods import CLIENT_RESULTS
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Mapping
     from contextlib import AbstractAsyncContextManager
 
     import httpx2
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.server.session import ServerSession
     from mcp.server.subscriptions import SubscriptionBus
+    from mcp.shared.dispatcher import CallOptions
 
 
 EXPECTED = "mcp>=2.3,<2.4"
@@ -37,7 +38,7 @@ FORM_FIELD = TypeAdapter[Any](cast(Any, _v2025_11_25.PrimitiveSchemaDefinition))
 own gate for form fields; no public route yet)."""
 
 
-_MODERN_CLIENT_RESULTS: dict[str, Any] = {
+_MODERN_CLIENT_RESULTS: dict[str, type[BaseModel]] = {
     "sampling/createMessage": _v2026_07_28.CreateMessageResult,
     "roots/list": _v2026_07_28.ListRootsResult,
     "elicitation/create": _v2026_07_28.ElicitResult,
@@ -131,7 +132,7 @@ def serve_listen(server: MCPServer[Any], handler: Any) -> None:
     lowlevel_server(server).add_request_handler("subscriptions/listen", SubscriptionsListenRequestParams, handler)
 
 
-async def notify_in_request(session: ServerSession, method: str, params: dict[str, Any]) -> None:
+async def notify_in_request(session: ServerSession, method: str, params: Mapping[str, Any]) -> None:
     """Send a notification on the current request's stream with `params` exactly as given.
 
     `ServerSession.send_notification` takes a typed model and drops `None` fields; a
@@ -278,7 +279,7 @@ async def send_stamped(session: ClientSession, method: str, data: dict[str, Any]
     """
     stamp = _required(session, "_stamp", "ClientSession._stamp")
     dispatcher = _required(session, "_dispatcher", "ClientSession._dispatcher")
-    options: dict[str, Any] = {}
+    options: CallOptions = {}
     stamp(data, options)
     return dict(await dispatcher.send_raw_request(method, data["params"], options))
 
@@ -306,7 +307,7 @@ class ListenStream:
 
 @contextlib.asynccontextmanager
 async def listen_stream(
-    session: ClientSession, notifications: dict[str, Any], on_end: Any = None
+    session: ClientSession, notifications: Mapping[str, Any], on_end: Any = None
 ) -> AsyncIterator[ListenStream]:
     """`mcp.client.subscriptions.listen` with a raw filter, so extension keys (`taskIds`) can be asked for.
 
@@ -335,7 +336,7 @@ async def listen_stream(
             notifications=types.SubscriptionFilter.model_validate(notifications)
         )
     ).model_dump(by_alias=True, mode="json", exclude_none=True)
-    options: dict[str, Any] = {"request_id": request_id}
+    options: CallOptions = {"request_id": request_id}
     stamp(data, options)
     ended = anyio.Event()
     stream = ListenStream(None, ended)

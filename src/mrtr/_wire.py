@@ -19,6 +19,22 @@ from typing import Any, Literal, NotRequired, Protocol, Required, TypedDict
 import mcp_types as t
 from pydantic import ConfigDict, Field
 
+# -- JSON ----------------------------------------------------------------------------------
+
+JSONObject = dict[str, Any]
+"""A JSON object whose keys mrtr does not fix: tool arguments and results it passes through,
+JSON Schemas, `_meta`, capabilities, form content, a user's event payload, a raw JSON-RPC
+message before a model parses it. A shape mrtr does fix has a name of its own (`Wait`,
+`InputRequests`, `HistoryEntry`, ...): this alias is never a second name for one of those."""
+
+InputRequests = dict[str, JSONObject]
+"""Outstanding asks: wire `InputRequest` JSON (`{"method", "params"}`) by the ask's key."""
+InputResponses = dict[str, Any]
+"""The client's answers (`inputResponses`) by the key of the ask each answers: wire result JSON
+(`ElicitResult`, `CreateMessageResult`, `ListRootsResult`) as sent, unchecked until its ask
+accepts it (so any JSON value, not only an object)."""
+
+
 # -- names ---------------------------------------------------------------------------------
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -70,7 +86,7 @@ class Task(t.Result):
     ttl_ms: int | None = None
     poll_interval_ms: int | None = None
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> JSONObject:
         """As sent: camelCase, absent fields left out, but `ttlMs` and `pollIntervalMs` always shown (null = none)."""
         data = self.model_dump(by_alias=True, mode="json", exclude_none=True)
         data.setdefault("ttlMs", self.ttl_ms)
@@ -81,9 +97,10 @@ class Task(t.Result):
 class DetailedTask(Task):
     """What `tasks/get` answers and `notifications/tasks` carries: the task, plus what it waits for or ended with."""
 
-    input_requests: dict[str, Any] | None = None
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    input_requests: JSONObject | None = None
+    """`InputRequests` as the server sent them (validated no further than a JSON object)."""
+    result: JSONObject | None = None
+    error: JSONObject | None = None
 
 
 class CreateTaskResult(Task):
@@ -104,7 +121,7 @@ class TaskRequestParams(t.RequestParams):
 class UpdateTaskParams(TaskRequestParams):
     """`tasks/update`: answers to a task's `inputRequests`."""
 
-    input_responses: dict[str, Any]
+    input_responses: InputResponses
 
 
 class TaskNotice(t.NotificationParams):
@@ -175,10 +192,6 @@ class HistoryEntry(TypedDict, total=False):
     """Who forked it: the tool (`mrtr tasks`, the console) and, where known, the person."""
 
 
-InputRequests = dict[str, dict[str, Any]]
-"""Outstanding asks, wire `InputRequest` JSON by key."""
-
-
 class TaskView(Protocol):
     """A task as the wire layer reads it: what `tasks/get` and `notifications/tasks` show, and
     whose it is. What every engine's `get` returns: the lease runtime its stored `TaskRecord`s,
@@ -206,9 +219,15 @@ class TaskView(Protocol):
         ...
 
     @property
-    def result(self) -> dict[str, Any] | None: ...
+    def result(self) -> JSONObject | None:
+        """The tool's `CallToolResult` as wire JSON, once completed."""
+        ...
+
     @property
-    def error(self) -> dict[str, Any] | None: ...
+    def error(self) -> JSONObject | None:
+        """The JSON-RPC error object (`{"code", "message", "data"?}`), once failed."""
+        ...
+
     @property
     def waiting(self) -> Sequence[Wait]:
         """What a parked run waits for besides the client: timers and events."""
@@ -251,6 +270,8 @@ __all__ = [
     "HistoryEntry",
     "InboxEvent",
     "InputRequests",
+    "InputResponses",
+    "JSONObject",
     "Task",
     "TaskNotice",
     "TaskRequestParams",

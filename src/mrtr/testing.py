@@ -69,6 +69,7 @@ from mrtr._engine.journal import Journal
 from mrtr._engine.run import RunOptions, execute
 from mrtr._flows import Flows
 from mrtr._replay_export import Divergence, ExportReplay, ReplayDiverged, replay_export
+from mrtr._wire import JSONObject
 
 _EVERYTHING = ClientCapabilities(
     elicitation=ElicitationCapability(form=FormElicitationCapability(), url=UrlElicitationCapability()),
@@ -168,7 +169,7 @@ class Effects:
         """`fn`, counted on every call (sync or async alike, signature and annotations kept)."""
         label = name or getattr(fn, "__name__", repr(fn))
 
-        def describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        def describe(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
             shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
             text = f"{label}({', '.join(shown)})"
             return text if len(text) <= 120 else text[:117] + "..."
@@ -318,7 +319,7 @@ async def run_rounds(
 
 
 async def _drive(
-    client: Client, name: str, arguments: dict[str, Any], answers: Answers | None, counts: _Counts, max_rounds: int
+    client: Client, name: str, arguments: JSONObject, answers: Answers | None, counts: _Counts, max_rounds: int
 ) -> RoundsReport:
     state: str | None = None
     responses: dict[str, InputResponse] | None = None

@@ -9,14 +9,29 @@ tool (or prompt, or resource) and its arguments, the audience and the principal.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
+
+from mcp_types import RequestId
 
 from mrtr._dialects.plumbing import invalid, unwrap_answer
+from mrtr._wire import InputRequests, InputResponses, JSONObject
 
 NAME = "draft"
 
 
-def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+class DraftReply(TypedDict):
+    """The draft's answer to a round that needs input: the asks and the sealed state beside the
+    id, in snake_case, with no `result`."""
+
+    jsonrpc: Literal["2.0"]
+    id: RequestId
+    input_requests: NotRequired[InputRequests]
+    request_state: NotRequired[str]
+    _meta: NotRequired[JSONObject]
+    """The related task, when a durable task asks (`draft_tasks`)."""
+
+
+def incoming(message: Mapping[str, Any]) -> tuple[InputResponses, str | None]:
     params = message.get("params") or {}
     responses = message.get("input_responses", params.get("input_responses"))
     state = message.get("request_state", params.get("request_state"))
@@ -30,8 +45,8 @@ def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     return answers, state
 
 
-def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+def outgoing(request_id: Any, result: Mapping[str, Any]) -> DraftReply:
+    body: DraftReply = {"jsonrpc": "2.0", "id": request_id}
     if result.get("inputRequests"):
         body["input_requests"] = dict(result["inputRequests"])
     if result.get("requestState"):
@@ -41,6 +56,7 @@ def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "NAME",
+    "DraftReply",
     "incoming",
     "outgoing",
 ]

@@ -24,26 +24,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import anyio
 from mcp_types import INVALID_PARAMS, ErrorData
 
+from mrtr._dialects.draft import DraftReply
 from mrtr._dialects.plumbing import (
     Caller,
     DialectError,
     Gateway,
     Origin,
+    Reply,
     invalid,
     is_input_required,
     modern_params,
     plain_result,
     unwrap_answer,
 )
-from mrtr._wire import RELATED_TASK, TASKS_EXTENSION
+from mrtr._wire import RELATED_TASK, TASKS_EXTENSION, InputResponses, JSONObject
 
-Incoming = Callable[[Mapping[str, Any]], tuple[dict[str, Any], str | None]]
-Outgoing = Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+Incoming = Callable[[Mapping[str, Any]], tuple[InputResponses, str | None]]
+"""A message-level dialect's reading of a round: the answers and sealed state a message carries."""
+Outgoing = Callable[[Any, Mapping[str, Any]], Mapping[str, object]]
+"""A message-level dialect's writing of a round that needs input: the JSON-RPC body (its own shape)."""
 
 METHODS = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
 """The task methods the draft endpoint serves itself (anything else there is a round or passes through)."""
@@ -77,7 +81,7 @@ async def serve(
     caller: Caller,
     incoming: Incoming,
     outgoing: Outgoing,
-) -> dict[str, Any]:
+) -> Mapping[str, object]:
     """The JSON-RPC body answering one persistent-workflow message (see `handles`).
 
     `incoming` / `outgoing` are the draft's round shape, for a task call that first asks
@@ -89,7 +93,7 @@ async def serve(
     tasks_caller = _declaring_tasks(caller)
     method = message.get("method")
     params = message.get("params")
-    params = cast(dict[str, Any], params) if isinstance(params, dict) else {}
+    params = cast(JSONObject, params) if isinstance(params, dict) else {}
     if method is None:
         return await _answer(gateway, origin, request_id, message, tasks_caller)
     if method == "tools/call":
@@ -107,7 +111,18 @@ async def serve(
     return await _result(gateway, origin, request_id, task_id, tasks_caller)
 
 
-def seed_task(task: Mapping[str, Any], message: str | None = None) -> dict[str, Any]:
+class SeedTask(TypedDict):
+    """A tasks-extension `Task` as seed 001 writes it: `ttl` and `pollInterval`, always a `statusMessage`."""
+
+    taskId: str | None
+    status: str
+    statusMessage: str
+    createdAt: str | None
+    ttl: int | None
+    pollInterval: int | None
+
+
+def seed_task(task: Mapping[str, Any], message: str | None = None) -> SeedTask:
     """A tasks-extension `Task` as the seed writes it: `ttl` and `pollInterval`, always a `statusMessage`."""
     status = str(task.get("status"))
     return {
@@ -120,7 +135,7 @@ def seed_task(task: Mapping[str, Any], message: str | None = None) -> dict[str, 
     }
 
 
-def related(task_id: str) -> dict[str, Any]:
+def related(task_id: str) -> JSONObject:
     return {RELATED_TASK: {"taskId": task_id}}
 
 
@@ -136,7 +151,7 @@ async def _create(
     caller: Caller,
     incoming: Incoming,
     outgoing: Outgoing,
-) -> dict[str, Any]:
+) -> Mapping[str, object]:
     answers, state = incoming(message)
     plain = {k: v for k, v in params.items() if k != "task"}
     result = await gateway.call(origin, request_id, "tools/call", modern_params(plain, answers, state, caller))
@@ -155,7 +170,7 @@ async def _get(gateway: Gateway, origin: Origin, request_id: str | int, task_id:
 
 async def _result(
     gateway: Gateway, origin: Origin, request_id: str | int, task_id: str, caller: Caller
-) -> dict[str, Any]:
+) -> Reply | DraftReply:
     task = await _get(gateway, origin, request_id, task_id, caller)
     deadline = time.monotonic() + RESULT_WAIT
     while task.get("status") == "working" and time.monotonic() < deadline:
@@ -164,12 +179,13 @@ async def _result(
         task = await _get(gateway, origin, request_id, task_id, caller)
     status = task.get("status")
     if status == "input_required":
-        return {
+        asking: DraftReply = {
             "jsonrpc": "2.0",
             "id": request_id,
             "input_requests": dict(task.get("inputRequests") or {}),
             "_meta": related(task_id),
         }
+        return asking
     if status == "completed" and isinstance(task.get("result"), dict):
         result = plain_result(task["result"])
         result["_meta"] = {**(result.get("_meta") or {}), **related(task_id)}
@@ -183,7 +199,7 @@ async def _result(
 
 async def _answer(
     gateway: Gateway, origin: Origin, request_id: str | int, message: Mapping[str, Any], caller: Caller
-) -> dict[str, Any]:
+) -> Reply:
     task_id = _related_task(message)
     responses = message.get("input_responses")
     if not isinstance(responses, dict):
@@ -217,12 +233,22 @@ def _declaring_tasks(caller: Caller) -> Caller:
     return Caller(capabilities=capabilities, client_info=caller.client_info, protocol_version=caller.protocol_version)
 
 
-def _params(params: Mapping[str, Any], caller: Caller) -> dict[str, Any]:
+def _params(params: Mapping[str, Any], caller: Caller) -> JSONObject:
     return modern_params(params, None, None, caller)
 
 
-def _reply(request_id: str | int, result: Mapping[str, Any]) -> dict[str, Any]:
+def _reply(request_id: str | int, result: Mapping[str, Any]) -> Reply:
     return {"jsonrpc": "2.0", "id": request_id, "result": dict(result)}
 
 
-__all__ = ["METHODS", "RESULT_WAIT", "handles", "related", "seed_task", "serve"]
+__all__ = [
+    "METHODS",
+    "RESULT_WAIT",
+    "Incoming",
+    "Outgoing",
+    "SeedTask",
+    "handles",
+    "related",
+    "seed_task",
+    "serve",
+]

@@ -17,7 +17,7 @@ untouched. Bodies are parsed with the SDK's JSON-RPC models; responses are plain
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -42,6 +42,7 @@ from mrtr._dialects.plumbing import (
     seal,
     unseal,
 )
+from mrtr._wire import JSONObject
 
 SESSION_PREFIX = "mrtr-dialect."
 SESSION_KIND = "mrtr/dialect-session"
@@ -58,8 +59,8 @@ class Shape:
     """A message-level dialect (sketch, draft, incomplete): how a round looks on its wire."""
 
     name: str
-    incoming: Callable[[Mapping[str, Any]], tuple[dict[str, Any], str | None]]
-    outgoing: Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+    incoming: draft_tasks.Incoming
+    outgoing: draft_tasks.Outgoing
     version: str | None = None
     """The protocol version `initialize` answers with (incomplete: `2026-06-XX`)."""
     tasks: bool = False
@@ -120,7 +121,7 @@ class DialectServer:
         except ValidationError:
             error = ErrorData(code=INVALID_REQUEST, message="Body must be a single JSON-RPC request object")
             return _error(None, error, 400)
-        raw = cast(dict[str, Any], decoded)
+        raw = cast(JSONObject, decoded)
         params = message.params or {}
         try:
             if message.method == "initialize" and shape is not None:

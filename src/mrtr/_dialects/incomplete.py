@@ -10,16 +10,35 @@ request, as the C# client does in stateless mode. The result is an ordinary JSON
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
+
+from mcp_types import RequestId
 
 from mrtr._dialects.plumbing import invalid, unwrap_answer
+from mrtr._wire import InputRequests, InputResponses
 
 NAME = "incomplete"
 VERSION = "2026-06-XX"
 """The experimental protocol version the C# SDK negotiates MRTR with."""
 
 
-def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+class IncompleteResult(TypedDict):
+    """The `2026-06-XX` result of a round that needs input."""
+
+    result_type: Literal["incomplete"]
+    inputRequests: NotRequired[InputRequests]
+    requestState: NotRequired[str]
+
+
+class IncompleteReply(TypedDict):
+    """`IncompleteResult` as a JSON-RPC response."""
+
+    jsonrpc: Literal["2.0"]
+    id: RequestId
+    result: IncompleteResult
+
+
+def incoming(message: Mapping[str, Any]) -> tuple[InputResponses, str | None]:
     params = message.get("params") or {}
     responses = params.get("inputResponses", params.get("input_responses"))
     state = params.get("requestState", params.get("request_state"))
@@ -34,13 +53,13 @@ def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     return answers, state
 
 
-def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
+def outgoing(request_id: Any, result: Mapping[str, Any]) -> IncompleteReply:
     return {"jsonrpc": "2.0", "id": request_id, "result": outgoing_result(result)}
 
 
-def outgoing_result(result: Mapping[str, Any]) -> dict[str, Any]:
+def outgoing_result(result: Mapping[str, Any]) -> IncompleteResult:
     """The JSON-RPC `result` of `outgoing`'s response: the incomplete result itself."""
-    incomplete: dict[str, Any] = {"result_type": "incomplete"}
+    incomplete: IncompleteResult = {"result_type": "incomplete"}
     if result.get("inputRequests"):
         incomplete["inputRequests"] = dict(result["inputRequests"])
     if result.get("requestState"):
@@ -51,6 +70,8 @@ def outgoing_result(result: Mapping[str, Any]) -> dict[str, Any]:
 __all__ = [
     "NAME",
     "VERSION",
+    "IncompleteReply",
+    "IncompleteResult",
     "incoming",
     "outgoing",
     "outgoing_result",

@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, TypedDict, cast
 
 import anyio
 from mcp.server.connection import Connection
@@ -42,8 +42,9 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from starlette.requests import Request
 
 from mrtr import _sdk as sdk
+from mrtr._wire import JSONObject
 
-DEFAULT_CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
+DEFAULT_CAPABILITIES: JSONObject = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
 """What a dialect client is taken to support when nothing it declared reaches this request:
 the seeds' clients answer elicitation and sampling (and the draft's and C#'s, roots) in-band."""
 
@@ -83,7 +84,7 @@ class OneExchange:
 
     async def send_raw_request(
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         raise NoBackChannelError(method)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None) -> None:
@@ -93,12 +94,20 @@ class OneExchange:
         return None
 
 
+class Reply(TypedDict):
+    """A JSON-RPC success response as a dialect writes it: dialects answer with bodies, not SDK models."""
+
+    jsonrpc: Literal["2.0"]
+    id: RequestId
+    result: JSONObject
+
+
 @dataclass
 class Caller:
     """Who is calling, as far as a stateless dialect request can tell (see `SessionToken`)."""
 
-    capabilities: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_CAPABILITIES))
-    client_info: dict[str, Any] | None = None
+    capabilities: JSONObject = field(default_factory=lambda: dict(DEFAULT_CAPABILITIES))
+    client_info: JSONObject | None = None
     protocol_version: str = LATEST_HANDSHAKE_VERSION
 
 
@@ -138,7 +147,7 @@ class Gateway:
 
     async def call_legacy(
         self, origin: Origin, request_id: RequestId, method: str, params: Mapping[str, Any] | None, caller: Caller
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """Serve a non-MRTR method (initialize, tools/list, ...) on a born-ready handshake connection."""
         version = caller.protocol_version if caller.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS else None
         connection = Connection.from_envelope(
@@ -153,7 +162,7 @@ class Gateway:
         method: str,
         params: Mapping[str, Any] | None,
         connection: Connection,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         if isinstance(origin, Request):
             lowlevel = self.server.session_manager.app
             lifespan_state = sdk.http_lifespan_state(self.server)
@@ -175,7 +184,7 @@ class Gateway:
 
 def modern_params(
     params: Mapping[str, Any], answers: Mapping[str, Any] | None, state: str | None, caller: Caller
-) -> dict[str, Any]:
+) -> JSONObject:
     """A carrier's params at 2026-07-28: the dialect's answers and state where SEP-2322 puts them."""
     out = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState", "_meta")}
     meta = dict(params.get("_meta") or {})
@@ -200,12 +209,12 @@ def is_input_required(result: Mapping[str, Any]) -> bool:
     return result.get("resultType") == "input_required"
 
 
-def plain_result(result: Mapping[str, Any]) -> dict[str, Any]:
+def plain_result(result: Mapping[str, Any]) -> JSONObject:
     """A complete 2026-07-28 result as the seeds' era wrote it: no `resultType`, no serverInfo stamp."""
     out = {k: v for k, v in result.items() if k != "resultType"}
     meta = out.get("_meta")
     if isinstance(meta, dict):
-        meta = {k: v for k, v in cast(dict[str, Any], meta).items() if k != SERVER_INFO_META_KEY}
+        meta = {k: v for k, v in cast(JSONObject, meta).items() if k != SERVER_INFO_META_KEY}
         if meta:
             out["_meta"] = meta
         else:
@@ -221,7 +230,7 @@ def unwrap_answer(value: Any) -> Any | None:
     Returns `None` for "no usable answer"; the caller maps declines (it knows the method).
     """
     if isinstance(value, dict):
-        value = cast(dict[str, Any], value)
+        value = cast(JSONObject, value)
         if "result" in value and isinstance(value["result"], dict):
             return value["result"]
         if "error" in value:
@@ -242,7 +251,7 @@ def seal(
     return security.codec.seal(payload)
 
 
-def unseal(security: RequestStateSecurity, kind: str, audience: str | None, token: object) -> dict[str, Any]:
+def unseal(security: RequestStateSecurity, kind: str, audience: str | None, token: object) -> JSONObject:
     """The claims of a token this fleet minted for `kind` and `audience`, or `DialectError`.
 
     The reason goes nowhere near the wire (as with `requestState`): one frozen message.
@@ -269,7 +278,7 @@ def unseal(security: RequestStateSecurity, kind: str, audience: str | None, toke
         or not (now < exp)
     ):
         raise refused
-    return cast(dict[str, Any], claims)
+    return cast(JSONObject, claims)
 
 
 def digest(value: Any) -> str:
@@ -285,6 +294,7 @@ __all__ = [
     "Gateway",
     "OneExchange",
     "Origin",
+    "Reply",
     "digest",
     "invalid",
     "is_carrier",

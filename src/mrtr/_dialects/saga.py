@@ -15,7 +15,7 @@ replaced, nor silently ignored when it changed. Steps nobody asked are ignored.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, Literal, TypedDict, cast
 
 from mrtr._dialects.plumbing import (
     Caller,
@@ -29,6 +29,7 @@ from mrtr._dialects.plumbing import (
     seal,
     unseal,
 )
+from mrtr._wire import InputRequests, InputResponses, JSONObject
 
 NAME = "saga"
 CALL = "tools/callSaga"
@@ -37,16 +38,45 @@ METHODS = frozenset({CALL, RESUME})
 TOKEN_KIND = "mrtr/saga"
 STEP_TYPES = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
 """Saga step types by the server request they stand for (`roots` is mrtr's addition)."""
-CAPABILITIES: dict[str, Any] = {"elicitation": {"form": {}}, "sampling": {}}
+CAPABILITIES: JSONObject = {"elicitation": {"form": {}}, "sampling": {}}
 """What a saga client answers: the two step types the seed defines."""
+
+
+class SagaStep(TypedDict):
+    """One step a suspended saga asks the client to complete: a server request, by step type."""
+
+    type: str
+    """`elicitation`, `sampling` or `roots` (`STEP_TYPES`; another method as it is named)."""
+    stepId: str
+    params: JSONObject
+
+
+class SuspendedSaga(TypedDict):
+    """The result of a saga call that needs input: its steps, and the token to resume it with."""
+
+    state: Literal["suspended"]
+    sagaToken: str
+    steps: list[SagaStep]
+
+
+class SagaClaims(TypedDict):
+    """What a saga token seals besides `plumbing.seal`'s own claims: the call, and the steps
+    asked and done so far (step id -> type, step id -> fingerprint of its result)."""
+
+    t: str
+    args: JSONObject
+    rs: str | None
+    """The flow's `requestState`."""
+    asked: dict[str, str]
+    done: dict[str, str]
 
 
 async def handle(
     gateway: Gateway, origin: Origin, request_id: Any, method: str, params: Mapping[str, Any], caller: Caller
-) -> dict[str, Any]:
+) -> SuspendedSaga | JSONObject:
     """Serve `tools/callSaga` or `tools/resumeSaga`; the JSON-RPC `result` (suspended or final)."""
     security, audience = gateway.security, gateway.audience
-    answers: dict[str, Any] = {}
+    answers: InputResponses = {}
     accepted: dict[str, str] = {}
     done: dict[str, str] = {}
     if method == CALL:
@@ -67,15 +97,15 @@ async def handle(
     result = await gateway.call(origin, request_id, "tools/call", modern_params(call, answers, state, caller))
     if not is_input_required(result):
         return plain_result(result)
-    pending: dict[str, Any] = dict(result.get("inputRequests") or {})
+    pending: InputRequests = dict(result.get("inputRequests") or {})
     done.update({step_id: mark for step_id, mark in accepted.items() if step_id not in pending})
     steps = [_step(step_id, ask) for step_id, ask in pending.items()]
     asked = {step["stepId"]: step["type"] for step in steps}
-    claims = {"t": name, "args": arguments, "rs": result.get("requestState"), "asked": asked, "done": done}
-    return {"state": "suspended", "sagaToken": seal(security, TOKEN_KIND, audience, claims), "steps": steps}
+    sealed: SagaClaims = {"t": name, "args": arguments, "rs": result.get("requestState"), "asked": asked, "done": done}
+    return {"state": "suspended", "sagaToken": seal(security, TOKEN_KIND, audience, sealed), "steps": steps}
 
 
-def _call_params(params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def _call_params(params: Mapping[str, Any]) -> tuple[str, JSONObject]:
     name, arguments = params.get("name"), params.get("arguments")
     if not isinstance(name, str) or not name:
         raise invalid("tools/callSaga needs params.name, the tool to call", "missing_tool_name")
@@ -83,23 +113,23 @@ def _call_params(params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         arguments = {}
     if not isinstance(arguments, dict):
         raise invalid("tools/callSaga params.arguments must be an object", "malformed_arguments")
-    return name, cast(dict[str, Any], arguments)
+    return name, cast(JSONObject, arguments)
 
 
 def check_steps(
     completed: object, asked: Mapping[str, str], done: Mapping[str, str]
-) -> tuple[dict[str, Any], dict[str, str]]:
+) -> tuple[InputResponses, dict[str, str]]:
     """New answers (to steps asked last turn) and their fingerprints; refuses a changed past step."""
     if completed is None:
         completed = []
     if not isinstance(completed, list):
         raise invalid("completedSteps must be an array of SagaStepResult", "malformed_completed_steps")
-    answers: dict[str, Any] = {}
+    answers: InputResponses = {}
     fingerprints: dict[str, str] = {}
     for entry in completed:
         if not isinstance(entry, dict) or not isinstance(entry.get("stepId"), str):
             raise invalid("every completed step needs a string stepId", "malformed_completed_steps")
-        entry = cast(dict[str, Any], entry)
+        entry = cast(JSONObject, entry)
         step_id: str = entry["stepId"]
         mark = digest({k: entry[k] for k in ("result", "error") if k in entry})
         if step_id in done:
@@ -128,7 +158,7 @@ def _answer(step_type: str, entry: Mapping[str, Any]) -> Any | None:
     return None  # nothing usable: the step is asked again
 
 
-def _step(step_id: str, ask: Mapping[str, Any]) -> dict[str, Any]:
+def _step(step_id: str, ask: Mapping[str, Any]) -> SagaStep:
     method = ask.get("method", "")
     step_type = STEP_TYPES.get(method, method)
     return {"type": step_type, "stepId": step_id, "params": dict(ask.get("params") or {})}
@@ -142,6 +172,9 @@ __all__ = [
     "RESUME",
     "STEP_TYPES",
     "TOKEN_KIND",
+    "SagaClaims",
+    "SagaStep",
+    "SuspendedSaga",
     "check_steps",
     "handle",
 ]

@@ -21,7 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, RequestParams
 from pydantic import ConfigDict
 
-from mrtr._wire import RELATED_TASK, TaskRequestParams, TaskView
+from mrtr._wire import RELATED_TASK, InputResponses, JSONObject, TaskRequestParams, TaskView
 
 
 class TaskAccess(Protocol):
@@ -33,7 +33,7 @@ class TaskAccess(Protocol):
 
     async def reload(self, task_id: str) -> TaskView: ...
 
-    async def apply_answers(self, task_id: str, responses: dict[str, Any], *, strict: bool) -> Any: ...
+    async def apply_answers(self, task_id: str, responses: InputResponses, *, strict: bool) -> Any: ...
 
 
 _RESULT_WAIT = 25.0  # seconds tasks/result holds a request while the task is still working
@@ -41,12 +41,12 @@ _RESULT_WAIT = 25.0  # seconds tasks/result holds a request while the task is st
 
 class InputResponseParams(RequestParams):
     model_config = ConfigDict(extra="allow")
-    input_responses: dict[str, Any]
+    input_responses: InputResponses
 
 
 def seed_methods(extension: TaskAccess) -> list[MethodBinding]:
 
-    async def result(ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> dict[str, Any]:
+    async def result(ctx: ServerRequestContext[Any, Any], params: TaskRequestParams) -> JSONObject:
         record = await extension.load_checked(ctx, params.task_id)
         deadline = time.monotonic() + _RESULT_WAIT
         while record.status == "working" and time.monotonic() < deadline:
@@ -63,7 +63,7 @@ def seed_methods(extension: TaskAccess) -> list[MethodBinding]:
             raise MCPError(code=INVALID_PARAMS, message=f"task {record.task_id} was cancelled")
         return {"resultType": "input_required", **related}  # still working: state-only, retry
 
-    async def input_response(ctx: ServerRequestContext[Any, Any], params: InputResponseParams) -> dict[str, Any]:
+    async def input_response(ctx: ServerRequestContext[Any, Any], params: InputResponseParams) -> JSONObject:
         meta = (ctx.params or {}).get("_meta") or {}
         task_id = (meta.get(RELATED_TASK) or {}).get("taskId")
         if not isinstance(task_id, str):

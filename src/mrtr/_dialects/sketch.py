@@ -10,16 +10,28 @@ every client answers and echoes back verbatim like any other key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, TypedDict
+
+from mcp_types import RequestId
 
 from mrtr._dialects.plumbing import invalid, unwrap_answer
+from mrtr._wire import InputRequests, InputResponses
 
 NAME = "sketch"
 STATE_KEY_PREFIX = "mrtr/state:"
 """The key of the `ping` dependent request that carries the sealed journal."""
 
 
-def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+class SketchReply(TypedDict):
+    """The sketch's answer to a round that needs input: its asks, the sealed journal riding as
+    one more of them (a `ping` under `STATE_KEY_PREFIX`)."""
+
+    jsonrpc: Literal["2.0"]
+    id: RequestId
+    dependent_requests: InputRequests
+
+
+def incoming(message: Mapping[str, Any]) -> tuple[InputResponses, str | None]:
     """The answers and sealed journal a retried request carries (none on a first request)."""
     params = message.get("params") or {}
     responses = message.get("dependent_responses", params.get("dependent_responses"))
@@ -28,7 +40,7 @@ def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
         return {}, state if isinstance(state, str) else None
     if not isinstance(responses, dict):
         raise invalid("dependent_responses must be an object keyed like dependent_requests", "malformed_answers")
-    answers: dict[str, Any] = {}
+    answers: InputResponses = {}
     for key, value in responses.items():
         if key.startswith(STATE_KEY_PREFIX):
             state = key.removeprefix(STATE_KEY_PREFIX)
@@ -39,7 +51,7 @@ def incoming(message: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
     return answers, state if isinstance(state, str) else None
 
 
-def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
+def outgoing(request_id: Any, result: Mapping[str, Any]) -> SketchReply:
     """An `input_required` result as the sketch's incomplete response."""
     requests = dict(result.get("inputRequests") or {})
     state = result.get("requestState")
@@ -51,6 +63,7 @@ def outgoing(request_id: Any, result: Mapping[str, Any]) -> dict[str, Any]:
 __all__ = [
     "NAME",
     "STATE_KEY_PREFIX",
+    "SketchReply",
     "incoming",
     "outgoing",
 ]

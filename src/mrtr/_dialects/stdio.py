@@ -14,7 +14,7 @@ middleware costs one method test per request.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.shared.exceptions import MCPError
@@ -30,6 +30,7 @@ from mrtr._dialects.plumbing import (
     modern_params,
     plain_result,
 )
+from mrtr._wire import JSONObject
 
 
 class DialectMiddleware:
@@ -47,7 +48,10 @@ class DialectMiddleware:
         try:
             if self.saga and method in saga.METHODS:
                 caller = _caller(ctx, dict(saga.CAPABILITIES))
-                return await saga.handle(self.gateway, ctx, ctx.request_id, method, ctx.params or {}, caller)
+                # The SDK's middleware takes a plain dict: the named shapes are dicts at run time.
+                return cast(
+                    JSONObject, await saga.handle(self.gateway, ctx, ctx.request_id, method, ctx.params or {}, caller)
+                )
             if self.incomplete and method == "initialize":
                 result = await call_next(ctx)
                 if (ctx.params or {}).get("protocolVersion") == incomplete.VERSION and isinstance(result, dict):
@@ -59,14 +63,14 @@ class DialectMiddleware:
             raise MCPError(code=exc.error.code, message=exc.error.message, data=exc.error.data) from None
         return await call_next(ctx)
 
-    async def _incomplete(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    async def _incomplete(self, ctx: ServerRequestContext[Any, Any]) -> JSONObject:
         params = ctx.params or {}
         answers, state = incomplete.incoming({"params": params})
         modern = modern_params(params, answers, state, _caller(ctx, dict(DEFAULT_CAPABILITIES)))
         assert ctx.request_id is not None
         result = await self.gateway.call(ctx, ctx.request_id, ctx.method, modern)
         if is_input_required(result):
-            return incomplete.outgoing_result(result)
+            return cast(JSONObject, incomplete.outgoing_result(result))  # a plain dict for the SDK, as above
         return plain_result(result)
 
 
@@ -76,7 +80,7 @@ def _negotiated_incomplete(ctx: ServerRequestContext[Any, Any]) -> bool:
     return params is not None and params.protocol_version == incomplete.VERSION
 
 
-def _caller(ctx: ServerRequestContext[Any, Any], fallback: dict[str, Any]) -> Caller:
+def _caller(ctx: ServerRequestContext[Any, Any], fallback: JSONObject) -> Caller:
     """What this connection's `initialize` declared, else what the dialect's clients answer."""
     declared = ctx.session.client_capabilities
     params = ctx.session.client_params

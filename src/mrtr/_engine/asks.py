@@ -13,8 +13,8 @@ import base64
 import hashlib
 import json
 import weakref
-from collections.abc import Callable
-from typing import Any, Literal, cast
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
@@ -45,11 +45,20 @@ from pydantic_core import core_schema
 
 from mrtr._errors import FlowDefinitionError
 from mrtr._sdk import FORM_FIELD, client_result_schema
+from mrtr._wire import JSONObject
 
 AskKind = Literal["elicit", "elicit_url", "sample", "roots"]
 
 Capability = Literal["elicitation", "elicitation.form", "elicitation.url", "sampling", "sampling.tools", "roots"]
 """A client capability a flow can test (`ctx.client_supports`) or require (`@flows.tool(requires=[...])`)."""
+
+
+class FormAnswer(TypedDict):
+    """A form's answer as journaled (`Ask.accept`): what `ctx.ask_form` returns to an adapter."""
+
+    action: Literal["accept", "decline", "cancel"]
+    content: NotRequired[JSONObject]
+    """The form's fields (only those it asked for), when accepted."""
 
 
 class BadAnswer(Exception):
@@ -130,7 +139,7 @@ class Ask:
         explicit_key: str | None,
         allow_preanswer: bool,
         schema: type[BaseModel] | None = None,
-        validator: Callable[[dict[str, Any]], object] | None = None,
+        validator: Callable[[JSONObject], object] | None = None,
         fields: frozenset[str] | None = None,
         capability: Capability | None = None,
     ) -> None:
@@ -181,7 +190,7 @@ class Ask:
             return schema.__pydantic_validator__.validate_python(content)
         return schema.model_validate(content)
 
-    def wire_request(self) -> dict[str, Any]:
+    def wire_request(self) -> JSONObject:
         return self.request.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def accept(self, answer: Any, *, key: str = "", version: str | None = None) -> Any:
@@ -226,7 +235,7 @@ class Ask:
             return {"action": "accept", "content": content}
         raise AssertionError(f"unknown ask kind {self.kind!r}")  # pragma: no cover
 
-    def _validate_form(self, content: dict[str, Any]) -> object:
+    def _validate_form(self, content: JSONObject) -> object:
         try:
             if self.validator is not None:
                 return self.validator(content)
@@ -234,14 +243,14 @@ class Ask:
         except (ValidationError, ValueError, TypeError) as exc:
             raise BadAnswer(human_reason(exc, self._form_fields())) from None
 
-    def _form_fields(self) -> dict[str, Any]:
+    def _form_fields(self) -> JSONObject:
         params = getattr(self.request, "params", None)
         schema = getattr(params, "requested_schema", None) or {}
-        properties: dict[str, Any] = schema.get("properties") or {}
+        properties: JSONObject = schema.get("properties") or {}
         return properties
 
 
-def human_reason(exc: Exception, fields: dict[str, Any]) -> str:
+def human_reason(exc: Exception, fields: Mapping[str, Any]) -> str:
     """Why a form answer was not taken, for the person who answers it again: short, in the form's words.
 
     The re-asked question carries it (`(Asked again: ...)`), so it names fields by the titles
@@ -265,7 +274,7 @@ def human_reason(exc: Exception, fields: dict[str, Any]) -> str:
     return "; ".join(reasons) + (f" (and {more} more)" if more > 0 else "")
 
 
-def _needs(error: Any, field: dict[str, Any]) -> str:
+def _needs(error: Any, field: Mapping[str, Any]) -> str:
     kind = error["type"]
     if kind == "missing":
         return "is required"
@@ -307,7 +316,7 @@ _CAPABILITY: dict[AskKind, Capability] = {
 # Every round replays every ask, so what an ask costs to build matters. Questions often
 # carry client text, so caches are bounded in bytes, not just entries: schemas by class,
 # held weakly (only code creates classes), and asks only for short questions.
-_schemas: weakref.WeakKeyDictionary[type[BaseModel], tuple[dict[str, Any], bytes]] = weakref.WeakKeyDictionary()
+_schemas: weakref.WeakKeyDictionary[type[BaseModel], tuple[JSONObject, bytes]] = weakref.WeakKeyDictionary()
 
 
 def elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_preanswer: bool) -> Ask:
@@ -351,8 +360,8 @@ def _elicit_ask(message: str, schema: type[BaseModel], key: str | None, allow_pr
 
 def form_ask(
     message: str,
-    schema: dict[str, Any],
-    validate: Callable[[dict[str, Any]], object],
+    schema: JSONObject,
+    validate: Callable[[JSONObject], object],
     key: str | None,
     allow_preanswer: bool = False,
 ) -> Ask:
@@ -467,7 +476,7 @@ def _field_names(schema: type[BaseModel]) -> frozenset[str]:
     return names
 
 
-def _schema_of(schema: type[BaseModel]) -> tuple[dict[str, Any], bytes]:
+def _schema_of(schema: type[BaseModel]) -> tuple[JSONObject, bytes]:
     cached = _schemas.get(schema)
     if cached is None:
         try:
@@ -509,7 +518,7 @@ class _FormJsonSchema(GenerateJsonSchema):
         return result
 
 
-def render_form_schema(schema: type[BaseModel]) -> dict[str, Any]:
+def render_form_schema(schema: type[BaseModel]) -> JSONObject:
     """`requestedSchema` for a model, with Enum fields inlined as the spec's string enums.
 
     Pydantic renders an `Enum` as a `$ref` into `$defs`, which a form cannot hold; its
@@ -521,7 +530,7 @@ def render_form_schema(schema: type[BaseModel]) -> dict[str, Any]:
     """
     rendered = schema.model_json_schema(schema_generator=_FormJsonSchema)
     definitions = rendered.pop("$defs", {})
-    properties: dict[str, Any] = rendered.get("properties", {})
+    properties: JSONObject = rendered.get("properties", {})
     fields = {field.alias or name: field for name, field in schema.model_fields.items()}  # properties are by alias
     for name, prop in properties.items():
         prop = properties[name] = _inline(prop, definitions)
@@ -540,7 +549,7 @@ def render_form_schema(schema: type[BaseModel]) -> dict[str, Any]:
     return rendered
 
 
-def _inline(prop: dict[str, Any], definitions: dict[str, Any]) -> dict[str, Any]:
+def _inline(prop: JSONObject, definitions: JSONObject) -> JSONObject:
     ref = prop.get("$ref")
     if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
         return prop
@@ -572,7 +581,7 @@ def supports(capabilities: ClientCapabilities | None, capability: Capability) ->
     return capabilities.roots is not None
 
 
-def required_capability(capability: Capability) -> dict[str, Any]:
+def required_capability(capability: Capability) -> JSONObject:
     """The `requiredCapabilities` payload of a -32021 error for `capability`."""
     required = {
         "elicitation": ClientCapabilities(elicitation=ElicitationCapability()),
@@ -593,6 +602,7 @@ __all__ = [
     "AskKind",
     "BadAnswer",
     "Capability",
+    "FormAnswer",
     "MalformedAnswer",
     "client_result",
     "malformed",

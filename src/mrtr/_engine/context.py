@@ -11,7 +11,7 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import timedelta
 from types import CoroutineType
@@ -34,10 +34,11 @@ from mcp_types import (
 )
 from pydantic import BaseModel, TypeAdapter
 
-from mrtr._engine.asks import Ask, Capability, elicit_ask, elicit_url_ask, form_ask, roots_ask, sample_ask
+from mrtr._engine.asks import Ask, Capability, FormAnswer, elicit_ask, elicit_url_ask, form_ask, roots_ask, sample_ask
 from mrtr._engine.steps import StepInfo, current_step, typed_result
-from mrtr._engine.waits import check_event_name, seconds
+from mrtr._engine.waits import WaitState, check_event_name, seconds
 from mrtr._errors import Cancelled, Declined, EventTimeout, FlowDefinitionError
+from mrtr._wire import JSONObject
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
@@ -164,7 +165,7 @@ class Driver(Protocol):
         """The wire key of `ask` and its journaled/received answer (validated by `Ask.accept`)."""
         ...
 
-    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         """The step's result as JSON (journaled, or freshly computed and journaled)."""
         ...
 
@@ -176,7 +177,7 @@ class Driver(Protocol):
         """Hand over to a durable task here, if this call is becoming one."""
         ...
 
-    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> dict[str, Any]:
+    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> WaitState:
         """A durable timer or event wait's journaled outcome (see `mrtr._engine.waits`)."""
         ...
 
@@ -301,11 +302,11 @@ class FlowContext:
     async def ask_form(
         self,
         message: str,
-        schema: dict[str, Any],
-        validate: Callable[[dict[str, Any]], object],
+        schema: JSONObject,
+        validate: Callable[[JSONObject], object],
         *,
         key: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> FormAnswer:
         """Ask a form whose JSON schema is already rendered; returns the answer as journaled.
 
         `{"action": "accept", "content": {...}}` (content that passed `validate`), or
@@ -321,7 +322,7 @@ class FlowContext:
                 answer = await self._wait_answer(wire_key, ask)
         else:
             _, answer = await self._driver.ask(ask)
-        return dict(answer)
+        return cast(FormAnswer, dict(answer))
 
     @tracked
     async def elicit_url(self, message: str, url: str, *, key: str | None = None) -> None:
@@ -336,7 +337,7 @@ class FlowContext:
     @overload
     async def sample(
         self,
-        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        prompt: str | Sequence[SamplingMessage | Mapping[str, Any]],
         *,
         max_tokens: int,
         system_prompt: str | None = None,
@@ -344,7 +345,7 @@ class FlowContext:
         stop_sequences: list[str] | None = None,
         model_preferences: ModelPreferences | None = None,
         include_context: IncludeContext | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: JSONObject | None = None,
         tools: None = None,
         tool_choice: None = None,
         key: str | None = None,
@@ -353,7 +354,7 @@ class FlowContext:
     @overload
     async def sample(
         self,
-        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        prompt: str | Sequence[SamplingMessage | Mapping[str, Any]],
         *,
         max_tokens: int,
         system_prompt: str | None = None,
@@ -361,7 +362,7 @@ class FlowContext:
         stop_sequences: list[str] | None = None,
         model_preferences: ModelPreferences | None = None,
         include_context: IncludeContext | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: JSONObject | None = None,
         tools: Sequence[Tool],
         tool_choice: ToolChoice | None = None,
         key: str | None = None,
@@ -371,7 +372,7 @@ class FlowContext:
     @tracked
     async def sample(
         self,
-        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        prompt: str | Sequence[SamplingMessage | Mapping[str, Any]],
         *,
         max_tokens: int,
         system_prompt: str | None = None,
@@ -379,7 +380,7 @@ class FlowContext:
         stop_sequences: list[str] | None = None,
         model_preferences: ModelPreferences | None = None,
         include_context: IncludeContext | None = None,
-        metadata: dict[str, Any] | None = None,
+        metadata: JSONObject | None = None,
         tools: Sequence[Tool] | None = None,
         tool_choice: ToolChoice | None = None,
         key: str | None = None,
@@ -446,7 +447,7 @@ class FlowContext:
     @tracked
     async def sample_text(
         self,
-        prompt: str | Sequence[SamplingMessage | dict[str, Any]],
+        prompt: str | Sequence[SamplingMessage | Mapping[str, Any]],
         *,
         max_tokens: int,
         system_prompt: str | None = None,
@@ -655,7 +656,7 @@ async def gather(*aws: Awaitable[Any]) -> list[Any]:
     return await current_flow().gather(*aws)
 
 
-def _raise_if_refused(answer: dict[str, Any], message: str, key: str) -> None:
+def _raise_if_refused(answer: Mapping[str, Any], message: str, key: str) -> None:
     action = answer.get("action")
     if action == "decline":
         raise Declined(message, key=key)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
@@ -30,9 +30,11 @@ from mrtr._engine.branches import outside_branch
 from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
 from mrtr._engine.steps import StepInfo, arg_digest, call_step, to_journal
-from mrtr._engine.waits import CALLBACK_PREFIX, EVENT_PREFIX, TIMER, WaitSource, needs_task, taken_events
+from mrtr._engine.waits import CALLBACK_PREFIX, EVENT_PREFIX, TIMER, WaitSource, WaitState, needs_task, taken_events
 from mrtr._telemetry import tracing
 from mrtr._wire import Wait
+
+_State = TypeVar("_State", bound=Mapping[str, object])
 
 logger = logging.getLogger("mrtr.drivers")
 
@@ -136,7 +138,7 @@ class JournalDriver:
             raise missing_capability(ask.capability)
         return await replay.park(key, ask)
 
-    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         replay = self._replay
         branch = replay.branch()
         check_step_name(replay.flow, name)
@@ -180,7 +182,7 @@ class JournalDriver:
         replay = self._replay
         return replay.patched(replay.branch(), patch_id)
 
-    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> dict[str, Any]:
+    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> WaitState:
         """A durable timer (`kind="timer"`, `limit` its delay) or event wait (`limit` its timeout).
 
         Returns the wait's journaled outcome: `{"due", "done": 1}` plus `"id"`/`"data"` for a
@@ -194,32 +196,35 @@ class JournalDriver:
         if waits is None and not self._dry_run:
             raise needs_task(replay.flow, "sleep" if kind == "timer" else "wait_for_event")
         key = step_key(branch, TIMER if kind == "timer" else f"{EVENT_PREFIX}{name}")
-        found, state = replay.recorded_step(key, "")
-        if found and isinstance(state, dict) and state.get("done"):
+        found, recorded = replay.recorded_step(key, "")
+        state = cast(WaitState, recorded)  # what this wait journaled, when `found` and a dict
+        if found and isinstance(recorded, dict) and state.get("done"):
             return state
         if waits is None:  # a dry run reached a wait that has not resolved: hold it there
             self.would_run.append(key)
             await replay.park(key, None)
             raise AssertionError("unreachable: a parked branch never resumes")
-        if not found or not isinstance(state, dict):
+        if not found or not isinstance(recorded, dict):
             state = {"due": None if limit is None else round(waits.now() + limit, 3)}
             self._journal(key, state)
         due = state["due"]
 
-        def resolve() -> dict[str, Any] | None:
+        def resolve() -> WaitState | None:
             if kind == "event":
                 assert name is not None
                 event = waits.take_event(name, taken_events(replay.journal.steps))
                 if event is not None:
-                    return self._journal(key, {"due": due, "done": 1, "id": event[0], "data": event[1]})
+                    arrived: WaitState = {"due": due, "done": 1, "id": event[0], "data": event[1]}
+                    return self._journal(key, arrived)
             if due is not None and waits.now() >= due:
-                return self._journal(key, {"due": due, "done": 1} | ({"timeout": 1} if kind == "event" else {}))
+                fired: WaitState = {"due": due, "done": 1, "timeout": 1} if kind == "event" else {"due": due, "done": 1}
+                return self._journal(key, fired)
             return None
 
         info: Wait = {"kind": kind, "name": name, "until": due}
         if kind == "event" and _has_callback(replay, f"{CALLBACK_PREFIX}{name}"):
             info["via"] = "callback"  # what an operator filters on: this event comes from a callback URL
-        outcome: dict[str, Any] = await replay.park_wait(key, info, resolve)
+        outcome: WaitState = await replay.park_wait(key, info, resolve)
         return outcome
 
     async def callback_url(self, name: str, ttl: float) -> str:
@@ -242,7 +247,7 @@ class JournalDriver:
         self._journal(key, {"url": url})
         return url
 
-    def _journal(self, key: str, state: dict[str, Any]) -> dict[str, Any]:
+    def _journal(self, key: str, state: _State) -> _State:
         """Journal a wait's state; a task writes it with its next checkpoint (before any new step)."""
         self._replay.record_step(key, "", state)
         if self._checkpoint is not None:
@@ -297,7 +302,7 @@ class LiveDriver:
                 continue
         raise MCPError(code=INVALID_PARAMS, message=f"The client answered {_LEGACY_REASK_LIMIT} times off-schema")
 
-    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         check_step_name(self._flow, name)
         n = self._step_counts[name] = self._step_counts.get(name, 0) + 1
         key = name if n == 1 else f"{name}#{n}"
@@ -309,7 +314,7 @@ class LiveDriver:
         """A live run is always new code running for the first time."""
         return True
 
-    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> dict[str, Any]:
+    async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> WaitState:
         raise needs_task(self._flow, "sleep" if kind == "timer" else "wait_for_event")
 
     async def callback_url(self, name: str, ttl: float) -> str:

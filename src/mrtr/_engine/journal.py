@@ -15,9 +15,11 @@ import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import pydantic_core
+
+from mrtr._wire import JSONObject
 
 FORMAT_VERSION = 1
 
@@ -62,6 +64,25 @@ class JournalFromNewerVersion(JournalFormatError):
     """Written by a newer mrtr in a format this one cannot read (an instance that can, will)."""
 
 
+class QuestionNote(TypedDict, total=False):
+    """What one ask asked, as a journal keeps it for people (`mrtr._engine.questions`); short keys,
+    as everything in the journal, which rides in sealed state. Each field may be missing from a
+    journal an older mrtr wrote (`{}`: nothing recorded)."""
+
+    k: str
+    """The ask's kind (`mrtr._engine.asks.AskKind`)."""
+    q: str
+    """The question's text, bounded (`mrtr._engine.questions.QUESTION_MAX`)."""
+    t: str
+    """A form's title."""
+    d: str
+    """The question's digest (a reworded question gets a new note)."""
+    a: float
+    """When it was first asked, epoch seconds."""
+    r: float
+    """When it was answered, epoch seconds."""
+
+
 @dataclass
 class Journal:
     """One flow's progress. Field names are spelled out here and shortened on the wire."""
@@ -85,25 +106,24 @@ class Journal:
     """A step key an operator forked the task from (`TaskAdmin.rerun(from_step=)`): when the run
     reaches it, the answers it has not used yet were given after that step, and are dropped
     (those asks are asked again). Cleared once reached."""
-    questions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """wire key -> what was asked, for people (`mrtr._engine.questions`): `{"k": kind, "q": text,
-    "t": form title?, "d": question digest, "a": asked at, "r": answered at?}`. Durable tasks only;
+    questions: dict[str, QuestionNote] = field(default_factory=dict)
+    """wire key -> what was asked, for people (`mrtr._engine.questions`). Durable tasks only;
     replay never reads it, and a journal from before it has none."""
-    extras: dict[str, Any] = field(default_factory=dict)
+    extras: JSONObject = field(default_factory=dict)
     """Wire fields written by a newer mrtr that this one does not know: kept, not dropped."""
 
     @classmethod
     def start(cls) -> Journal:
         return cls(flow_id=_b64u(os.urandom(12)), started_at=time.time())
 
-    def to_wire(self, *, copy: bool = True) -> dict[str, Any]:
+    def to_wire(self, *, copy: bool = True) -> JSONObject:
         """The wire form, as JSON-ready data.
 
         `copy=False` (for the encoder, every round) puts the answer and step tables in as
         they are: their `(digest, value)` tuples serialize as the same JSON arrays as the
         lists a copy holds, without rebuilding a long flow's tables each round.
         """
-        wire: dict[str, Any] = {
+        wire: JSONObject = {
             "v": FORMAT_VERSION,
             "f": self.flow_id,
             "t": round(self.started_at, 3),
@@ -152,7 +172,9 @@ class Journal:
                 origins={str(k): str(v) for k, v in origins.items()} if origins else {},
                 reworded=int(wire.get("w", 0)),
                 fork_from=None if wire.get("r") is None else str(wire["r"]),
-                questions={str(k): dict(v) for k, v in questions.items()} if questions else {},
+                questions=cast(dict[str, QuestionNote], {str(k): dict(v) for k, v in questions.items()})
+                if questions
+                else {},
                 extras={} if wire.keys() <= _KNOWN else {k: v for k, v in wire.items() if k not in _KNOWN},
             )
         except JournalFormatError:
@@ -225,6 +247,7 @@ __all__ = [
     "Journal",
     "JournalFormatError",
     "JournalFromNewerVersion",
+    "QuestionNote",
     "decode",
     "embedded_length",
     "encode",

@@ -15,15 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 from mrtr._engine.asks import Ask
+from mrtr._engine.journal import QuestionNote
+from mrtr._wire import JSONObject
 
 QUESTION_MAX = 2048
 """Characters of a question's text a journal keeps; the rest is cut (`CUT` marks it)."""
 CUT = " […cut]"
 
 
-def question_of(ask: Ask) -> dict[str, Any]:
-    """The journal's note of `ask`: `{"q": text, "t": form title?, "k": kind}` (text bounded)."""
-    params: dict[str, Any] = ask.wire_request().get("params") or {}
+def question_of(ask: Ask) -> QuestionNote:
+    """The journal's note of `ask`: its kind, text (bounded) and form title."""
+    params: JSONObject = ask.wire_request().get("params") or {}
     title: Any = None
     if ask.kind in ("elicit", "elicit_url"):
         text = str(params.get("message", ""))
@@ -33,7 +35,7 @@ def question_of(ask: Ask) -> dict[str, Any]:
         text = _last_user_message(params.get("messages") or [])
     else:
         text = "the client's roots (roots/list)"
-    note: dict[str, Any] = {"k": ask.kind, "q": bounded(text)}
+    note: QuestionNote = {"k": ask.kind, "q": bounded(text)}
     if isinstance(title, str) and title:
         note["t"] = bounded(title, 200)
     return note

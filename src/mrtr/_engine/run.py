@@ -21,7 +21,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities, InputRequest
 
 from mrtr._engine import branches, spans
 from mrtr._engine.asks import Ask
@@ -313,19 +313,19 @@ def _describe(ask: Ask) -> str:
     return f"{ask.kind} {message!r}" if isinstance(message, str) else f"a new {ask.kind} request"
 
 
-def wire_asks(replay: Replay) -> dict[str, Any]:
+def wire_asks(replay: Replay) -> dict[str, InputRequest]:
     """The parked asks as `inputRequests`; a re-asked question says why, so the client can show it.
 
     The reason goes in the form's message (what a person sees; it is not part of the
     question's identity) and in `_meta["mrtr/reaskReason"]` (raw wire clients see it; the
     official SDK client drops unknown `_meta` keys when it parses an input request).
     """
-    asks: dict[str, Any] = {}
+    asks: dict[str, InputRequest] = {}
     for key, ask in replay.parked.items():
         request = ask.request
         reason = replay.reasked.get(key)
         if reason is not None and request.params is not None:
-            update: dict[str, Any] = {"meta": {"mrtr/reaskReason": reason}}
+            update: dict[str, object] = {"meta": {"mrtr/reaskReason": reason}}
             message = getattr(request.params, "message", None)
             if ask.kind == "elicit" and isinstance(message, str):
                 update["message"] = f"{message}\n\n(Asked again: {reason}.)"

@@ -16,7 +16,7 @@ import inspect
 import logging
 import typing
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ def current_step() -> StepInfo:
     return info
 
 
-def arg_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+def arg_digest(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
     """Fingerprint of a step's arguments, to catch replays that diverge from the first run."""
     if not args and not kwargs:  # the digest of `[[],{}]`, computed once
         return _NO_ARGS
@@ -99,7 +99,7 @@ def _reshaped(value: Any, journaled: Any) -> bool:
         return True
 
 
-async def call_step(info: StepInfo, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def call_step(info: StepInfo, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
     token = _current_step.set(info)
     try:
         if inspect.iscoroutinefunction(fn):

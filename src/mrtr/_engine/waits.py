@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Collection
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from mrtr._errors import FlowDefinitionError
 
@@ -26,6 +26,26 @@ EVENT_PREFIX = "@event."
 CALLBACK_PREFIX = "@callback."
 
 _EVENT_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+
+class WaitState(TypedDict):
+    """A durable wait as its journal step holds it: when it falls due, and, once resolved, how.
+
+    Journaled with the due time first (so a replay waits for the same moment), then again with
+    `done` when a timer fires, an event arrives (`id`, `data`) or an event's timeout passes
+    (`timeout`). What `ctx.sleep` and `ctx.wait_for_event` read back.
+    """
+
+    due: float | None
+    """Epoch seconds it falls due (None: an event with no timeout)."""
+    done: NotRequired[int]
+    """1 once resolved; absent while it waits."""
+    id: NotRequired[str]
+    """The delivered event's id."""
+    data: NotRequired[Any]
+    """The delivered event's payload."""
+    timeout: NotRequired[int]
+    """1: the event's timeout passed first."""
 
 
 class WaitSource(Protocol):
@@ -81,6 +101,7 @@ __all__ = [
     "EVENT_PREFIX",
     "TIMER",
     "WaitSource",
+    "WaitState",
     "check_event_name",
     "needs_task",
     "seconds",

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeGuard
 
 import mcp_types as t
 
+from mrtr._wire import JSONObject
 from mrtr.cli._errors import UsageError
 from mrtr.cli._observe import last_user_text
 
@@ -35,7 +36,7 @@ SAMPLING_MODEL = "mrtr-cli"
 _CMD_TIMEOUT = 120.0
 
 
-def load_answers(path: Path) -> dict[str, Any]:
+def load_answers(path: Path) -> JSONObject:
     """Read an answers file; any problem is a one-line `UsageError`."""
     try:
         text = path.read_text()
@@ -78,7 +79,7 @@ def _first_line(exc: BaseException) -> str:
 class AnswerBook:
     """Answers by key, question or pattern; `lookup` returns None when there is none."""
 
-    entries: dict[str, Any]
+    entries: JSONObject
 
     def lookup(self, key: str | None, question: str, *, patterns: bool = True) -> tuple[bool, Any]:
         """The entry for `key`, else for `question`, else (with `patterns`) the first `*` pattern matching it."""

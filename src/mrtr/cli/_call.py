@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from mrtr._wire import JSONObject
 from mrtr.cli._answers import (
     AnswerBook,
     check_sampling_mode,
@@ -56,7 +58,7 @@ class CallRequest:
     tool: str | None = None
     prompt: str | None = None
     resource: str | None = None
-    arguments: dict[str, Any] = field(default_factory=dict)
+    arguments: JSONObject = field(default_factory=dict)
     raw_args: list[str] = field(default_factory=list)
     answers: Path | None = None
     sampling: str = "ask"
@@ -258,9 +260,9 @@ class CallSession:
         self._pause_progress()
 
 
-def parse_arguments(raw: list[str], json_args: str | None) -> dict[str, Any]:
+def parse_arguments(raw: list[str], json_args: str | None) -> JSONObject:
     """`--json` first, then each `--arg k=v` (values typed later, against the input schema)."""
-    arguments: dict[str, Any] = {}
+    arguments: JSONObject = {}
     if json_args:
         try:
             parsed = json.loads(json_args)
@@ -277,7 +279,7 @@ def parse_arguments(raw: list[str], json_args: str | None) -> dict[str, Any]:
     return arguments
 
 
-def typed(arguments: dict[str, Any], raw_names: set[str], schema: dict[str, Any] | None) -> dict[str, Any]:
+def typed(arguments: Mapping[str, Any], raw_names: set[str], schema: Mapping[str, Any] | None) -> JSONObject:
     """`--arg` values as strings where the schema wants a string, else as JSON when they parse."""
     properties = (schema or {}).get("properties") or {}
     out = dict(arguments)
@@ -365,7 +367,7 @@ def _page(cursor: str | None) -> t.PaginatedRequestParams | None:
     return t.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
 
 
-async def _check_listed(client: FlowClient, kind: str, name: str) -> dict[str, Any] | None:
+async def _check_listed(client: FlowClient, kind: str, name: str) -> JSONObject | None:
     """The tool's input schema (or None for a prompt); unknown names are a one-line usage error."""
     names: list[str] = []
     cursor: str | None = None
@@ -425,7 +427,7 @@ def show_result(result: Any, out: Console, output: str, console: Console) -> int
     return EXIT_TOOL_ERROR if is_error else EXIT_OK
 
 
-def _print_block(out: Console, block: dict[str, Any]) -> None:
+def _print_block(out: Console, block: Mapping[str, Any]) -> None:
     if block.get("type") == "text":
         out.print(escape(str(block.get("text", ""))), highlight=False)
     else:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import date
 from typing import Any, Literal
 
@@ -21,6 +21,8 @@ import jsonschema  # type: ignore[import-untyped]  # no stubs among the project'
 import mcp_types as t
 from rich.console import Console
 from rich.markup import escape
+
+from mrtr._wire import JSONObject
 
 DECLINE = ":decline"
 CANCEL = ":cancel"
@@ -98,7 +100,7 @@ def reason(exc: jsonschema.ValidationError) -> str:
     return f"{exc.message}: give {example}" if example else str(exc.message)
 
 
-def problems(schema: dict[str, Any], content: dict[str, Any]) -> str | None:
+def problems(schema: Mapping[str, Any], content: Mapping[str, Any]) -> str | None:
     """Why `content` does not fit the form's schema (`field: reason`), or None when it does."""
     try:
         jsonschema.validate(content, schema, format_checker=FORMATS)
@@ -121,7 +123,7 @@ class Refused(Exception):
 Reader = Callable[[str], str]
 
 
-def choices_of(schema: dict[str, Any]) -> list[tuple[Any, str]] | None:
+def choices_of(schema: Mapping[str, Any]) -> list[tuple[Any, str]] | None:
     """(value, label) pairs of an enum field (`enum`, or `oneOf`/`anyOf` of `const`s), else None."""
     if isinstance(schema.get("enum"), list):
         names = schema.get("enumNames")
@@ -134,7 +136,7 @@ def choices_of(schema: dict[str, Any]) -> list[tuple[Any, str]] | None:
     return None
 
 
-def field_type(schema: dict[str, Any]) -> str:
+def field_type(schema: Mapping[str, Any]) -> str:
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "string")
@@ -179,17 +181,17 @@ class FormRenderer:
             self.console.print(f"[yellow]  → {refused.action}[/]")
             return t.ElicitResult(action=refused.action)
 
-    def _fields(self, schema: dict[str, Any]) -> dict[str, Any]:
+    def _fields(self, schema: Mapping[str, Any]) -> JSONObject:
         properties = schema.get("properties") or {}
         required = set(schema.get("required") or [])
-        content: dict[str, Any] = {}
+        content: JSONObject = {}
         for name, prop in properties.items():
             value = self._field(name, prop if isinstance(prop, dict) else {}, name in required)
             if value is not _SKIP:
                 content[name] = value
         return content
 
-    def _field(self, name: str, prop: dict[str, Any], required: bool) -> Any:
+    def _field(self, name: str, prop: Mapping[str, Any], required: bool) -> Any:
         label = str(prop.get("title") or name)
         kind = field_type(prop)
         choices = choices_of(prop)
@@ -252,7 +254,7 @@ _SKIP = _Skip()
 
 
 def _hint(
-    kind: str, prop: dict[str, Any], choices: list[tuple[Any, str]] | None, items: list[tuple[Any, str]] | None
+    kind: str, prop: Mapping[str, Any], choices: list[tuple[Any, str]] | None, items: list[tuple[Any, str]] | None
 ) -> str:
     if choices:
         return "number or value"

@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
 from mrtr import _sdk as sdk
+from mrtr._wire import JSONObject
 
 
 @dataclass
@@ -28,7 +29,7 @@ class Ask:
     """One keyed question as the server sent it (wire JSON)."""
 
     key: str
-    request: dict[str, Any]
+    request: JSONObject
     used: bool = False
 
     @property
@@ -36,7 +37,7 @@ class Ask:
         return str(self.request.get("method", ""))
 
     @property
-    def params(self) -> dict[str, Any]:
+    def params(self) -> JSONObject:
         params = self.request.get("params")
         return params if isinstance(params, dict) else {}
 
@@ -74,7 +75,7 @@ class WireView:
         elif "taskId" in result and isinstance(requests, dict):
             self._file(requests, keep=True)
 
-    def observe_task(self, task: dict[str, Any]) -> None:
+    def observe_task(self, task: Mapping[str, Any]) -> None:
         """A task state that came as a `notifications/tasks` (no result to read): file its asks."""
         if isinstance(task.get("inputRequests"), dict):
             self._file(task["inputRequests"], keep=True)
@@ -98,7 +99,7 @@ class WireView:
         return None
 
 
-def fingerprint_of(method: str, params: dict[str, Any]) -> str:
+def fingerprint_of(method: str, params: Mapping[str, Any]) -> str:
     """What identifies a question in both its wire JSON and the SDK's parsed params (dumped)."""
     if method == "sampling/createMessage":
         return last_user_text(params.get("messages"))

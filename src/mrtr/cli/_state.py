@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from mcp.server.request_state import InvalidRequestState, RequestStateSecurity
@@ -21,6 +22,7 @@ from rich.table import Table
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFormatError
+from mrtr._wire import JSONObject
 from mrtr.cli._errors import EXIT_OK, UsageError
 from mrtr.cli._taskadmin import ago, describe_journal
 from mrtr.tasks._history import iso
@@ -38,7 +40,7 @@ def load_security(key_env: str) -> RequestStateSecurity:
         raise UsageError(f"{key_env} must hold hex keys of at least 32 bytes: {exc}") from None
 
 
-def unseal(token: str, security: RequestStateSecurity) -> dict[str, Any]:
+def unseal(token: str, security: RequestStateSecurity) -> JSONObject:
     if not token:
         raise UsageError("no requestState given (pass it as an argument, or - to read stdin)")
     try:
@@ -54,10 +56,10 @@ def unseal(token: str, security: RequestStateSecurity) -> dict[str, Any]:
     return claims
 
 
-def describe(claims: dict[str, Any], now: float) -> dict[str, Any]:
+def describe(claims: Mapping[str, Any], now: float) -> JSONObject:
     """Claims and decoded journal as one JSON-able document."""
     envelope = {k: claims.get(k) for k in ("m", "t", "aud", "iat", "exp") if k in claims}
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "method": envelope.get("m"),
         "target": envelope.get("t"),
         "audience": envelope.get("aud"),

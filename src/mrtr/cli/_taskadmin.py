@@ -14,14 +14,15 @@ import json
 import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict, final
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine.journal import Journal, JournalFormatError
+from mrtr._engine.journal import Journal, JournalFormatError, QuestionNote
+from mrtr._wire import JSONObject
 from mrtr.cli._errors import EXIT_OK, CliError, UsageError
 from mrtr.cli._fleetbus import fleet_bus
 from mrtr.cli._storeview import open_view
@@ -170,7 +171,79 @@ async def list_tasks(
     return EXIT_OK
 
 
-def summary(record: TaskRecord) -> dict[str, Any]:
+class TaskRow(TypedDict):
+    """One task in `mrtr tasks list --json`: its state and lease, not its payload."""
+
+    taskId: str
+    flow: str
+    status: str
+    statusMessage: str | None
+    createdAt: str
+    updatedAt: str
+    expiresAt: str | None
+    leaseOwner: str | None
+    leaseUntil: str | None
+    cancelRequested: bool
+    inputRequests: str | list[str]
+    """The outstanding asks' keys ("sealed" when no key opened the payload)."""
+    attempt: int
+    waiting: list[JSONObject]
+    pendingEvents: str | list[str | None]
+    """Names of delivered events not consumed yet ("sealed" when no key opened the payload)."""
+    sealed: bool
+
+
+class AskView(TypedDict):
+    """One ask of a journal for people (`mrtr tasks show`, `mrtr state`)."""
+
+    question: str | None
+    """Its text (None in a journal from before questions were kept)."""
+    title: str | None
+    kind: str | None
+    askedAt: str | None
+    answeredAt: str | None
+    by: str | None
+    """The principal tag of who may answer it (the task's creator)."""
+    questionDigest: str | None
+
+
+class AnswerView(AskView):
+    """An answered ask: the ask, and the answer as journaled."""
+
+    answer: Any
+
+
+class StepView(TypedDict):
+    """A journaled step for people: its idempotency key, argument digest and result."""
+
+    idempotencyKey: str
+    arguments: str
+    result: Any
+
+
+@final
+class JournalView(TypedDict):
+    """A journal for people (`describe_journal`)."""
+
+    flowId: str
+    startedAt: str
+    rounds: int
+    answers: dict[str, AnswerView]
+    steps: dict[str, StepView]
+    pending: dict[str, AskView]
+    """The asks still out (none once the task finished)."""
+
+
+@final
+class JournalUnread(TypedDict, total=False):
+    """In a journal's place when it cannot be shown: `sealed` (no key opened the record) or `error`
+    (it does not decode)."""
+
+    sealed: str
+    error: str
+
+
+def summary(record: TaskRecord) -> TaskRow:
     return {
         "taskId": record.task_id,
         "flow": record.flow,
@@ -190,7 +263,7 @@ def summary(record: TaskRecord) -> dict[str, Any]:
     }
 
 
-def record_data(record: TaskRecord) -> dict[str, Any]:
+def record_data(record: TaskRecord) -> JSONObject:
     """The record as JSON for `show --json`: a payload no key opened is "sealed", never its token."""
     data = asdict(record)
     extras = data.pop("extras", {})
@@ -214,7 +287,7 @@ async def _load(url: str, namespace: str | None, task_id: str, seal: RecordSeal 
     return opened, record
 
 
-def journal_view(record: TaskRecord) -> dict[str, Any]:
+def journal_view(record: TaskRecord) -> JournalView | JournalUnread:
     """The record's journal, decoded for people: answers, steps with idempotency keys, pending asks."""
     if record.sealed:
         return {"sealed": NO_KEY}
@@ -225,7 +298,7 @@ def journal_view(record: TaskRecord) -> dict[str, Any]:
     return describe_journal(journal, finished=record.terminal, by=record.owner)
 
 
-def describe_journal(journal: Journal, *, finished: bool = False, by: str | None = None) -> dict[str, Any]:
+def describe_journal(journal: Journal, *, finished: bool = False, by: str | None = None) -> JournalView:
     """A journal for people (and `--json`): each ask's question and answer, steps with their
     idempotency keys, and the asks still out (none once the task `finished`).
 
@@ -236,7 +309,7 @@ def describe_journal(journal: Journal, *, finished: bool = False, by: str | None
         "flowId": journal.flow_id,
         "startedAt": iso(journal.started_at),
         "rounds": journal.rounds,
-        "answers": {k: ask_view(journal, k, by) | {"answer": v} for k, (_, v) in journal.answers.items()},
+        "answers": {k: AnswerView(**ask_view(journal, k, by), answer=v) for k, (_, v) in journal.answers.items()},
         "steps": {
             k: {"idempotencyKey": f"{journal.flow_id}:{k}", "arguments": d, "result": v}
             for k, (d, v) in journal.steps.items()
@@ -245,10 +318,10 @@ def describe_journal(journal: Journal, *, finished: bool = False, by: str | None
     }
 
 
-def ask_view(journal: Journal, key: str, by: str | None) -> dict[str, Any]:
+def ask_view(journal: Journal, key: str, by: str | None) -> AskView:
     """One ask for people: its question (None in a journal from before questions were kept), its
     form's title, when it was asked and answered, who may answer it, and its question's digest."""
-    note = journal.questions.get(key, {})
+    note: QuestionNote = journal.questions.get(key) or {}
     answered = journal.answers.get(key)
     asked, replied = note.get("a"), note.get("r")
     return {
@@ -290,8 +363,8 @@ async def show_task(
         out.print(f"  arguments, journal, asks, answers, events, result: [yellow]{NO_KEY}[/]", soft_wrap=True)
         return EXIT_OK
     out.print(f"  arguments: {escape(json.dumps(record.arguments))}")
-    if "error" in journal:
-        out.print(f"  [red]journal unreadable: {escape(journal['error'])}[/]")
+    if "flowId" not in journal:
+        out.print(f"  [red]journal unreadable: {escape(journal.get('error', ''))}[/]")
     else:
         out.print(f"  journal: flow id {journal['flowId']}, started {journal['startedAt']}, rounds {journal['rounds']}")
         _table(
@@ -342,7 +415,7 @@ async def show_task(
     return EXIT_OK
 
 
-def _question_text(ask: dict[str, Any]) -> str:
+def _question_text(ask: AskView) -> str:
     if ask["question"] is None:
         return "(not recorded: journaled before questions were kept)"
     title = f"[{ask['title']}] " if ask.get("title") else ""
@@ -495,7 +568,13 @@ async def reseal_tasks(
 __all__ = [
     "SEALED_TEXT",
     "STATUSES",
+    "AnswerView",
+    "AskView",
     "Filters",
+    "JournalUnread",
+    "JournalView",
+    "StepView",
+    "TaskRow",
     "ago",
     "cancel_task",
     "ask_view",

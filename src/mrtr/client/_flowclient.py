@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypedDict, overload
 
 import anyio
 import httpx2
@@ -33,7 +33,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mrtr import _sdk as sdk
-from mrtr._wire import IDEMPOTENCY_KEY, SHEDDING_EXTENSION
+from mrtr._wire import IDEMPOTENCY_KEY, SHEDDING_EXTENSION, JSONObject
 from mrtr.client._connect import SessionWatch, discover
 from mrtr.client._tasks import CreatedTask, TasksClient, TaskSnapshot, as_wire, cancel_task, follow_task
 from mrtr.client._transport import (
@@ -51,6 +51,20 @@ from mrtr.client._transport import (
 ElicitHandler = Callable[[t.ElicitRequestParams], Awaitable[t.ElicitResult]]
 SampleHandler = Callable[[t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
 RootsHandler = Callable[[], Awaitable[Sequence[t.Root] | t.ListRootsResult]]
+Answer = t.ElicitResult | t.CreateMessageResult | t.ListRootsResult
+"""A handler's answer to one ask, sent back as its wire JSON (`inputResponses`)."""
+
+
+class CarrierParams(TypedDict, total=False):
+    """The params of a request that may ask for input, as this client first sends it: the
+    tool or prompt and its arguments, or the resource; answers and state join on resends."""
+
+    name: str
+    arguments: JSONObject | dict[str, str] | None
+    uri: str
+    _meta: JSONObject
+
+
 # The callbacks of `mcp.Client`, accepted as they are.
 McpElicitCallback = Callable[[Any, t.ElicitRequestParams], Awaitable[t.ElicitResult]]
 McpSampleCallback = Callable[[Any, t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
@@ -82,7 +96,7 @@ class Round:
     method: str
     target: str
     asked: dict[str, t.InputRequest]
-    answered: dict[str, Any]
+    answered: dict[str, Answer]
     had_state: bool
 
 
@@ -307,7 +321,7 @@ class FlowClient:
         self._session = session
         return True
 
-    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> t.CallToolResult:
+    async def call_tool(self, name: str, arguments: JSONObject | None = None) -> t.CallToolResult:
         """`tools/call`, driven through every round; a task the server starts is followed to its end.
 
         Raises:
@@ -316,7 +330,7 @@ class FlowClient:
             TransportError: The server could not be reached, after `retry`'s resends.
             MCPError: An error the server sent.
         """
-        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        params: CarrierParams = {"name": name, "arguments": arguments}
         feed = self._task_extension.feed if self._task_extension is not None else None
         reservation = None
         if self.tasks:
@@ -359,7 +373,7 @@ class FlowClient:
         return await self._drive("resources/read", uri, {"uri": uri})
 
     async def _send(
-        self, method: str, params: dict[str, Any], responses: dict[str, Any] | None, state: str | None
+        self, method: str, params: CarrierParams, responses: Mapping[str, Answer] | None, state: str | None
     ) -> t.Result:
         """One request of the exchange, sent as a fresh request (new JSON-RPC id) every time.
 
@@ -371,7 +385,7 @@ class FlowClient:
         session = self.session
         if session.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             return await self._send_legacy(method, params)
-        wire = {k: v for k, v in params.items() if v is not None}
+        wire: JSONObject = {k: v for k, v in params.items() if v is not None}
         wire["_meta"] = dict(wire.get("_meta") or {})  # the stamp adds to it: never share it between sends
         if responses:
             wire["inputResponses"] = {k: as_wire(v) for k, v in responses.items()}
@@ -380,7 +394,7 @@ class FlowClient:
         raw = await sdk.send_stamped(session, method, {"method": method, "params": wire})
         return _parse_result(method, raw)
 
-    async def _send_legacy(self, method: str, params: dict[str, Any]) -> _LegacyResult:
+    async def _send_legacy(self, method: str, params: CarrierParams) -> _LegacyResult:
         # Legacy servers ask through server->client requests (answered by our callbacks).
         session = self.session
         meta = params.get("_meta")
@@ -398,20 +412,18 @@ class FlowClient:
     # The complete result's model is `_RESULT_MODELS[method]` (or the legacy SDK call's): one overload each.
     @overload
     async def _drive(
-        self, method: Literal["tools/call"], target: str, params: dict[str, Any]
+        self, method: Literal["tools/call"], target: str, params: CarrierParams
     ) -> t.CallToolResult | CreatedTask: ...
     @overload
-    async def _drive(
-        self, method: Literal["prompts/get"], target: str, params: dict[str, Any]
-    ) -> t.GetPromptResult: ...
+    async def _drive(self, method: Literal["prompts/get"], target: str, params: CarrierParams) -> t.GetPromptResult: ...
     @overload
     async def _drive(
-        self, method: Literal["resources/read"], target: str, params: dict[str, Any]
+        self, method: Literal["resources/read"], target: str, params: CarrierParams
     ) -> t.ReadResourceResult: ...
-    async def _drive(self, method: str, target: str, params: dict[str, Any]) -> t.Result:
+    async def _drive(self, method: str, target: str, params: CarrierParams) -> t.Result:
         """Send, answer, resend until complete; transport failures and shed rounds resend the same round."""
         state: str | None = None
-        answered: dict[str, Any] = {}
+        answered: dict[str, Answer] = {}
         asked_rounds = shed = reported = 0
         while True:
             result = await resending(self.retry, partial(self._send, method, params, answered or None, state))
@@ -440,12 +452,12 @@ class FlowClient:
                     await hook
             state = result.request_state  # back exactly as received, and only if there was one
 
-    async def _answer_all(self, asked: dict[str, t.InputRequest]) -> dict[str, Any]:
+    async def _answer_all(self, asked: dict[str, t.InputRequest]) -> dict[str, Answer]:
         keys = list(asked)
         answers = await asyncio.gather(*(self._answer(asked[k]) for k in keys))
         return dict(zip(keys, answers, strict=True))
 
-    async def _answer(self, request: t.InputRequest) -> Any:
+    async def _answer(self, request: t.InputRequest) -> Answer:
         if isinstance(request, t.ElicitRequest):
             if self.elicit is None:
                 raise InputAbandoned("the server asked for elicitation, which this client does not handle")
@@ -480,7 +492,7 @@ class FlowClient:
         return listed if isinstance(listed, t.ListRootsResult) else t.ListRootsResult(roots=list(listed))
 
 
-def _parse_result(method: str, raw: dict[str, Any]) -> t.Result:
+def _parse_result(method: str, raw: JSONObject) -> t.Result:
     """Read a result by the client rules: absent `resultType` is complete, unknown ones invalid."""
     kind = raw.setdefault("resultType", "complete")
     if kind == "input_required":
@@ -503,6 +515,8 @@ def _is_sdk_http_transport(server: Any) -> bool:
 
 
 __all__ = [
+    "Answer",
+    "CarrierParams",
     "FlowClient",
     "GatewayError",
     "InputAbandoned",

@@ -23,7 +23,15 @@ from mcp.client.session import ClientSession, ElicitationFnT, ListRootsFnT, Samp
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
-from mrtr._wire import TASKS_EXTENSION, CreateTaskResult, DetailedTask, TaskRequestParams, UpdateTaskParams
+from mrtr._wire import (
+    TASKS_EXTENSION,
+    CreateTaskResult,
+    DetailedTask,
+    InputResponses,
+    JSONObject,
+    TaskRequestParams,
+    UpdateTaskParams,
+)
 from mrtr.client._transport import NO_RETRY, RetryPolicy, TransportError, resending
 from mrtr.client._watch import NotOffered, Reservation, TaskFeed
 
@@ -108,7 +116,7 @@ class _UpdateRequest(t.Request[UpdateTaskParams, str]):
 class _AnyResult(BaseModel):
     """Any JSON object: `tasks/cancel` and `tasks/update` answer with an acknowledgement only.
 
-    A model rather than `TypeAdapter(dict[str, Any])`: the SDK's `send_request` bounds its result
+    A model rather than a `TypeAdapter` of a dict: the SDK's `send_request` bounds its result
     type by `BaseModel`.
     """
 
@@ -134,7 +142,7 @@ class TaskSnapshot:
     status: str
     status_message: str | None
     input_keys: tuple[str, ...]
-    raw: dict[str, Any]
+    raw: JSONObject
     """The state as sent (`DetailedTask.wire()`)."""
 
 
@@ -171,7 +179,7 @@ async def cancel_task(session: ClientSession, task_id: str) -> None:
     await session.send_request(_TaskRequest(method="tasks/cancel", params=TaskRequestParams(task_id=task_id)), _ANY)
 
 
-async def update_task(session: ClientSession, task_id: str, responses: dict[str, Any]) -> None:
+async def update_task(session: ClientSession, task_id: str, responses: InputResponses) -> None:
     """`tasks/update`: answers to some or all of the task's `inputRequests`."""
     params = UpdateTaskParams(task_id=task_id, input_responses=responses)
     await session.send_request(_UpdateRequest(method="tasks/update", params=params), _ANY)

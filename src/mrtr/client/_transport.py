@@ -32,6 +32,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from mrtr._backoff import equal_jitter
+from mrtr._wire import JSONObject
 
 logger = logging.getLogger("mrtr.client.transport")
 
@@ -223,7 +224,7 @@ class RoundTripDispatcher:
 
     async def send_raw_request(
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """POST one request and return its result.
 
         Raises:
@@ -267,7 +268,7 @@ class RoundTripDispatcher:
         except (httpx2.StreamError, httpx2.SSEError) as error:
             raise TransportError(f"{method}: broken response stream: {error}", method=method) from error
 
-    async def _read_answer(self, method: str, response: httpx2.Response, opts: CallOptions) -> dict[str, Any]:
+    async def _read_answer(self, method: str, response: httpx2.Response, opts: CallOptions) -> JSONObject:
         content_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if response.status_code >= 400 or content_type == "application/json":
             reply = _parse_reply(await response.aread()) if content_type == "application/json" else None
@@ -298,7 +299,7 @@ class RoundTripDispatcher:
                 logger.warning("%s: ignored a server request %r (none exist on 2026-07-28)", method, message.method)
         raise TransportError(f"{method}: response stream ended without an answer", method=method)
 
-    def _unwrap(self, method: str, reply: t.JSONRPCResponse | t.JSONRPCError) -> dict[str, Any]:
+    def _unwrap(self, method: str, reply: t.JSONRPCResponse | t.JSONRPCError) -> JSONObject:
         result = _unwrap(reply)
         if self._on_result is not None:
             self._on_result(method, result)
@@ -329,7 +330,7 @@ def _parse_reply(raw: bytes) -> t.JSONRPCResponse | t.JSONRPCError | None:
     return reply if isinstance(reply, t.JSONRPCResponse | t.JSONRPCError) else None
 
 
-def _unwrap(reply: t.JSONRPCResponse | t.JSONRPCError) -> dict[str, Any]:
+def _unwrap(reply: t.JSONRPCResponse | t.JSONRPCError) -> JSONObject:
     if isinstance(reply, t.JSONRPCError):
         raise MCPError.from_error_data(reply.error)
     return dict(reply.result)

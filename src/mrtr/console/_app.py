@@ -18,16 +18,17 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Message
 
 from mrtr._engine import journal as journal_codec
-from mrtr._engine.journal import Journal, JournalFormatError
+from mrtr._engine.journal import Journal, JournalFormatError, QuestionNote
 from mrtr._errors import EventNotDelivered
 from mrtr._wire import Wait
 from mrtr.buses import BrokerBus, open_bus
@@ -92,6 +93,15 @@ def app(
     web = Starlette(routes=routes, lifespan=lifespan)
     web.add_middleware(_Guard, console=console)
     return web
+
+
+class JournalInfo(TypedDict, total=False):
+    """A task page's journal summary (empty when the journal is sealed or unreadable)."""
+
+    started: str
+    rounds: int
+    asks: list[dict[str, str]]
+    """Each ask, answered or outstanding: question, answer, when, who may answer (`_ask`)."""
 
 
 class _Console:
@@ -340,7 +350,7 @@ class _Console:
         )
         return query, shown
 
-    def _timeline(self, record: TaskRecord) -> tuple[list[dict[str, str]], dict[str, Any], str | None]:
+    def _timeline(self, record: TaskRecord) -> tuple[list[dict[str, str]], JournalInfo, str | None]:
         if record.sealed:
             return [], {}, _NO_KEY
         try:
@@ -367,12 +377,12 @@ class _Console:
             for key in journal.pending:
                 if key not in journal.answers:
                     asks.append(self._ask(journal, key, record, ""))
-        info = {"started": iso(journal.started_at), "rounds": journal.rounds, "asks": asks}
+        info: JournalInfo = {"started": iso(journal.started_at), "rounds": journal.rounds, "asks": asks}
         return entries, info, None
 
     def _ask(self, journal: Journal, key: str, record: TaskRecord, answer: str) -> dict[str, str]:
         """One ask for the task page: question (and form title), answer, when, and who may answer it."""
-        note = journal.questions.get(key, {})
+        note: QuestionNote = journal.questions.get(key) or {}
         asked, replied = note.get("a"), note.get("r")
         question = note.get("q")
         return {
@@ -449,16 +459,16 @@ class _Guard:
         return hmac.compare_digest(cookie.encode(), console.cookie.encode())
 
 
-async def _form_copy(request: Request) -> dict[str, Any]:
+async def _form_copy(request: Request) -> dict[str, str]:
     """The form fields (the body stays on `request`, and `_Guard` hands it on to the route)."""
     body = await request.body()
     return {k: v[0] for k, v in parse_qs(body.decode("latin-1")).items()}
 
 
-def _replay(body: bytes) -> Callable[[], Awaitable[dict[str, Any]]]:
+def _replay(body: bytes) -> Callable[[], Awaitable[Message]]:
     sent = False
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         nonlocal sent
         if sent:
             return {"type": "http.disconnect"}
@@ -536,4 +546,8 @@ def _json(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-__all__ = ["COOKIE", "app"]
+__all__ = [
+    "COOKIE",
+    "JournalInfo",
+    "app",
+]

@@ -28,9 +28,9 @@ import json
 import logging
 import re
 import weakref
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, Literal, TypedDict, TypeVar, cast
 
 from fastmcp import settings as fastmcp_settings
 from fastmcp.exceptions import AuthorizationError, ToolError
@@ -54,6 +54,7 @@ from mcp_types import Tool as WireTool
 from pydantic import TypeAdapter, ValidationError
 
 from mrtr._engine.context import FlowContext
+from mrtr._wire import JSONObject
 from mrtr.fastmcp import _internals as internals
 
 logger = logging.getLogger("mrtr.fastmcp.sampling")
@@ -123,7 +124,7 @@ class SamplingTool:
 
     name: str
     description: str | None
-    parameters: dict[str, Any]
+    parameters: JSONObject
     fn: Callable[..., Any]
     sequential: bool = False
     """Run every tool of a batch that contains this one, one at a time (shared state, files...)."""
@@ -342,7 +343,7 @@ class _FinalResponse:
             pure=True,
         )
 
-    def validate(self, arguments: dict[str, Any]) -> Any:
+    def validate(self, arguments: JSONObject) -> Any:
         data: Any = arguments["value"] if self.wrapped and "value" in arguments else arguments
         return self.adapter.validate_python(data)
 
@@ -356,7 +357,7 @@ def _final_response(result_type: Any) -> _FinalResponse:
     return _FinalResponse(result_type)
 
 
-def _echo(**arguments: Any) -> dict[str, Any]:
+def _echo(**arguments: Any) -> JSONObject:
     return arguments
 
 
@@ -429,7 +430,15 @@ def step_name(tool: str) -> str:
     return "sampling-tool:" + re.sub(r"[#/@]", "_", tool)
 
 
-async def run_tool(tool: SamplingTool, arguments: dict[str, Any], mask: bool) -> dict[str, Any]:
+class ToolOutcome(TypedDict):
+    """What a sampling tool's call tells the model, as its step journals it."""
+
+    text: str
+    """The tool's value as text, or its error's message."""
+    error: bool
+
+
+async def run_tool(tool: SamplingTool, arguments: Mapping[str, Any], mask: bool) -> ToolOutcome:
     """Run one tool call and say what the model is told: its value as text, or the error.
 
     A step's function: what it returns is journaled, errors included (3.x reported a raising
@@ -455,7 +464,7 @@ async def run_tool(tool: SamplingTool, arguments: dict[str, Any], mask: bool) ->
     return {"text": str(value), "error": False}
 
 
-async def _call(fn: Callable[..., Any], arguments: dict[str, Any]) -> Any:
+async def _call(fn: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn(**arguments)
     # A plain function runs in a worker thread (as a step's does), so concurrent calls overlap.
@@ -556,6 +565,7 @@ __all__ = [
     "SamplingResult",
     "SamplingTool",
     "ToolChoiceOption",
+    "ToolOutcome",
     "sample",
     "sample_step",
 ]

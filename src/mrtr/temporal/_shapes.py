@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrtr._wire import Wait
+from mrtr._wire import InboxEvent, InputRequests, InputResponses, JSONObject, Wait
 
 WORKFLOW = "mrtr.task"
 """The workflow type every MCP task runs as (one workflow per task, workflow id = task id)."""
@@ -48,8 +48,9 @@ class TaskStart:
 
     task_id: str
     flow: str
-    arguments: dict[str, Any]
-    capabilities: dict[str, Any]
+    arguments: JSONObject
+    capabilities: JSONObject
+    """The client's `ClientCapabilities` as wire JSON."""
     journal: str
     """The encoded `mrtr._engine.journal.Journal` the flow starts from (MRTR-first calls bring rounds)."""
     owner: str | None
@@ -71,10 +72,10 @@ class TaskState:
     updated_at: float
     ttl_ms: int | None
     poll_interval_ms: int
-    arguments: dict[str, Any] = field(default_factory=dict)
-    input_requests: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    arguments: JSONObject = field(default_factory=dict)
+    input_requests: InputRequests = field(default_factory=dict)
+    result: JSONObject | None = None
+    error: JSONObject | None = None
     status_message: str | None = None
     waiting: list[Wait] = field(default_factory=list)
     """What a parked flow waits for (`TaskRecord.waiting`): timers and events."""
@@ -103,12 +104,12 @@ class Advance:
 
     task_id: str
     flow: str
-    arguments: dict[str, Any]
-    capabilities: dict[str, Any]
+    arguments: JSONObject
+    capabilities: JSONObject
     journal: str
-    responses: dict[str, Any] = field(default_factory=dict)
-    inbox: list[dict[str, Any]] = field(default_factory=list)
-    """Events delivered and not consumed yet (`{"id", "name", "data", "at"}`), oldest first."""
+    responses: InputResponses = field(default_factory=dict)
+    inbox: list[InboxEvent] = field(default_factory=list)
+    """Events delivered and not consumed yet, oldest first."""
 
 
 @dataclass
@@ -128,11 +129,11 @@ class Advanced:
     kind: str
     """`step`, `waiting` (parked on timers or events), `input_required`, `completed` or `failed`."""
     journal: str
-    responses: dict[str, Any] = field(default_factory=dict)
+    responses: InputResponses = field(default_factory=dict)
     """Answers the flow has not reached yet (kept for the next activity after a `step`)."""
-    input_requests: dict[str, Any] = field(default_factory=dict)
-    result: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
+    input_requests: InputRequests = field(default_factory=dict)
+    result: JSONObject | None = None
+    error: JSONObject | None = None
     waiting: list[Wait] = field(default_factory=list)
     status_message: str | None = None
     consumed: list[str] = field(default_factory=list)
@@ -143,8 +144,8 @@ class Advanced:
 class Answers:
     """A `tasks/update`: validated answers, and the requests they were validated against."""
 
-    answers: dict[str, Any]
-    asked: dict[str, Any]
+    answers: InputResponses
+    asked: InputRequests
 
 
 __all__ = [

@@ -35,7 +35,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 from temporalio.workflow import ActivityCancellationType
 
-from mrtr._wire import Wait
+from mrtr._wire import InboxEvent, Wait
 from mrtr.temporal._shapes import (
     ADVANCE,
     ANSWER_UPDATE,
@@ -70,7 +70,7 @@ class TaskWorkflow:
         self.journal = start.journal
         self.responses: dict[str, Any] = {}
         self.state = TaskState.initial(start)
-        self.inbox: list[dict[str, Any]] = []
+        self.inbox: list[InboxEvent] = []
         """Events delivered and not consumed by the flow yet, oldest first."""
         self.event_ids: list[str] = []
         """Ids of every event taken in (a resend with the same id changes nothing)."""
@@ -159,7 +159,7 @@ class TaskWorkflow:
         if event.id in self.event_ids:
             return False
         self.event_ids.append(event.id)
-        self.inbox.append(asdict(event))
+        self.inbox.append(InboxEvent(id=event.id, name=event.name, data=event.data, at=event.at))
         return True
 
     async def _report(self, *, settled: bool) -> None:
