@@ -326,7 +326,7 @@ async def test_task_records_are_sealed_at_rest_unless_opted_out_on_both_hosts(
         spec = flows.runtime.flows["remember"][0]
         started = await flows.runtime.start(spec, {"note": "NOTE42"}, None, Journal.start())
         await flows.runtime.close()
-    raw = await store.load(started["taskId"], time.time())
+    raw = await store.load(started.task_id, time.time())
     await store.close()
     assert raw is not None and raw.flow == "remember"
     assert raw.sealed is sealed and ("NOTE42" in raw.to_json()) is not sealed
@@ -347,7 +347,7 @@ async def test_without_a_shared_key_task_records_stay_plain_on_both_hosts(host: 
 
     started = await flows.runtime.start(flows.runtime.flows["remember"][0], {"note": "N1"}, None, Journal.start())
     await flows.runtime.close()
-    raw = await store.load(started["taskId"], time.time())
+    raw = await store.load(started.task_id, time.time())
     await store.close()
     assert raw is not None and not raw.sealed and raw.arguments == {"note": "N1"}
 
