@@ -19,6 +19,7 @@ import pytest
 import mrtr
 from mrtr._engine.journal import Journal
 from mrtr.stores import open_store
+from mrtr.tasks._seam import TaskCall
 from tests.fleet.test_task_fleet import _store_url
 from tests.support.flowkit import new_server
 from tests.support.markers import backends
@@ -61,7 +62,7 @@ async def test_a_fast_clock_does_not_steal_a_live_lease(
     c.runtime.context.local_clock = skewed
     try:
         spec = a.runtime.flows["slow"][0]
-        created = await a.runtime.start(spec, {}, None, Journal.start())
+        created = await a.runtime.start(TaskCall(spec, {}, None, Journal.start()))
         await b.runtime.context.sync_clock()
         assert abs(b.runtime.context.now() - time.time()) < 1.0, "B's store-clock time is the true time"
         deadline = time.monotonic() + 2.0  # three lease lengths: A renews, B must never claim

@@ -27,6 +27,7 @@ from mrtr.client import (
 )
 from mrtr.stores import RecordSeal, TaskRecord
 from mrtr.stores._sqlite import SQLiteStore
+from mrtr.tasks._seam import TaskCall
 from tests.support.flowkit import SHARED_KEY, accept, new_server, sampled, task_state
 
 pytestmark = pytest.mark.anyio
@@ -477,7 +478,7 @@ async def test_an_instance_shutting_down_keeps_the_steps_that_finished() -> None
 
     first = mrtr.Flows(new_server("tasks-under-test"), store=store, task_lease=0.3)  # type: ignore[arg-type]
     first.tool(task="required", name="lookup_then_wait")(flow)
-    created = await first.runtime.start(first.runtime.flows["lookup_then_wait"][0], {}, None, Journal.start())
+    created = await first.runtime.start(TaskCall(first.runtime.flows["lookup_then_wait"][0], {}, None, Journal.start()))
     await asyncio.wait_for(stepped.wait(), 5)
     await asyncio.sleep(0)  # the checkpoint write has started (a save takes 50 ms here)
     await first.runtime.close()  # shutting down mid-write
@@ -511,7 +512,7 @@ async def test_a_task_of_a_flow_this_instance_does_not_know_is_left_for_one_that
 
     spec = new.runtime.flows["added_in_v2"][0]
     new.runtime.worker.launch = lambda record: None  # type: ignore[method-assign]  # the v2 instance dies right after creating it
-    created = await new.runtime.start(spec, {}, None, Journal.start())
+    created = await new.runtime.start(TaskCall(spec, {}, None, Journal.start()))
     await new.runtime.close()  # its lease lapses
     record = await store.load(created.task_id, time.time())
     assert record is not None

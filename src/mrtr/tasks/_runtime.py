@@ -17,12 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, ClientCapabilities
+from mcp_types import INTERNAL_ERROR
 
 from mrtr._engine import tracing
-from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr._wire import CreateTaskResult, InputRequests, Wait
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
@@ -31,8 +29,7 @@ from mrtr.stores._sealed import RecordSealed
 from mrtr.tasks._admin import cancel_change
 from mrtr.tasks._inbox import deliver, new_event
 from mrtr.tasks._lease import LeaseContext, Wake
-from mrtr.tasks._records import owner_tag
-from mrtr.tasks._seam import ANONYMOUS, ConvertResult, Creator, EngineOptions, StateChanges, busy
+from mrtr.tasks._seam import ANONYMOUS, ConvertResult, Creator, EngineBase, EngineOptions, TaskCall, busy
 from mrtr.tasks._start import NewTask
 from mrtr.tasks._worker import TaskWorker
 
@@ -87,7 +84,7 @@ class TaskSnapshot:
         )
 
 
-class TaskRuntime(StateChanges):
+class TaskRuntime(EngineBase):
     """Creates, runs, resumes and cancels the durable flows of one server instance.
 
     The default `mrtr.tasks.TaskEngine`. Every change (`update`, `cancel`, a worker's
@@ -232,20 +229,9 @@ class TaskRuntime(StateChanges):
                 await self.wake(task_id)  # resume it here, at once
         return delivered
 
-    # -- principals and creation ----------------------------------------------------------
+    # -- creation ------------------------------------------------------------------------
 
-    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
-        """The owner tag of the request's principal (None when unauthenticated)."""
-        return owner_tag(self.options.bind_principal(ctx))
-
-    async def start(
-        self,
-        spec: FlowSpec,
-        arguments: Mapping[str, Any],
-        capabilities: ClientCapabilities | None,
-        journal: Journal,
-        creator: Creator = ANONYMOUS,
-    ) -> CreateTaskResult:
+    async def start(self, call: TaskCall, creator: Creator = ANONYMOUS) -> CreateTaskResult:
         """Durably create a task for this call and start running it here; returns `CreateTaskResult`.
 
         With an idempotency key the task id is derived from (creator, tool, key), so a resend
@@ -255,13 +241,14 @@ class TaskRuntime(StateChanges):
         context = self.context
         if not context.clock_synced:
             await context.sync_clock()
-        new = NewTask.of(spec, arguments, capabilities, journal, creator, self.options, context.now())
+        now = context.now()
+        new = NewTask.of(call, creator, self.options, now)
         record = TaskRecord(
-            **new.kept(),
+            **new.kept,
             status="working",
-            updated_at=new.created_at,
+            updated_at=now,
             lease_owner=self.worker.worker_id,
-            lease_until=new.created_at + context.lease,
+            lease_until=now + context.lease,
         )
         for _ in range(3):  # a keyed task that expires between `create` and `load`: create again
             try:

@@ -34,7 +34,7 @@ from mrtr._engine import tracing
 from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr._wire import IDEMPOTENCY_KEY, CreateTaskResult, TaskView
-from mrtr.tasks._records import created_result
+from mrtr.tasks._records import created_result, owner_tag
 
 if TYPE_CHECKING:
     from mrtr.stores._sealed import RecordSeal
@@ -115,6 +115,18 @@ class Creator:
         return cls(owner=owner_of(request), idempotency_key=idempotency_key(request))
 
 
+@dataclass(frozen=True, slots=True)
+class TaskCall:
+    """A call that becomes a task: what `TaskEngine.start` creates the task from."""
+
+    spec: FlowSpec
+    arguments: Mapping[str, Any]
+    capabilities: ClientCapabilities | None
+    """What the creating request declared (None: nothing, e.g. a call made in-process)."""
+    journal: Journal
+    """The flow's journal so far: the inline rounds of an MRTR-first call, or a fresh one."""
+
+
 ANONYMOUS = Creator()
 """An unowned task without an idempotency key: `start`'s creator when no request names one."""
 
@@ -168,14 +180,7 @@ class TaskEngine(Protocol[View]):
         """Serve `spec` as a task flow (called by `Flows` for every `task=` tool)."""
         ...
 
-    async def start(
-        self,
-        spec: FlowSpec,
-        arguments: Mapping[str, Any],
-        capabilities: ClientCapabilities | None,
-        journal: Journal,
-        creator: Creator = ANONYMOUS,
-    ) -> CreateTaskResult:
+    async def start(self, call: TaskCall, creator: Creator = ANONYMOUS) -> CreateTaskResult:
         """Create the task durably for `creator` (its owner and `mrtr/idempotencyKey`; by
         default an unowned task without a key) and start it."""
         ...
@@ -218,12 +223,18 @@ class TaskEngine(Protocol[View]):
         ...
 
 
-class StateChanges:
-    """Base of both engines: the one place an engine reports committed state changes (`on_change`)."""
+class EngineBase:
+    """Base of both engines: their options, whose a request is, and the one place an engine
+    reports committed state changes (`on_change`)."""
 
+    options: EngineOptions = EngineOptions()
     on_change: StateListener | None = None
     reports_every_change: bool = True
     run_worker_here: bool = True
+
+    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The owner tag of the request's principal (None when unauthenticated)."""
+        return owner_tag(self.options.bind_principal(ctx))
 
     async def changed(self, task: TaskView) -> None:
         if self.on_change is not None:
@@ -250,15 +261,16 @@ __all__ = [
     "ANONYMOUS",
     "ConvertResult",
     "Creator",
+    "EngineBase",
     "EngineOptions",
     "OwnerOf",
     "PrincipalBinder",
-    "StateChanges",
     "TASK_LEASE",
     "TASK_POLL_INTERVAL",
     "TASK_SCAN_INTERVAL",
     "TASK_TTL",
     "StateListener",
+    "TaskCall",
     "TaskEngine",
     "TaskView",
     "View",

@@ -26,7 +26,7 @@ from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr._wire import CreateTaskResult, TaskView
 from mrtr.tasks._records import created_result, keyed_task_id, new_task_id
-from mrtr.tasks._seam import Creator, EngineOptions, TaskEngine
+from mrtr.tasks._seam import Creator, EngineOptions, TaskCall, TaskEngine
 
 
 class HostStarter:
@@ -45,7 +45,7 @@ class HostStarter:
     ) -> CreateTaskResult:
         """`engine.start` for the request's principal and idempotency key (none without a request)."""
         creator = Creator.of(request, self.engine.owner_of)
-        return await self.engine.start(spec, arguments, capabilities, journal, creator)
+        return await self.engine.start(TaskCall(spec, arguments, capabilities, journal), creator)
 
 
 class KeptTask(TaskView, Protocol):
@@ -56,13 +56,15 @@ class KeptTask(TaskView, Protocol):
 
 
 class KeptFields(TypedDict):
-    """What every engine keeps of a new task, as its own record's fields (`NewTask.kept`)."""
+    """What every engine keeps of a new task, as its own record's fields (`TaskRecord`, Temporal's `TaskStart`)."""
 
     task_id: str
     flow: str
     arguments: dict[str, Any]
     capabilities: dict[str, Any]
+    """The client capabilities declared by the creating request (wire JSON)."""
     journal: str
+    """The flow's journal so far (inline rounds before it became a task), encoded."""
     owner: str | None
     created_at: float
     ttl_ms: int | None
@@ -73,65 +75,33 @@ class KeptFields(TypedDict):
 class NewTask:
     """A task about to be created, whatever engine keeps it (see the module docstring)."""
 
-    task_id: str
-    flow: str
-    arguments: dict[str, Any]
-    capabilities: dict[str, Any]
-    """The client capabilities declared by the creating request (wire JSON)."""
-    journal: str
-    """The flow's journal so far (inline rounds before it became a task), encoded."""
-    owner: str | None
+    kept: KeptFields
+    """Its fields, as the engine's record of it starts."""
     key: str | None
     """The creator's `mrtr/idempotencyKey` (None: the id is random)."""
-    created_at: float
-    ttl_ms: int | None
-    poll_interval_ms: int
 
     @classmethod
-    def of(
-        cls,
-        spec: FlowSpec,
-        arguments: Mapping[str, Any],
-        capabilities: ClientCapabilities | None,
-        journal: Journal,
-        creator: Creator,
-        options: EngineOptions,
-        now: float,
-    ) -> NewTask:
+    def of(cls, call: TaskCall, creator: Creator, options: EngineOptions, now: float) -> NewTask:
         """The task `creator` asks for: with a key, its id is the one (creator, tool, key) maps to."""
-        journal.pending = {}  # the questions of an inline round are not the task's
-        key = creator.idempotency_key
-        return cls(
-            task_id=new_task_id() if key is None else keyed_task_id(creator.owner, spec.name, key),
-            flow=spec.name,
-            arguments=dict(arguments),
+        call.journal.pending = {}  # the questions of an inline round are not the task's
+        key, capabilities, flow = creator.idempotency_key, call.capabilities, call.spec.name
+        kept = KeptFields(
+            task_id=new_task_id() if key is None else keyed_task_id(creator.owner, flow, key),
+            flow=flow,
+            arguments=dict(call.arguments),
             capabilities=capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {},
-            journal=journal_codec.encode(journal),
+            journal=journal_codec.encode(call.journal),
             owner=creator.owner,
-            key=key,
             created_at=now,
             ttl_ms=options.ttl_ms,
             poll_interval_ms=options.poll_interval_ms,
         )
-
-    def kept(self) -> KeptFields:
-        """The fields an engine's record of the task starts from (`TaskRecord`, Temporal's `TaskStart`)."""
-        return KeptFields(
-            task_id=self.task_id,
-            flow=self.flow,
-            arguments=self.arguments,
-            capabilities=self.capabilities,
-            journal=self.journal,
-            owner=self.owner,
-            created_at=self.created_at,
-            ttl_ms=self.ttl_ms,
-            poll_interval_ms=self.poll_interval_ms,
-        )
+        return cls(kept, key)
 
     def resent(self, existing: KeptTask) -> CreateTaskResult:
         """A keyed create found its id taken by `existing`: the same call resent after a lost
         answer gets the task the first attempt created; another call under the key is refused."""
-        if _digest(existing.arguments) != _digest(self.arguments):
+        if _digest(existing.arguments) != _digest(self.kept["arguments"]):
             raise MCPError(
                 code=INVALID_PARAMS,
                 message="mrtr/idempotencyKey was already used for a call with other arguments",

@@ -29,22 +29,19 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
-from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import EventNotDelivered
 from mrtr._wire import CreateTaskResult, TaskView, expired, is_terminal
 from mrtr.tasks._inbox import new_event
-from mrtr.tasks._records import owner_tag
-from mrtr.tasks._seam import ANONYMOUS, ConvertResult, Creator, EngineOptions, StateChanges
+from mrtr.tasks._seam import ANONYMOUS, ConvertResult, Creator, EngineBase, EngineOptions, TaskCall
 from mrtr.tasks._start import NewTask
 from mrtr.temporal._activity import Advancer
 from mrtr.temporal._codec import sealed_client
@@ -75,7 +72,7 @@ _ENDED_WITHOUT_RESULT = {
 _STATE_FIELDS = frozenset(TaskState.__dataclass_fields__)
 
 
-class TemporalTasks(StateChanges):
+class TemporalTasks(EngineBase):
     """Runs `Flows` tasks on Temporal: `Flows(server, tasks=TemporalTasks(client, task_queue=...))`.
 
     Args:
@@ -145,43 +142,33 @@ class TemporalTasks(StateChanges):
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
 
-    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
-        return owner_tag(self.options.bind_principal(ctx))
-
     # -- creation ------------------------------------------------------------------------
 
-    async def start(
-        self,
-        spec: FlowSpec,
-        arguments: Mapping[str, Any],
-        capabilities: ClientCapabilities | None,
-        journal: Journal,
-        creator: Creator = ANONYMOUS,
-    ) -> CreateTaskResult:
+    async def start(self, call: TaskCall, creator: Creator = ANONYMOUS) -> CreateTaskResult:
         """Start the task's workflow (durable before the client hears of it); `CreateTaskResult`."""
         self.ensure_running()
-        new = NewTask.of(spec, arguments, capabilities, journal, creator, self.options, time.time())
-        start = TaskStart(**new.kept(), policy=self._policy(spec))
+        new = NewTask.of(call, creator, self.options, time.time())
+        start = TaskStart(**new.kept, policy=self._policy(call.spec))
         state = TaskState.initial(start)
-        ttl_ms = new.ttl_ms
+        ttl_ms = start.ttl_ms
         try:
             await self.client.start_workflow(
                 WORKFLOW,
                 start,
-                id=new.task_id,
+                id=start.task_id,
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 execution_timeout=None if ttl_ms is None else timedelta(milliseconds=ttl_ms),
                 memo={STATE_MEMO: asdict(state)},
-                static_summary=f"MCP task: {spec.name}",
+                static_summary=f"MCP task: {start.flow}",
                 # This process's worker may take the first workflow task at once (no queue trip).
                 request_eager_start=self._worker_task is not None and not self._worker_task.done(),
             )
         except WorkflowAlreadyStartedError:
             if new.key is None:
                 raise
-            existing = await self.get(new.task_id)
+            existing = await self.get(start.task_id)
             if existing is None:  # the earlier task expired but Temporal still retains its workflow
                 raise MCPError(
                     code=INVALID_PARAMS,
