@@ -41,7 +41,7 @@ from mrtr._engine.spec import FlowSpec
 from mrtr._errors import EventNotDelivered
 from mrtr._wire import CreateTaskResult, TaskView, expired, is_terminal
 from mrtr.tasks._inbox import new_event
-from mrtr.tasks._seam import ANONYMOUS, ConvertResult, Creator, EngineBase, EngineOptions, TaskCall
+from mrtr.tasks._seam import ANONYMOUS, TASK_LEASE, ConvertResult, Creator, EngineBase, EngineOptions, TaskCall
 from mrtr.tasks._start import NewTask
 from mrtr.temporal._activity import Advancer
 from mrtr.temporal._codec import sealed_client
@@ -106,7 +106,7 @@ class TemporalTasks(EngineBase):
         worker: bool = True,
         step_retry: RetryPolicy | None = None,
         step_timeout: float | None = None,
-        heartbeat_timeout: float = 10.0,
+        heartbeat_timeout: float = TASK_LEASE,
         worker_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.client = client
