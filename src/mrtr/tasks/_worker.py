@@ -2,10 +2,12 @@
 
 `TaskRuntime` (`mrtr.tasks._runtime`) is the engine's API: create, read, answer, cancel,
 deliver events. This module is the worker behind it, sharing only its `LeaseContext`
-(`mrtr.tasks._lease`: the store, clock, lease, flows and report hook): a scanner that claims tasks whose lease
-ran out (orphaned by a dead worker, parked on a timer now due, or woken by an event), and the
-runs it launches, each holding a lease it renews by heartbeat while the flow runs, writing
-every finished step before the flow goes on, and settling where the run ended in one write.
+(`mrtr.tasks._lease`: the store, clock, lease, flows and report hook): a scanner that claims
+tasks whose lease ran out (orphaned by a dead worker, parked on a timer now due, or woken by
+an event), and the runs it launches, each holding a lease it renews by heartbeat while the
+flow runs, writing every finished step before the flow goes on, and settling where the run
+ended in one write. It never calls the runtime; the runtime calls it (`launch`, `try_claim`
+as the runtime's `wake`, `cancel_local`).
 """
 
 from __future__ import annotations
