@@ -7,12 +7,39 @@ import time
 
 import pytest
 
+from mrtr._engine.context import FlowContext
+from mrtr.stores import TaskRecord
 from mrtr.tasks._lease import LeaseContext
 from mrtr.tasks._worker import TaskWorker
+from tests.support.enginekit import spec_of
 from tests.support.memory_store import MemoryStore
 from tests.unit.tasks.kit import COUNT, GREET, Reported, convert, fresh, settled
 
 pytestmark = pytest.mark.anyio
+
+
+class Holding:
+    """A flow that says it started, then holds until released (or cancelled)."""
+
+    def __init__(self) -> None:
+        self.started, self.release = asyncio.Event(), asyncio.Event()
+
+    async def __call__(self, ctx: FlowContext) -> str:
+        self.started.set()
+        await self.release.wait()
+        return "released"
+
+
+async def running(worker: TaskWorker, store: MemoryStore, holding: Holding) -> TaskRecord:
+    """A `holding` task claimed and running on `worker`: its record once the flow has started."""
+    spec = spec_of(holding, name="hold")
+    worker.context.flows[spec.name] = (spec, convert)
+    await store.create(fresh("t1", "hold"))
+    assert await worker.try_claim("t1")
+    await asyncio.wait_for(holding.started.wait(), 5)
+    record = await store.load("t1", time.time())
+    assert record is not None
+    return record
 
 
 def worker_over(store: MemoryStore, *, lease: float = 5.0) -> tuple[TaskWorker, Reported]:
@@ -80,24 +107,9 @@ async def test_a_task_of_a_flow_it_does_not_serve_is_given_back_untouched_and_no
 
 async def test_cancelling_a_local_run_that_was_asked_to_cancel_ends_it_cancelled() -> None:
     store = MemoryStore()
-    started = asyncio.Event()
-
-    async def block(ctx: object) -> str:
-        started.set()
-        await asyncio.sleep(60)
-        return "never"
-
-    from tests.support.enginekit import spec_of
-
-    spec = spec_of(block)
     worker, reported = worker_over(store)
-    worker.context.flows[spec.name] = (spec, convert)
-    await store.create(fresh("t1", "block"))
     try:
-        assert await worker.try_claim("t1")
-        await asyncio.wait_for(started.wait(), 5)
-        record = await store.load("t1", time.time())
-        assert record is not None
+        record = await running(worker, store, Holding())
         assert await store.save(record.copy(cancel_requested=True))  # what `TaskRuntime.cancel` writes
         assert worker.cancel_local("t1")
         done = await settled(store, "t1", "cancelled")
@@ -109,28 +121,14 @@ async def test_cancelling_a_local_run_that_was_asked_to_cancel_ends_it_cancelled
 
 async def test_a_worker_that_lost_its_lease_writes_nothing_more() -> None:
     store = MemoryStore()
-    started, release = asyncio.Event(), asyncio.Event()
-
-    async def slow(ctx: object) -> str:
-        started.set()
-        await release.wait()
-        return "late"
-
-    from tests.support.enginekit import spec_of
-
-    spec = spec_of(slow)
     worker, reported = worker_over(store, lease=0.3)
-    worker.context.flows[spec.name] = (spec, convert)
-    await store.create(fresh("t1", "slow"))
+    holding = Holding()
     try:
-        assert await worker.try_claim("t1")
-        await asyncio.wait_for(started.wait(), 5)
-        record = await store.load("t1", time.time())
-        assert record is not None
+        record = await running(worker, store, holding)
         stolen = record.copy(lease_owner="another", lease_until=time.time() + 60)
         assert await store.save(stolen)  # another worker took the task over
         await asyncio.sleep(0.3)  # a heartbeat finds the lease gone and stops the run
-        release.set()
+        holding.release.set()
         await asyncio.sleep(0.1)
     finally:
         await worker.close()
