@@ -47,6 +47,7 @@ from mcp_types import INVALID_PARAMS, InputRequiredResult
 from mrtr._engine.spec import TaskStarted
 from mrtr._errors import Cancelled, Declined, FlowError, InputRefused, StoreUnavailable
 from mrtr._telemetry import tracing
+from mrtr._wire import CreateTaskResult
 
 if TYPE_CHECKING:
     from mrtr._engine.journal import Journal
@@ -257,7 +258,7 @@ def _refused(spec: FlowSpec, reason: str, message: str) -> MCPError:
 
 def _value_outcome(value: Any) -> dict[str, Any]:
     if isinstance(value, TaskStarted):
-        return {"k": "task", "r": value.result}
+        return {"k": "task", "r": value.result.wire()}  # as sent: the format kept rounds have always had
     if isinstance(value, InputRequiredResult):
         return {"k": "ir", "r": value.model_dump(mode="json", by_alias=True, exclude_none=True)}
     try:
@@ -291,7 +292,7 @@ def _replayed(spec: FlowSpec, outcome: dict[str, Any]) -> Any:
         adapter = return_adapter(spec.fn)
         return outcome["v"] if adapter is None else adapter.validate_python(outcome["v"])
     if kind == "task":
-        return TaskStarted(outcome["r"])
+        return TaskStarted(CreateTaskResult.model_validate(outcome["r"]))
     if kind == "e":
         error = outcome["e"]
         raise MCPError(code=error["code"], message=error["message"], data=error.get("data"))

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import mrtr
 from mrtr._engine.journal import Journal
 from mrtr.stores import open_store
+from mrtr.tasks._seam import TaskCall
 from tests.fleet.test_task_fleet import _store_url
 from tests.support.flowkit import new_server
 from tests.support.markers import backends
@@ -58,13 +58,13 @@ async def test_a_fast_clock_does_not_steal_a_live_lease(
     runs: list[str] = []
     a, b, c = (worker(url, namespace, release, runs, label) for label in "ABC")
     skewed = lambda: time.time() + SKEW  # noqa: E731
-    b.runtime.local_clock = skewed
-    c.runtime.local_clock = skewed
+    b.runtime.context.local_clock = skewed
+    c.runtime.context.local_clock = skewed
     try:
         spec = a.runtime.flows["slow"][0]
-        created: dict[str, Any] = await a.runtime.start(spec, {}, None, Journal.start())
-        await b.runtime.sync_clock()
-        assert abs(b.runtime.now() - time.time()) < 1.0, "B's store-clock time is the true time"
+        created = await a.runtime.start(TaskCall(spec, {}, None, Journal.start()))
+        await b.runtime.context.sync_clock()
+        assert abs(b.runtime.context.now() - time.time()) < 1.0, "B's store-clock time is the true time"
         deadline = time.monotonic() + 2.0  # three lease lengths: A renews, B must never claim
         while time.monotonic() < deadline:
             assert await b.runtime.worker.scan_once() == 0
@@ -81,7 +81,7 @@ async def test_a_fast_clock_does_not_steal_a_live_lease(
         assert claimed == 1
         await asyncio.sleep(0.1)
         assert runs == ["A", "C"]
-        assert created["status"] == "working"
+        assert created.status == "working"
     finally:
         release.set()
         for flows in (a, b, c):

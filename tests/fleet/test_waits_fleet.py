@@ -43,7 +43,7 @@ from mcp import Client
 
 from mrtr.client import CreatedTask, TasksClient
 from mrtr.stores import RecordSeal, open_store
-from mrtr.tasks import TaskRuntime
+from mrtr.tasks import EngineOptions, TaskRuntime
 from tests.support.flowkit import task_state
 from tests.support.markers import backends
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, spawn_servers
@@ -243,7 +243,9 @@ async def test_a_sleeping_task_outlives_the_whole_fleet(
         store = open_store(fleet.env["MRTR_STORE"], namespace=namespace)
         try:
             ring = RecordSeal.from_keys([bytes.fromhex(fleet.env["MRTR_STATE_KEY"])])  # records are sealed at rest
-            assert await TaskRuntime(store, seal=ring).send_event(hearing, "go", {"sent": "while dead"}, event_id="e-1")
+            assert await TaskRuntime(store, EngineOptions(seal=ring)).send_event(
+                hearing, "go", {"sent": "while dead"}, event_id="e-1"
+            )
         finally:
             await store.close()
         await asyncio.sleep(max(0.0, began + 2.0 - time.time()))

@@ -314,6 +314,7 @@ async def test_task_records_are_sealed_at_rest_unless_opted_out_on_both_hosts(
     host: Host, sealed: bool, tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     from mrtr._engine.journal import Journal
+    from mrtr.tasks._seam import TaskCall
 
     store = mrtr.SQLiteStore(str(tmp_path / "t.db"))
     with caplog.at_level(logging.DEBUG, logger="mrtr.fleet"):
@@ -324,9 +325,9 @@ async def test_task_records_are_sealed_at_rest_unless_opted_out_on_both_hosts(
             return await ctx.step("keep", lambda: note)
 
         spec = flows.runtime.flows["remember"][0]
-        started = await flows.runtime.start(spec, {"note": "NOTE42"}, None, Journal.start())
+        started = await flows.runtime.start(TaskCall(spec, {"note": "NOTE42"}, None, Journal.start()))
         await flows.runtime.close()
-    raw = await store.load(started["taskId"], time.time())
+    raw = await store.load(started.task_id, time.time())
     await store.close()
     assert raw is not None and raw.flow == "remember"
     assert raw.sealed is sealed and ("NOTE42" in raw.to_json()) is not sealed
@@ -337,6 +338,7 @@ async def test_task_records_are_sealed_at_rest_unless_opted_out_on_both_hosts(
 async def test_without_a_shared_key_task_records_stay_plain_on_both_hosts(host: Host, tmp_path: Any) -> None:
     """A key only this process holds would leave the records unreadable after a restart: nothing is sealed."""
     from mrtr._engine.journal import Journal
+    from mrtr.tasks._seam import TaskCall
 
     store = mrtr.SQLiteStore(str(tmp_path / "t.db"))
     flows = host.flows(host.server(key=None), store=store)
@@ -345,9 +347,11 @@ async def test_without_a_shared_key_task_records_stay_plain_on_both_hosts(host: 
     async def remember(note: str, ctx: mrtr.FlowContext) -> str:
         return await ctx.step("keep", lambda: note)
 
-    started = await flows.runtime.start(flows.runtime.flows["remember"][0], {"note": "N1"}, None, Journal.start())
+    started = await flows.runtime.start(
+        TaskCall(flows.runtime.flows["remember"][0], {"note": "N1"}, None, Journal.start())
+    )
     await flows.runtime.close()
-    raw = await store.load(started["taskId"], time.time())
+    raw = await store.load(started.task_id, time.time())
     await store.close()
     assert raw is not None and not raw.sealed and raw.arguments == {"note": "N1"}
 

@@ -27,6 +27,7 @@ from mrtr.client import (
 )
 from mrtr.stores import RecordSeal, TaskRecord
 from mrtr.stores._sqlite import SQLiteStore
+from mrtr.tasks._seam import TaskCall
 from tests.support.flowkit import SHARED_KEY, accept, new_server, sampled, task_state
 
 pytestmark = pytest.mark.anyio
@@ -477,7 +478,7 @@ async def test_an_instance_shutting_down_keeps_the_steps_that_finished() -> None
 
     first = mrtr.Flows(new_server("tasks-under-test"), store=store, task_lease=0.3)  # type: ignore[arg-type]
     first.tool(task="required", name="lookup_then_wait")(flow)
-    created = await first.runtime.start(first.runtime.flows["lookup_then_wait"][0], {}, None, Journal.start())
+    created = await first.runtime.start(TaskCall(first.runtime.flows["lookup_then_wait"][0], {}, None, Journal.start()))
     await asyncio.wait_for(stepped.wait(), 5)
     await asyncio.sleep(0)  # the checkpoint write has started (a save takes 50 ms here)
     await first.runtime.close()  # shutting down mid-write
@@ -486,7 +487,7 @@ async def test_an_instance_shutting_down_keeps_the_steps_that_finished() -> None
     second = mrtr.Flows(new_server("tasks-under-test"), store=store, task_lease=0.3)  # type: ignore[arg-type]
     second.tool(task="required", name="lookup_then_wait")(flow)
     async with asyncio.timeout(10):
-        while (done := await store.load(created["taskId"], time.time())) is None or done.status != "completed":
+        while (done := await store.load(created.task_id, time.time())) is None or done.status != "completed":
             await second.runtime.worker.scan_once()
             await asyncio.sleep(0.05)
     assert runs == Counter(lookup=1), "resumed past the step"
@@ -511,15 +512,15 @@ async def test_a_task_of_a_flow_this_instance_does_not_know_is_left_for_one_that
 
     spec = new.runtime.flows["added_in_v2"][0]
     new.runtime.worker.launch = lambda record: None  # type: ignore[method-assign]  # the v2 instance dies right after creating it
-    created = await new.runtime.start(spec, {}, None, Journal.start())
+    created = await new.runtime.start(TaskCall(spec, {}, None, Journal.start()))
     await new.runtime.close()  # its lease lapses
-    record = await store.load(created["taskId"], time.time())
+    record = await store.load(created.task_id, time.time())
     assert record is not None
     await store.save(record.copy(lease_owner=None, lease_until=0.0))
 
     assert await old.runtime.worker.scan_once() == 1  # claims it, finds no such flow, gives it back
     await asyncio.sleep(0.1)
-    left = await store.load(created["taskId"], time.time())
+    left = await store.load(created.task_id, time.time())
     assert left is not None and left.status == "working" and left.lease_owner is None, "not failed, not held"
     assert await old.runtime.worker.scan_once() == 0, "and it does not try again at once"
 
@@ -527,7 +528,7 @@ async def test_a_task_of_a_flow_this_instance_does_not_know_is_left_for_one_that
     newer.tool(task="required", name="added_in_v2")(added_in_v2)
     assert await newer.runtime.worker.scan_once() == 1
     async with asyncio.timeout(5):
-        while (done := await store.load(created["taskId"], time.time())) is None or done.status != "completed":
+        while (done := await store.load(created.task_id, time.time())) is None or done.status != "completed":
             await asyncio.sleep(0.02)
     assert runs == Counter(work=1)
     await old.runtime.close()

@@ -248,7 +248,7 @@ async def test_waits_are_journaled() -> None:
         await asyncio.sleep(0.2)
         await flows.send_event(task_id, "ci", {"status": "green"}, event_id="e1")
         await wait_status(client.session, task_id, "completed")
-    record = await flows.runtime.get(task_id)  # opened: the store holds it sealed at rest
+    record = await flows.runtime.store.load(task_id, time.time())  # opened: the store holds it sealed at rest
     assert record is not None and record.inbox == [] and record.event_ids == ["e1"]
     steps = decode(record.journal).steps
     assert steps["@event.ci"][1] == {"due": None, "done": 1, "id": "e1", "data": {"status": "green"}}
@@ -368,8 +368,8 @@ async def test_check_replay_reads_journals_with_waits() -> None:
         await asyncio.sleep(0.2)
         await flows.send_event(done_id, "ci", {"status": "green"})
         await wait_status(client.session, done_id, "completed")
-    finished = await flows.runtime.get(done_id)  # opened: the store holds them sealed at rest
-    parked = await flows.runtime.get(parked_id)
+    finished = await flows.runtime.store.load(done_id, time.time())  # opened: the store holds them sealed at rest
+    parked = await flows.runtime.store.load(parked_id, time.time())
     assert finished is not None and parked is not None
     report = await check_replay(flows, "await_ci", finished.journal)
     assert report.ok and report.finished, report.explain()

@@ -16,6 +16,7 @@ from mcp_types import ClientCapabilities
 
 from mrtr._engine.asks import Capability
 from mrtr._engine.journal import Journal
+from mrtr._wire import CreateTaskResult
 
 TaskSupport = Literal["never", "optional", "required"]
 
@@ -64,7 +65,8 @@ class FlowSpec:
 
 
 class TaskStarter(Protocol):
-    """Turns a call into a durable task (`mrtr.tasks.TaskRuntime`, or another engine)."""
+    """Turns a call into a durable task: the host's side of the task seam (`mrtr.tasks._start.HostStarter`,
+    which reads the request into the task's creator for whichever task engine serves)."""
 
     async def start(
         self,
@@ -73,8 +75,8 @@ class TaskStarter(Protocol):
         capabilities: ClientCapabilities | None,
         journal: Journal,
         request: Any = None,
-    ) -> dict[str, Any]:
-        """Create the task durably and start it; returns the wire `CreateTaskResult`.
+    ) -> CreateTaskResult:
+        """Create the task durably and start it; returns its `CreateTaskResult`.
 
         `request` is the call's SDK `ServerRequestContext`, handed over explicitly: the task
         belongs to its principal, and its `mrtr/idempotencyKey` names the task (None: no request,
@@ -87,12 +89,12 @@ class TaskStarter(Protocol):
 class TaskStarted:
     """A call that became a durable task: what `run_flow` returns in place of the flow's value.
 
-    `result` is the wire `CreateTaskResult`. Each host hands it to its tasks extension in the
+    `result` is the task's `CreateTaskResult`. Each host hands it to its tasks extension in the
     framework's own way (the SDK lets an `MCPError` through its tool wrapper; FastMCP passes a
     `ToolResult` through untouched).
     """
 
-    result: dict[str, Any]
+    result: CreateTaskResult
 
 
 class ShedCheck(Protocol):

@@ -46,6 +46,7 @@ from mrtr.tasks._extension import TasksExtension
 from mrtr.tasks._listen import ListenHandler
 from mrtr.tasks._runtime import TaskRuntime
 from mrtr.tasks._seam import ConvertResult, EngineOptions, PrincipalBinder, TaskEngine
+from mrtr.tasks._start import HostStarter
 
 if TYPE_CHECKING:
     from mrtr._host.adapter import Host
@@ -214,18 +215,10 @@ class HostCore:
             engine = given
             engine.configure(self._engine_options())
         else:
-            engine = TaskRuntime(
-                self._store(),
-                lease=opts.task_lease,
-                ttl=opts.task_ttl,
-                poll_interval=opts.task_poll_interval,
-                scan_interval=opts.task_scan_interval,
-                bind_principal=self.bind_principal(),
-            )
-            engine.configure(self._engine_options())
+            engine = TaskRuntime(self._store(), self._engine_options())
         if extension is None:
             extension = TasksExtension(engine, dialect=self._task_dialect)
-        self.services.tasks = engine
+        self.services.tasks = HostStarter(engine)
         built_with = host.given_bus()
         if opts.bus is not None and built_with is not None and built_with is not opts.bus:
             raise FlowDefinitionError(
@@ -251,6 +244,7 @@ class HostCore:
         return engine
 
     def _engine_options(self) -> EngineOptions:
+        """The task options, once: the lease runtime is built with them, another engine configured."""
         opts = self.options
         return EngineOptions(
             ttl=opts.task_ttl,
@@ -258,6 +252,8 @@ class HostCore:
             bind_principal=self.bind_principal(),
             callbacks=self.callbacks,
             seal=self.record_seal,
+            lease=opts.task_lease,
+            scan_interval=opts.task_scan_interval,
         )
 
     def _record_seal(self) -> RecordSeal | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from mrtr._engine.asks import Capability
+from mrtr.tasks._seam import TASK_LEASE, TASK_POLL_INTERVAL, TASK_SCAN_INTERVAL, TASK_TTL
 
 if TYPE_CHECKING:
     from mcp.server.subscriptions import SubscriptionBus
@@ -115,10 +116,10 @@ class HostOptions:
     deadline: float = 3600.0
     max_state_bytes: int = 64 * 1024
     store: TaskStore | None = None
-    task_lease: float = 10.0
-    task_ttl: float | None = 3600.0
-    task_poll_interval: float = 0.5
-    task_scan_interval: float = 1.0
+    task_lease: float = TASK_LEASE
+    task_ttl: float | None = TASK_TTL
+    task_poll_interval: float = TASK_POLL_INTERVAL
+    task_scan_interval: float = TASK_SCAN_INTERVAL
     tasks: TaskEngine | TasksExtension | None = None
     replay_guard: str | ReplayGuard | bool | None = None
     max_inflight_rounds: int | None = None

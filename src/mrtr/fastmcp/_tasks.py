@@ -27,7 +27,7 @@ from mcp_types import CallToolRequestParams, SubscriptionsListenRequestParams
 from pydantic import BaseModel, PrivateAttr
 
 from mrtr._engine.spec import TaskStarted
-from mrtr._wire import TASKS_EXTENSION, CreateTaskResult
+from mrtr._wire import TASKS_EXTENSION
 from mrtr.fastmcp import _internals as internals
 from mrtr.tasks._extension import TasksExtension
 from mrtr.tasks._listen import ListenHandler
@@ -75,7 +75,7 @@ class FastMCPTasks(ServerExtension):
 
         outcome = await self.tasks.intercept_tool_call(params, wire, proceed)
         if isinstance(outcome, TaskStartedResult):  # the call became a task: answer with its CreateTaskResult
-            return CreateTaskResult.model_validate(outcome.started.result)
+            return outcome.started.result
         if not isinstance(outcome, BaseModel):
             raise RuntimeError("the tool call produced no result")
         return outcome  # the tool's own result, as FastMCP produced it

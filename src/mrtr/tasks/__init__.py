@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from mrtr.tasks._fork import StepUnknown
     from mrtr.tasks._records import detailed_view, task_view
     from mrtr.tasks._runtime import TaskRuntime
-    from mrtr.tasks._seam import EngineOptions, TaskEngine, TaskView
+    from mrtr.tasks._seam import Creator, EngineOptions, TaskCall, TaskEngine, TaskView
     from mrtr.tasks._worker import LeaseLost
 
 _EXPORTS = {
@@ -42,7 +42,9 @@ _EXPORTS = {
     "TaskRequestParams": "mrtr._wire",
     "TaskStatus": "mrtr._wire",
     "UpdateTaskParams": "mrtr._wire",
+    "Creator": "mrtr.tasks._seam",
     "EngineOptions": "mrtr.tasks._seam",
+    "TaskCall": "mrtr.tasks._seam",
     "TaskAdmin": "mrtr.tasks._admin",
     "BulkOutcome": "mrtr.tasks._admin",
     "TaskSealed": "mrtr.tasks._admin",
@@ -61,6 +63,7 @@ _EXPORTS = {
 __all__ = [
     "BulkOutcome",
     "CreateTaskResult",
+    "Creator",
     "DetailedTask",
     "EngineOptions",
     "IDEMPOTENCY_KEY",
@@ -70,6 +73,7 @@ __all__ = [
     "TERMINAL",
     "Task",
     "TaskAdmin",
+    "TaskCall",
     "TaskEngine",
     "TaskView",
     "TaskRequestParams",

@@ -40,7 +40,7 @@ from mcp_types import (
 from pydantic import BaseModel, ValidationError
 
 from mrtr._engine.asks import client_result
-from mrtr._wire import TASKS_EXTENSION, TaskRequestParams, UpdateTaskParams, declares_tasks
+from mrtr._wire import TASKS_EXTENSION, CreateTaskResult, TaskRequestParams, UpdateTaskParams, declares_tasks
 from mrtr.tasks._records import detailed_task, same_owner
 from mrtr.tasks._seam import TaskEngine, TaskView, idempotency_key, unknown_task, valid_idempotency_key
 
@@ -53,7 +53,7 @@ class TaskCreated(MCPError):
     answers with `result` instead.
     """
 
-    def __init__(self, result: dict[str, Any]) -> None:
+    def __init__(self, result: CreateTaskResult) -> None:
         super().__init__(code=INTERNAL_ERROR, message="task created outside the tasks extension")
         self.result = result
 
@@ -92,7 +92,7 @@ class TasksExtension(Extension):
         try:
             return await call_next(ctx)
         except TaskCreated as created:
-            return created.result
+            return created.result.wire()
 
     # -- handlers ------------------------------------------------------------------------
 
@@ -164,7 +164,7 @@ class TasksExtension(Extension):
             )
 
     async def reload(self, task_id: str) -> TaskView:
-        record = await self.engine.get(task_id)
+        record: TaskView | None = await self.engine.get(task_id)
         if record is None:
             raise unknown_task(task_id)
         return record

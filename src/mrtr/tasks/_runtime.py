@@ -13,27 +13,24 @@ again, under the same idempotency key.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mcp.server.context import ServerRequestContext
-from mcp.server.request_state import authenticated_principal
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
+from mcp_types import INTERNAL_ERROR
 
-from mrtr._engine import journal as journal_codec
-from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr._telemetry import tracing
+from mrtr._wire import CreateTaskResult, InputRequests, Wait
 from mrtr.stores import TaskExists, TaskRecord, TaskStore
 from mrtr.stores._abilities import load_many
-from mrtr.stores._sealed import RecordSeal, RecordSealed, SealedStore
+from mrtr.stores._sealed import RecordSealed
 from mrtr.tasks._admin import cancel_change
-from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._inbox import deliver, new_event
-from mrtr.tasks._records import created_result, keyed_task_id, new_task_id, owner_tag
-from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges, TaskView, busy
+from mrtr.tasks._lease import LeaseContext, Wake
+from mrtr.tasks._seam import ANONYMOUS, ConvertResult, Creator, EngineBase, EngineOptions, TaskCall, busy
+from mrtr.tasks._start import NewTask
 from mrtr.tasks._worker import TaskWorker
 
 logger = tracing.get_logger("mrtr.tasks.runtime")
@@ -43,7 +40,51 @@ _CAS_RETRIES = 20
 """Compare-and-set attempts of one `update` or `cancel` before it reports the task busy."""
 
 
-class TaskRuntime(StateChanges):
+@dataclass(frozen=True, slots=True)
+class TaskSnapshot:
+    """A task as the lease runtime shows it (`TaskRuntime.get`): what `tasks/get`, listens and
+    the wire layer read of it, not the stored row (no journal, lease, inbox or history)."""
+
+    task_id: str
+    flow: str
+    status: str
+    status_message: str | None
+    created_at: float
+    updated_at: float
+    ttl_ms: int | None
+    poll_interval_ms: int
+    input_requests: InputRequests
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    waiting: list[Wait]
+    owner: str | None
+    version: int
+    row: TaskRecord = field(repr=False, compare=False)
+    """The row it was read from: the runtime's own, the compare-and-set base of an `update` or
+    `cancel` handed this snapshot (`known=`), so they need no second read."""
+
+    @classmethod
+    def of(cls, row: TaskRecord) -> TaskSnapshot:
+        return cls(
+            task_id=row.task_id,
+            flow=row.flow,
+            status=row.status,
+            status_message=row.status_message,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            ttl_ms=row.ttl_ms,
+            poll_interval_ms=row.poll_interval_ms,
+            input_requests=row.input_requests,
+            result=row.result,
+            error=row.error,
+            waiting=row.waiting,
+            owner=row.owner,
+            version=row.version,
+            row=row,
+        )
+
+
+class TaskRuntime(EngineBase):
     """Creates, runs, resumes and cancels the durable flows of one server instance.
 
     The default `mrtr.tasks.TaskEngine`. Every change (`update`, `cancel`, a worker's
@@ -52,109 +93,80 @@ class TaskRuntime(StateChanges):
 
     Args:
         store: Where tasks live; share it across the fleet.
-        lease: Seconds a worker may go silent before another instance takes its task over.
-        ttl: Seconds a task stays readable after creation (`None`: forever).
-        poll_interval: Seconds clients are told to wait between `tasks/get` polls.
-        scan_interval: Seconds between this instance's looks for orphaned work.
-        bind_principal: Who sent a request (the SDK's `RequestStateSecurity.bind_principal`,
-            by default the authenticated client/issuer/subject); tasks belong to it.
-        seal: Seal every record's payload at rest with this key ring (`mrtr.stores.RecordSeal`);
-            `Flows` gives the server's own unless `seal_at_rest=False`. None: plain records.
+        options: The task options (`EngineOptions`: lease, TTL, poll and scan intervals,
+            principal binding, callback URLs, and the key ring that seals records at rest;
+            `Flows` gives the server's own unless `seal_at_rest=False`). Default: the defaults.
 
-    Leases are compared on the store's clock (Redis `TIME`, PostgreSQL `clock_timestamp()`,
-    the SQLite host's clock): `now()` is this host's clock plus an offset re-measured
-    against the store every few scans, so a worker whose wall clock is off by minutes
-    still honours other workers' leases (error: half a store round trip plus the drift
-    between two measurements).
+    Leases are compared on the store's clock (`LeaseContext.now`), re-measured against the
+    store every few scans, so a worker whose wall clock is off by minutes still honours other
+    workers' leases. The runtime and its worker share one `LeaseContext` (`context`); the
+    runtime wakes the worker through `wake` and never the other way round.
     """
 
-    def __init__(
-        self,
-        store: TaskStore,
-        *,
-        lease: float = 10.0,
-        ttl: float | None = 3600.0,
-        poll_interval: float = 0.5,
-        scan_interval: float = 1.0,
-        bind_principal: PrincipalBinder | None = None,
-        seal: RecordSeal | None = None,
-    ) -> None:
-        self.plain_store = store
-        """The store as given (its records' payload sealed or not): what the fleet shares."""
-        self.seal: RecordSeal | None = seal
-        # Without a ring of its own the runtime still goes through `SealedStore`: it writes plain
-        # records, and refuses (`RecordSealed`) a sealed one it cannot open rather than run its
-        # flow from an empty journal or write an event beside a payload it cannot see.
-        self.store: TaskStore = SealedStore(store, seal or RecordSeal(None))
-        """The store this runtime reads and writes through: sealing on the way in and out, if any."""
-        self.bind_principal = bind_principal or authenticated_principal
-        self.local_clock: Callable[[], float] = time.time
-        """This host's wall clock (replaceable in tests to simulate a skewed host)."""
-        self.clock_offset = 0.0
-        self._clock_synced = False
-        self.lease = lease
-        self.ttl_ms = None if ttl is None else int(ttl * 1000)
-        self.poll_interval_ms = max(1, int(poll_interval * 1000))
-        self.flows: dict[str, tuple[FlowSpec, ConvertResult]] = {}
-        self.worker = TaskWorker(self, scan_interval)
+    def __init__(self, store: TaskStore, options: EngineOptions | None = None) -> None:
+        self.options = options = options or EngineOptions()
+        self.context = LeaseContext(
+            store, lease=options.lease, seal=options.seal, report=self.changed, callbacks=options.callbacks
+        )
+        """The store, clock, lease and flows this runtime shares with its worker."""
+        self.worker = TaskWorker(self.context, options.scan_interval)
         """This instance's scanner and runs (`mrtr.tasks._worker`)."""
-        self.callbacks: CallbackUrls | None = None
-        """Mints `ctx.callback_url` URLs (`Flows(public_url=...)` sets it)."""
+        self.wake: Wake = self.worker.try_claim
+        """Resume a task here, now, if it is claimable (after the answer or event it waited for)."""
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
-        self.flows[spec.name] = (spec, convert)
+        self.context.flows[spec.name] = (spec, convert)
 
-    def use_seal(self, seal: RecordSeal) -> None:
-        """Seal records at rest from now on: every read opens (plain records too), every write seals."""
-        self.seal = seal
-        self.store = SealedStore(self.plain_store, seal)
+    @property
+    def flows(self) -> dict[str, tuple[FlowSpec, ConvertResult]]:
+        """The flows this instance serves, by name."""
+        return self.context.flows
+
+    @property
+    def store(self) -> TaskStore:
+        """The store this runtime reads and writes through: sealing on the way in and out, if any."""
+        return self.context.store
 
     @property
     def shared_store(self) -> TaskStore:
-        return self.plain_store
+        return self.context.plain_store
 
     def configure(self, options: EngineOptions) -> None:
         """The callback URLs, and the server's key ring to seal records with unless built with one:
         a `TaskRuntime` you built keeps the other options you built it with."""
-        self.callbacks = options.callbacks
-        if self.seal is None and options.seal is not None:
-            self.use_seal(options.seal)
+        seal = self.options.seal or options.seal
+        self.options = replace(self.options, callbacks=options.callbacks, seal=seal)
+        self.context.callbacks = options.callbacks
+        if self.context.seal is None and seal is not None:
+            self.context.use_seal(seal)
 
     # -- the TaskEngine seam: read, answer and cancel over the store -------------------------
 
     def ensure_running(self) -> None:
-        self.ensure_scanning()
+        self.worker.ensure_scanning()
 
-    async def get(self, task_id: str) -> TaskRecord | None:
-        try:
-            return await self.store.load(task_id, self.now())
-        except RecordSealed as exc:
-            # A deployment problem (this instance's ring lacks the key the task was sealed
-            # with), not the client's: logged here, and retryable, since another instance may
-            # hold the key. Never an empty task shown as if it were the task.
-            logger.warning("%s; answering a retryable error", exc)
-            raise MCPError(
-                code=INTERNAL_ERROR,
-                message="this task cannot be read on this server instance; retry",
-                data={"reason": "task_sealed"},
-            ) from None
+    async def get(self, task_id: str) -> TaskSnapshot | None:
+        row = await self._load(task_id)
+        return None if row is None else TaskSnapshot.of(row)
 
-    async def get_many(self, task_ids: list[str]) -> list[TaskRecord | None]:
+    async def get_many(self, task_ids: list[str]) -> list[TaskSnapshot | None]:
         """`get` of each id, read in as few store round trips as the store allows."""
         try:
-            return await load_many(self.store, task_ids, self.now())
+            rows = await load_many(self.context.store, task_ids, self.context.now())
         except RecordSealed as exc:
-            logger.warning("%s; answering a retryable error", exc)
-            raise MCPError(
-                code=INTERNAL_ERROR,
-                message="this task cannot be read on this server instance; retry",
-                data={"reason": "task_sealed"},
-            ) from None
+            raise _sealed(exc) from None
+        return [None if row is None else TaskSnapshot.of(row) for row in rows]
+
+    async def _load(self, task_id: str) -> TaskRecord | None:
+        try:
+            return await self.context.store.load(task_id, self.context.now())
+        except RecordSealed as exc:
+            raise _sealed(exc) from None
 
     async def update(
-        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskView | None = None
+        self, task_id: str, answers: Mapping[str, Any], asked: Mapping[str, Any], known: TaskSnapshot | None = None
     ) -> None:
-        record = known if isinstance(known, TaskRecord) else await self.get(task_id)
+        record = known.row if known is not None else await self._load(task_id)
         for _ in range(_CAS_RETRIES):
             if record is None:
                 return
@@ -167,34 +179,34 @@ class TaskRuntime(StateChanges):
                 responses=record.responses | accepted,
                 input_requests=remaining,
                 status="input_required" if remaining else "working",
-                updated_at=self.now(),
+                updated_at=self.context.now(),
             )
-            if await self.store.save(changed):
+            if await self.context.store.save(changed):
                 if not remaining:
                     tracing.task_status(task_id, record.flow, "working", previous=record.status)
                 await self.changed(changed)
                 if not remaining:
-                    await self.worker.try_claim(changed.task_id)  # resume here, at once
+                    await self.wake(changed.task_id)  # resume here, at once
                 return
-            record = await self.get(task_id)
+            record = await self._load(task_id)
         raise busy("update")
 
-    async def cancel(self, task_id: str, known: TaskView | None = None) -> None:
-        record = known if isinstance(known, TaskRecord) else await self.get(task_id)
+    async def cancel(self, task_id: str, known: TaskSnapshot | None = None) -> None:
+        record = known.row if known is not None else await self._load(task_id)
         for _ in range(_CAS_RETRIES):
             if record is None:
                 return
-            changed, running_somewhere = cancel_change(record, self.now())  # shared with TaskAdmin
+            changed, running_somewhere = cancel_change(record, self.context.now())  # shared with TaskAdmin
             if changed is None:
                 return  # idempotent, also on finished tasks
-            if await self.store.save(changed):
+            if await self.context.store.save(changed):
                 if not running_somewhere:
                     tracing.task_status(record.task_id, record.flow, "cancelled", previous=record.status)
                 await self.changed(changed)
                 if running_somewhere:
                     self.worker.cancel_local(record.task_id)  # elsewhere: its heartbeat sees the flag
                 return
-            record = await self.get(task_id)
+            record = await self._load(task_id)
         raise busy("cancel")
 
     async def send_event(self, task_id: str, name: str, payload: Any, *, event_id: str | None = None) -> bool:
@@ -206,106 +218,67 @@ class TaskRuntime(StateChanges):
             EventNotDelivered: Unknown or expired task, a finished one, or a full inbox.
             ValueError: A malformed name, a payload that is not JSON or too large.
         """
-        if not self._clock_synced:
-            await self.sync_clock()
-        event = new_event(name, payload, event_id, self.now())
-        delivered, record = await deliver(self.store, task_id, event, self.now())
+        context = self.context
+        if not context.clock_synced:
+            await context.sync_clock()
+        event = new_event(name, payload, event_id, context.now())
+        delivered, record = await deliver(context.store, task_id, event, context.now())
         if delivered and record.lease_until == 0.0 and record.status == "working":
             await self.changed(record)
-            if record.flow in self.flows:
-                await self.worker.try_claim(task_id)  # resume it here, at once
+            if record.flow in context.flows:
+                await self.wake(task_id)  # resume it here, at once
         return delivered
-
-    # -- time and principals ---------------------------------------------------------------
-
-    def now(self) -> float:
-        """Epoch seconds on the store's clock, as last measured (see the class docstring)."""
-        return self.local_clock() + self.clock_offset
-
-    async def sync_clock(self) -> None:
-        """Measure this host's offset from the store's clock (stores without `clock()`: none)."""
-        read = getattr(self.store, "clock", None)
-        if read is None:
-            self._clock_synced = True
-            return
-        before = self.local_clock()
-        store_time = await read()
-        after = self.local_clock()
-        self.clock_offset = store_time - (before + after) / 2
-        self._clock_synced = True
-
-    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
-        """The owner tag of the request's principal (None when unauthenticated)."""
-        return owner_tag(self.bind_principal(ctx))
 
     # -- creation ------------------------------------------------------------------------
 
-    async def start(
-        self,
-        spec: FlowSpec,
-        arguments: Any,
-        capabilities: ClientCapabilities | None,
-        journal: Journal,
-        request: ServerRequestContext[Any, Any] | None = None,
-    ) -> dict[str, Any]:
+    async def start(self, call: TaskCall, creator: Creator = ANONYMOUS) -> CreateTaskResult:
         """Durably create a task for this call and start running it here; returns `CreateTaskResult`.
 
-        With an idempotency key (`params._meta["mrtr/idempotencyKey"]`), the task id is
-        derived from (creator, tool, key), so a resend after a lost response finds the task
-        the first attempt created (the store's atomic `create` decides, fleet-wide) and gets
-        its `CreateTaskResult` instead of a second task.
+        With an idempotency key the task id is derived from (creator, tool, key), so a resend
+        after a lost response finds the task the first attempt created (the store's atomic
+        `create` decides, fleet-wide) and gets its `CreateTaskResult` instead of a second task.
         """
-        if not self._clock_synced:
-            await self.sync_clock()
-        now = self.now()
-        who = Creator.of(self, request)
-        key = who.idempotency_key
-        journal.pending = {}
+        context = self.context
+        if not context.clock_synced:
+            await context.sync_clock()
+        now = context.now()
+        new = NewTask.of(call, creator, self.options, now)
         record = TaskRecord(
-            task_id=new_task_id() if key is None else keyed_task_id(who.owner, spec.name, key),
-            flow=spec.name,
-            arguments=dict(arguments),
-            capabilities=capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {},
+            **new.kept,
             status="working",
-            created_at=now,
             updated_at=now,
-            ttl_ms=self.ttl_ms,
-            poll_interval_ms=self.poll_interval_ms,
-            journal=journal_codec.encode(journal),
             lease_owner=self.worker.worker_id,
-            lease_until=now + self.lease,
-            owner=who.owner,
+            lease_until=now + context.lease,
         )
         for _ in range(3):  # a keyed task that expires between `create` and `load`: create again
             try:
-                await self.store.create(record)  # durable before the client hears of it
+                await context.store.create(record)  # durable before the client hears of it
             except TaskExists:
-                if key is None:
+                if new.key is None:
                     raise
-                existing = await self.store.load(record.task_id, self.now())
-                if existing is None:
-                    continue
-                if existing.arguments != record.arguments:
-                    raise MCPError(
-                        code=INVALID_PARAMS,
-                        message="mrtr/idempotencyKey was already used for a call with other arguments",
-                        data={"reason": "idempotency_key_reused"},
-                    ) from None
-                return created_result(existing).wire()
-            tracing.task_status(record.task_id, spec.name, "working")
+                if (existing := await context.store.load(record.task_id, context.now())) is not None:
+                    return new.resent(existing)
+                continue
             self.worker.launch(record)  # first: the run starts while the answer and the notification go out
-            await self.changed(record)
-            self.ensure_scanning()
-            return created_result(record).wire()
+            created = await self.created(record)
+            self.worker.ensure_scanning()
+            return created
         raise MCPError(code=INTERNAL_ERROR, message="the task's id kept colliding with an expiring task; call again")
-
-    def ensure_scanning(self) -> None:
-        """Start this instance's background scanner (idempotent; needs a running loop)."""
-        self.worker.ensure_scanning()
 
     async def close(self) -> None:
         """Stop the scanner and this instance's runs (their leases lapse: another instance resumes)."""
         await self.worker.close()
 
 
-__all__ = ["TaskRuntime"]
+def _sealed(exc: RecordSealed) -> MCPError:
+    """A record this instance's ring cannot open: a deployment problem (another instance may hold
+    the key), not the client's; logged here, answered retryable, never shown as an empty task."""
+    logger.warning("%s; answering a retryable error", exc)
+    return MCPError(
+        code=INTERNAL_ERROR,
+        message="this task cannot be read on this server instance; retry",
+        data={"reason": "task_sealed"},
+    )
+
+
+__all__ = ["TaskRuntime", "TaskSnapshot"]

@@ -1,10 +1,13 @@
 """The task worker: this instance's share of the fleet's durable work.
 
 `TaskRuntime` (`mrtr.tasks._runtime`) is the engine's API: create, read, answer, cancel,
-deliver events. This module is the worker behind it: a scanner that claims tasks whose lease
-ran out (orphaned by a dead worker, parked on a timer now due, or woken by an event), and the
-runs it launches, each holding a lease it renews by heartbeat while the flow runs, writing
-every finished step before the flow goes on, and settling where the run ended in one write.
+deliver events. This module is the worker behind it, sharing only its `LeaseContext`
+(`mrtr.tasks._lease`: the store, clock, lease, flows and report hook): a scanner that claims
+tasks whose lease ran out (orphaned by a dead worker, parked on a timer now due, or woken by
+an event), and the runs it launches, each holding a lease it renews by heartbeat while the
+flow runs, writing every finished step before the flow goes on, and settling where the run
+ended in one write. It never calls the runtime; the runtime calls it (`launch`, `try_claim`
+as the runtime's `wake`, `cancel_local`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 import secrets
 import socket
 from collections.abc import Awaitable, Collection
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFromNewerVersion
@@ -24,18 +27,16 @@ from mrtr._engine.run import Outcome, RunOptions, execute
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowDefinitionError, StoreUnavailable
 from mrtr._telemetry import metrics, tracing
-from mrtr._wire import HistoryEntry, TaskView
+from mrtr._wire import HistoryEntry
 from mrtr.stores import TaskRecord
+from mrtr.stores._abilities import has_next_wake
 from mrtr.stores._base import HISTORY_KEPT, WAIT_FOREVER
 from mrtr.stores._sealed import RecordSealed
 from mrtr.tasks._checkpoints import Checkpoints
 from mrtr.tasks._inbox import settle_inbox
+from mrtr.tasks._lease import LeaseContext
 from mrtr.tasks._outcome import Settled, prologue, settle
 from mrtr.tasks._seam import ConvertResult
-
-if TYPE_CHECKING:
-    from mrtr.stores import TaskStore
-    from mrtr.tasks._callbacks import CallbackUrls
 
 logger = tracing.get_logger("mrtr.tasks.runtime")
 
@@ -64,32 +65,16 @@ class LeaseLost(BaseException):
     """
 
 
-class Engine(Protocol):
-    """What the worker needs of the engine it works for (`TaskRuntime`): its store and clock,
-    its lease, the flows it serves, its callback URLs, and where state changes are reported."""
-
-    store: TaskStore
-    lease: float
-    flows: dict[str, tuple[FlowSpec, ConvertResult]]
-    callbacks: CallbackUrls | None
-
-    def now(self) -> float: ...
-
-    async def sync_clock(self) -> None: ...
-
-    async def changed(self, task: TaskView) -> None: ...
-
-
 class TaskWorker:
     """Claims, runs and settles the tasks this instance takes on (see the module docstring).
 
     Args:
-        runtime: The engine whose tasks it runs: its store, clock, lease and flows.
+        context: What it shares with the runtime: the store, clock, lease, flows and report hook.
         scan_interval: Seconds between looks for orphaned or due work.
     """
 
-    def __init__(self, runtime: Engine, scan_interval: float) -> None:
-        self.runtime = runtime
+    def __init__(self, context: LeaseContext, scan_interval: float) -> None:
+        self.context = context
         self.scan_interval = scan_interval
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         """The lease owner this instance writes (host, process, a random tag)."""
@@ -113,12 +98,12 @@ class TaskWorker:
             pause = self.scan_interval
             try:
                 if scans % _CLOCK_SYNC_EVERY == 0:
-                    await self.runtime.sync_clock()
+                    await self.context.sync_clock()
                 launched = await self.scan_once()
-                await metrics.refresh_task_counts(self.runtime.store, self.runtime.now())  # the `mrtr.tasks` gauge
+                await metrics.refresh_task_counts(self.context.store, self.context.now())  # the `mrtr.tasks` gauge
                 scans += 1
                 if scans % 60 == 0:
-                    await self.runtime.store.purge_expired(self.runtime.now())
+                    await self.context.store.purge_expired(self.context.now())
                 pause = 0.0 if launched >= _SCAN_BATCH else await self._until_next_wake()
             except asyncio.CancelledError:
                 raise
@@ -153,14 +138,14 @@ class TaskWorker:
     async def _until_next_wake(self) -> float:
         """Seconds until the earliest parked task falls due, capped at the scan interval.
 
-        One indexed read (`TaskStore.next_wake`) per scan, however many tasks sleep: a
+        One indexed read (`WakeIndexed.next_wake`) per scan, however many tasks sleep: a
         timer wakes within a store round trip of its due time, with no per-task polling.
         """
-        next_wake = getattr(self.runtime.store, "next_wake", None)
-        if next_wake is None:
+        store = self.context.store
+        if not has_next_wake(store):
             return self.scan_interval
-        now = self.runtime.now()
-        due: float | None = await next_wake(now)
+        now = self.context.now()
+        due = await store.next_wake(now)
         if due is None:
             return self.scan_interval
         return min(self.scan_interval, max(0.0, due - now))
@@ -168,8 +153,8 @@ class TaskWorker:
     async def scan_once(self) -> int:
         """Claim and launch every task whose lease has run out; returns how many."""
         launched = 0
-        now = self.runtime.now()
-        for task_id in await self.runtime.store.claimable(now, limit=_SCAN_BATCH):
+        now = self.context.now()
+        for task_id in await self.context.store.claimable(now, limit=_SCAN_BATCH):
             if self._foreign.get(task_id, 0.0) > now:
                 continue
             if task_id not in self._running and await self.try_claim(task_id):
@@ -177,9 +162,9 @@ class TaskWorker:
         return launched
 
     async def try_claim(self, task_id: str) -> bool:
-        now = self.runtime.now()
+        now = self.context.now()
         try:
-            record = await self.runtime.store.load(task_id, now)
+            record = await self.context.store.load(task_id, now)
         except RecordSealed as exc:
             # Sealed under a key this instance's ring lacks: an instance with the key runs it. The
             # others in this scan still get their turn (one unreadable task must not stall them).
@@ -188,8 +173,8 @@ class TaskWorker:
             return False
         if record is None or not record.claimable or record.lease_until >= now or task_id in self._running:
             return False
-        claimed = record.copy(lease_owner=self.worker_id, lease_until=now + self.runtime.lease, updated_at=now)
-        if not await self.runtime.store.save(claimed):
+        claimed = record.copy(lease_owner=self.worker_id, lease_until=now + self.context.lease, updated_at=now)
+        if not await self.context.store.save(claimed):
             return False
         self.launch(claimed)
         return True
@@ -237,7 +222,7 @@ class TaskWorker:
     async def _run(self, record: TaskRecord) -> None:
         tracing.bind_task(record.task_id)
         held = _Held(record)
-        entry = self.runtime.flows.get(record.flow)
+        entry = self.context.flows.get(record.flow)
         try:
             start = None if entry is None else prologue(entry[0], record.task_id, record.journal, record.capabilities)
         except JournalFromNewerVersion:
@@ -252,7 +237,7 @@ class TaskWorker:
         journal, capabilities = start
         checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)))
         held.ran = checkpoints.ran  # every write of this run takes the steps it ran into the history
-        waits = _RunWaits(self.runtime, held)
+        waits = _RunWaits(self.context, held)
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
         try:
             outcome = await execute(
@@ -325,7 +310,7 @@ class TaskWorker:
             self._wake_scanner()  # the scanner re-reads the next wake time
 
     async def _heartbeat(self, held: _Held, run: asyncio.Task[Any] | None) -> None:
-        interval = min(1.0, self.runtime.lease / 3)
+        interval = min(1.0, self.context.lease / 3)
         while True:
             await asyncio.sleep(interval)
             try:
@@ -354,7 +339,7 @@ class TaskWorker:
             task_id,
             held.record.flow,
         )
-        now = self.runtime.now()
+        now = self.context.now()
         if len(self._foreign) > 1024:
             self._foreign = {k: until for k, until in self._foreign.items() if until > now}
         self._foreign[task_id] = now + _FOREIGN_BACKOFF
@@ -362,7 +347,7 @@ class TaskWorker:
             await self._write(held, release=True)
 
     async def _cancel_requested(self, held: _Held) -> bool:
-        fresh = await self.runtime.store.load(held.record.task_id, self.runtime.now())
+        fresh = await self.context.store.load(held.record.task_id, self.context.now())
         return fresh is not None and fresh.cancel_requested
 
     async def _write(
@@ -381,7 +366,7 @@ class TaskWorker:
         the inbox, re-read from the freshest record on every attempt so no delivery is lost.
         """
         pause = _STORE_RETRY[0]
-        started = self.runtime.now()
+        started = self.context.now()
         conflicts = 0
         while conflicts < 20:
             try:
@@ -394,7 +379,7 @@ class TaskWorker:
                 # Keep trying while the lease is still ours (the store may be back in a moment);
                 # past it, another worker may own the task: stop. A final write is fenced by
                 # the version check whoever claims meanwhile, so it keeps trying a while longer.
-                now = self.runtime.now()
+                now = self.context.now()
                 limit = started + _FINAL_WRITE_FOR if held.final else held.record.lease_until - pause
                 if now + pause >= limit:
                     if held.final:
@@ -413,11 +398,11 @@ class TaskWorker:
         changes: dict[str, Any],
     ) -> None:
         """One compare-and-set of `_write`; `_Conflict` when another write came first (merged)."""
-        now = self.runtime.now()
+        now = self.context.now()
         if release:
             lease = {"lease_owner": None, "lease_until": 0.0 if wake_at is None else wake_at}
         else:
-            lease = {"lease_until": now + self.runtime.lease}
+            lease = {"lease_until": now + self.context.lease}
         candidate = held.record.copy(**changes, **lease, updated_at=now)
         if consumed is not None:
             candidate = settle_inbox(candidate, consumed, now)
@@ -426,11 +411,11 @@ class TaskWorker:
             attempt = candidate.attempt
             history = [*candidate.history, *({"attempt": attempt} | entry for entry in ran)]
             candidate = candidate.copy(history=history[-HISTORY_KEPT:])
-        if await self.runtime.store.save(candidate):
+        if await self.context.store.save(candidate):
             held.record = candidate
             del held.ran[: len(ran)]
             return
-        fresh = await self.runtime.store.load(held.record.task_id, now)
+        fresh = await self.context.store.load(held.record.task_id, now)
         if fresh is None or fresh.lease_owner != self.worker_id or fresh.terminal:
             raise LeaseLost
         held.record = fresh  # someone else wrote (an update, a cancel request): merge and retry
@@ -442,19 +427,19 @@ class TaskWorker:
         previous = held.record.status
         await self._write(held, release=True, status=status, responses={}, **(defaults | changes))
         tracing.task_status(held.record.task_id, held.record.flow, status, held.record.status_message, previous)
-        await self.runtime.changed(held.record)
+        await self.context.report(held.record)
 
 
 class _RunWaits:
     """What one run of a task lends its flow's durable waits: the store clock, the task's inbox
     (as this worker last read it), and callback URLs bound to the task."""
 
-    def __init__(self, runtime: Engine, held: _Held) -> None:
-        self._runtime = runtime
+    def __init__(self, context: LeaseContext, held: _Held) -> None:
+        self._context = context
         self._held = held
 
     def now(self) -> float:
-        return self._runtime.now()
+        return self._context.now()
 
     def take_event(self, name: str, taken: Collection[str]) -> tuple[str, Any] | None:
         for event in self._held.record.inbox:
@@ -463,7 +448,7 @@ class _RunWaits:
         return None
 
     def callback_url(self, name: str, expires_at: float) -> str:
-        callbacks = self._runtime.callbacks
+        callbacks = self._context.callbacks
         if callbacks is None:
             raise FlowDefinitionError(
                 "ctx.callback_url() needs the fleet's public base URL: Flows(server, public_url='https://...')"

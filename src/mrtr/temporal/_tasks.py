@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -31,26 +29,20 @@ from dataclasses import asdict
 from datetime import timedelta
 from typing import Any
 
-from mcp.server.context import ServerRequestContext
-from mcp.server.request_state import authenticated_principal
 from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, ClientCapabilities
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.common import RetryPolicy, WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from mrtr._engine import journal as journal_codec
-from mrtr._engine.journal import Journal
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import EventNotDelivered
-from mrtr._telemetry import tracing
-from mrtr._wire import TaskView, expired, is_terminal
-from mrtr.tasks._callbacks import CallbackUrls
+from mrtr._wire import CreateTaskResult, TaskView, expired, is_terminal
 from mrtr.tasks._inbox import new_event
-from mrtr.tasks._records import created_result, keyed_task_id, new_task_id, owner_tag
-from mrtr.tasks._seam import ConvertResult, Creator, EngineOptions, PrincipalBinder, StateChanges
+from mrtr.tasks._seam import ANONYMOUS, TASK_LEASE, ConvertResult, Creator, EngineBase, EngineOptions, TaskCall
+from mrtr.tasks._start import NewTask
 from mrtr.temporal._activity import Advancer
 from mrtr.temporal._codec import sealed_client
 from mrtr.temporal._shapes import (
@@ -80,7 +72,7 @@ _ENDED_WITHOUT_RESULT = {
 _STATE_FIELDS = frozenset(TaskState.__dataclass_fields__)
 
 
-class TemporalTasks(StateChanges):
+class TemporalTasks(EngineBase):
     """Runs `Flows` tasks on Temporal: `Flows(server, tasks=TemporalTasks(client, task_queue=...))`.
 
     Args:
@@ -114,7 +106,7 @@ class TemporalTasks(StateChanges):
         worker: bool = True,
         step_retry: RetryPolicy | None = None,
         step_timeout: float | None = None,
-        heartbeat_timeout: float = 10.0,
+        heartbeat_timeout: float = TASK_LEASE,
         worker_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.client = client
@@ -124,15 +116,12 @@ class TemporalTasks(StateChanges):
         self.step_timeout = step_timeout
         self.heartbeat_timeout = heartbeat_timeout
         self.worker_options = dict(worker_options or {})
-        self.ttl_ms: int | None = 3600 * 1000
-        self.poll_interval_ms = 500
-        self.bind_principal: PrincipalBinder = authenticated_principal
+        self.options = EngineOptions()
+        """`Flows`' task options (`configure`); their defaults until then."""
         self.flows: dict[str, tuple[FlowSpec, ConvertResult]] = {}
         self._worker: Worker | None = None
         self._worker_task: asyncio.Task[None] | None = None
         self._terminal: OrderedDict[str, TaskState] = OrderedDict()
-        self.callbacks: CallbackUrls | None = None
-        """Mints `ctx.callback_url` URLs for the tasks this process's worker runs (`Flows(public_url=...)`)."""
         self._sealed = False
 
     # -- configuration (from Flows) ------------------------------------------------------
@@ -148,81 +137,46 @@ class TemporalTasks(StateChanges):
             # the state memo) goes through the server's key ring (`mrtr.temporal._codec`).
             self.client = sealed_client(self.client, options.seal)
             self._sealed = True
-        self.ttl_ms = None if options.ttl is None else int(options.ttl * 1000)
-        self.poll_interval_ms = max(1, int(options.poll_interval * 1000))
-        self.bind_principal = options.bind_principal
-        self.callbacks = options.callbacks
+        self.options = options
 
     def register(self, spec: FlowSpec, convert: ConvertResult) -> None:
         self.flows[spec.name] = (spec, convert)
 
-    def owner_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
-        return owner_tag(self.bind_principal(ctx))
-
     # -- creation ------------------------------------------------------------------------
 
-    async def start(
-        self,
-        spec: FlowSpec,
-        arguments: Mapping[str, Any],
-        capabilities: ClientCapabilities | None,
-        journal: Journal,
-        request: ServerRequestContext[Any, Any] | None = None,
-    ) -> dict[str, Any]:
+    async def start(self, call: TaskCall, creator: Creator = ANONYMOUS) -> CreateTaskResult:
         """Start the task's workflow (durable before the client hears of it); `CreateTaskResult`."""
         self.ensure_running()
-        who = Creator.of(self, request)
-        key = who.idempotency_key
-        journal.pending = {}
-        now = time.time()
-        task_id = new_task_id() if key is None else keyed_task_id(who.owner, spec.name, key)
-        start = TaskStart(
-            task_id=task_id,
-            flow=spec.name,
-            arguments=dict(arguments),
-            capabilities=capabilities.model_dump(mode="json", by_alias=True, exclude_none=True) if capabilities else {},
-            journal=journal_codec.encode(journal),
-            owner=who.owner,
-            created_at=now,
-            ttl_ms=self.ttl_ms,
-            poll_interval_ms=self.poll_interval_ms,
-            policy=self._policy(spec),
-        )
+        new = NewTask.of(call, creator, self.options, time.time())
+        start = TaskStart(**new.kept, policy=self._policy(call.spec))
         state = TaskState.initial(start)
+        ttl_ms = start.ttl_ms
         try:
             await self.client.start_workflow(
                 WORKFLOW,
                 start,
-                id=task_id,
+                id=start.task_id,
                 task_queue=self.task_queue,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                execution_timeout=None if self.ttl_ms is None else timedelta(milliseconds=self.ttl_ms),
+                execution_timeout=None if ttl_ms is None else timedelta(milliseconds=ttl_ms),
                 memo={STATE_MEMO: asdict(state)},
-                static_summary=f"MCP task: {spec.name}",
+                static_summary=f"MCP task: {start.flow}",
                 # This process's worker may take the first workflow task at once (no queue trip).
                 request_eager_start=self._worker_task is not None and not self._worker_task.done(),
             )
         except WorkflowAlreadyStartedError:
-            if key is None:
+            if new.key is None:
                 raise
-            existing = await self.get(task_id)
+            existing = await self.get(start.task_id)
             if existing is None:  # the earlier task expired but Temporal still retains its workflow
                 raise MCPError(
                     code=INVALID_PARAMS,
                     message="mrtr/idempotencyKey belongs to an expired task; use a new key",
                     data={"reason": "idempotency_key_expired"},
                 ) from None
-            if _digest(existing.arguments) != _digest(start.arguments):
-                raise MCPError(
-                    code=INVALID_PARAMS,
-                    message="mrtr/idempotencyKey was already used for a call with other arguments",
-                    data={"reason": "idempotency_key_reused"},
-                ) from None
-            return created_result(existing).wire()
-        tracing.task_status(task_id, spec.name, "working")
-        await self.changed(state)
-        return created_result(state).wire()
+            return new.resent(existing)
+        return await self.created(state)
 
     def _policy(self, spec: FlowSpec) -> StepPolicy:
         retry = self.step_retry
@@ -354,7 +308,7 @@ class TemporalTasks(StateChanges):
     def new_worker(self) -> Worker:
         """A Temporal worker for this engine's task queue, running its workflow and step activity."""
         options: dict[str, Any] = {"workflow_runner": UnsandboxedWorkflowRunner()} | self.worker_options
-        advancer = Advancer(self.flows, self._report, lambda: self.callbacks)
+        advancer = Advancer(self.flows, self._report, lambda: self.options.callbacks)
         return Worker(
             self.client,
             task_queue=self.task_queue,
@@ -393,10 +347,6 @@ class TemporalTasks(StateChanges):
 
 def _state(fields: Mapping[str, Any]) -> TaskState:
     return TaskState(**{k: v for k, v in fields.items() if k in _STATE_FIELDS})  # newer fields: ignored
-
-
-def _digest(arguments: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _unavailable(exc: RPCError) -> MCPError:
