@@ -15,12 +15,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# The whole suite in two runs that together select every test: what needs nothing beyond the
+# pytest process on two workers (test-fast), then what starts processes or uses services one at a
+# time, since those time things and kill processes and must not share the machine with each other.
+# The second runs even when the first fails (one CI run shows every failure); either fails `make test`.
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks tools docs/examples
 	$(VENV)/bin/ruff format --check src tests examples benchmarks tools docs/examples
 	$(VENV)/bin/mypy --strict src examples docs/examples
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 -m "$(FAST)"; fast=$$?; $(PY) -m pytest -q -m "not ($(FAST))" && exit $$fast
 
 # The quick loop: every test that needs nothing beyond this process, over the whole tree (no
 # processes, brokers or foreign clients): the markers are in pyproject.toml and tests/support/markers.py.

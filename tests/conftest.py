@@ -1,8 +1,11 @@
 """Shared pytest settings: mrtr runs flows as asyncio tasks, so every async test uses asyncio."""
 
+import threading
 from collections.abc import Iterator
 
 import pytest
+
+_PREFETCH = pytest.StashKey[threading.Thread | None]()
 
 
 @pytest.fixture
@@ -54,3 +57,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     problems = check(collected(item, config.rootpath) for item in items)
     if problems:
         raise pytest.UsageError("tests with undeclared needs:\n  " + "\n  ".join(problems))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the venvs the selected tests will need (tests/support/prefetch.py)."""
+    from tests.support import prefetch
+
+    if not session.config.option.collectonly:
+        session.config.stash[_PREFETCH] = prefetch.start([item.nodeid for item in session.items])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Never leave a build half done: a venv cut off mid-install would be rebuilt by the next run."""
+    thread = session.config.stash.get(_PREFETCH, None)
+    if thread is not None:
+        thread.join()

@@ -18,6 +18,7 @@ import pytest
 from mcp import Client
 
 import mrtr
+import mrtr.tasks._inbox
 from mrtr.client import TasksClient
 from mrtr.stores import TaskRecord
 from mrtr.stores._sqlite import SQLiteStore
@@ -46,7 +47,9 @@ async def _no_answers(request: Any) -> Any:
     raise AssertionError("the flow never asks")
 
 
-async def test_a_busy_task_answers_503_and_keeps_the_url() -> None:
+async def test_a_busy_task_answers_503_and_keeps_the_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Four lost compare-and-sets make the same 503 as the 64 a real send tries (~5 s of backoff).
+    monkeypatch.setattr(mrtr.tasks._inbox, "_CAS_RETRIES", 4)
     store = ContendedStore(":memory:")
     server = new_server("callback-busy")
     flows = mrtr.Flows(server, store=store, task_poll_interval=0.05, public_url="http://hooks.test")

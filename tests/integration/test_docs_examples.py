@@ -192,6 +192,16 @@ def test_every_shell_block_names_real_commands() -> None:
     targets = _make_targets()
     problems = []
     checked = 0
+    helps: dict[tuple[str, ...], bool] = {}  # pages repeat commands: one `--help` process per subcommand path
+
+    def has_help(sub: list[str]) -> bool:
+        if tuple(sub) not in helps:
+            proc = subprocess.run(
+                [str(BIN / "mrtr"), *sub, "--help"], env=env(), capture_output=True, text=True, timeout=60
+            )
+            helps[tuple(sub)] = proc.returncode == 0
+        return helps[tuple(sub)]
+
     for block in ALL_BLOCKS:
         if block.lang not in ("bash", "sh", "shell", "console"):
             continue
@@ -209,12 +219,7 @@ def test_every_shell_block_names_real_commands() -> None:
             elif words[0] == "mrtr":
                 sub = [word for word in words[1:3] if re.fullmatch(r"[a-z][a-z-]*", word)]
                 # `mrtr tasks ls ...`: the subcommand path, cut where arguments begin
-                while sub:
-                    proc = subprocess.run(
-                        [str(BIN / "mrtr"), *sub, "--help"], env=env(), capture_output=True, text=True, timeout=60
-                    )
-                    if proc.returncode == 0:
-                        break
+                while sub and not has_help(sub):
                     sub = sub[:-1]
                 if not sub:
                     problems.append(f"{block}: `{command}` is not an mrtr command")
