@@ -51,7 +51,7 @@ from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel
 
 import mrtr
-import mrtr._flows
+import mrtr._host.call
 
 SIZES = (1, 10, 25, 50, 100)
 KINDS = ("asks", "steps")
@@ -85,16 +85,16 @@ async def round_timer(ctx: ServerRequestContext[Any, Any], call_next: CallNext) 
 
 
 def instrument() -> None:
-    run_flow = mrtr._flows.run_flow
+    run_flow = mrtr._host.call.run_flow
 
-    async def timed_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any) -> Any:
+    async def timed_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any, **wire: Any) -> Any:
         start = time.perf_counter()
         try:
-            return await run_flow(spec, request, arguments, *services)
+            return await run_flow(spec, request, arguments, *services, **wire)
         finally:
             SAMPLES["engine"].append(time.perf_counter() - start)
 
-    mrtr._flows.run_flow = timed_run_flow  # type: ignore[assignment]
+    mrtr._host.call.run_flow = timed_run_flow  # type: ignore[assignment]
 
 
 def build_server(max_entries: int) -> MCPServer[Any]:

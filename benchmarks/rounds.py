@@ -72,7 +72,7 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from pydantic import BaseModel
 
 import mrtr
-import mrtr._flows
+import mrtr._host.call
 
 VARIANTS = ("plain", "resolve", "mrtr", "floor")
 LABELS = {"plain": "(a) plain tool", "resolve": "(b) SDK Resolve", "mrtr": "(c) mrtr flow", "floor": "(d) floor (ref.)"}
@@ -129,15 +129,15 @@ def instrument_engines() -> None:
     """Time mrtr's `run_flow`, the SDK's `resolve_arguments` and the boundary's seal/unseal."""
     if _ORIGINALS:
         return
-    run_flow = _ORIGINALS["run_flow"] = mrtr._flows.run_flow
+    run_flow = _ORIGINALS["run_flow"] = mrtr._host.call.run_flow
     resolve_arguments = _ORIGINALS["resolve_arguments"] = sdk_tool_base.resolve_arguments
     seal = _ORIGINALS["_seal"] = RequestStateBoundary._seal
     unseal = _ORIGINALS["_unseal"] = RequestStateBoundary._unseal
 
-    async def timed_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any) -> Any:
+    async def timed_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any, **wire: Any) -> Any:
         start = time.perf_counter()
         try:
-            return await run_flow(spec, request, arguments, *services)
+            return await run_flow(spec, request, arguments, *services, **wire)
         finally:
             retry = request.request_state is not None
             SAMPLES[f"engine:{spec.name}/{_round(retry)}"].append(time.perf_counter() - start)
@@ -164,7 +164,7 @@ def instrument_engines() -> None:
         finally:
             SAMPLES["boundary:unseal"].append(time.perf_counter() - start)
 
-    mrtr._flows.run_flow = timed_run_flow  # type: ignore[assignment]
+    mrtr._host.call.run_flow = timed_run_flow  # type: ignore[assignment]
     sdk_tool_base.resolve_arguments = timed_resolve_arguments  # type: ignore[assignment]
     RequestStateBoundary._seal = timed_seal  # type: ignore[method-assign]
     RequestStateBoundary._unseal = timed_unseal  # type: ignore[method-assign]
@@ -173,7 +173,7 @@ def instrument_engines() -> None:
 def uninstrument_engines() -> None:
     if not _ORIGINALS:
         return
-    mrtr._flows.run_flow = _ORIGINALS.pop("run_flow")
+    mrtr._host.call.run_flow = _ORIGINALS.pop("run_flow")
     sdk_tool_base.resolve_arguments = _ORIGINALS.pop("resolve_arguments")
     RequestStateBoundary._seal = _ORIGINALS.pop("_seal")  # type: ignore[method-assign]
     RequestStateBoundary._unseal = _ORIGINALS.pop("_unseal")  # type: ignore[method-assign]
@@ -522,13 +522,13 @@ def engine_breakdown(n: int) -> None:
 
         return timed_sync
 
-    run_flow = mrtr._flows.run_flow
+    run_flow = mrtr._host.call.run_flow
 
-    async def round_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any) -> Any:
+    async def round_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any, **wire: Any) -> Any:
         current[0] = _round(request.request_state is not None)
         start = time.perf_counter()
         try:
-            return await run_flow(spec, request, arguments, *services)
+            return await run_flow(spec, request, arguments, *services, **wire)
         finally:
             samples[f"run_flow/{current[0]}"].append(time.perf_counter() - start)
 
@@ -542,8 +542,8 @@ def engine_breakdown(n: int) -> None:
             continue
         restore.append((owner, attr, original))
         setattr(owner, attr, timed(qualname, original))
-    restore.append((mrtr._flows, "run_flow", run_flow))
-    mrtr._flows.run_flow = round_run_flow  # type: ignore[assignment]
+    restore.append((mrtr._host.call, "run_flow", run_flow))
+    mrtr._host.call.run_flow = round_run_flow  # type: ignore[assignment]
 
     async def run() -> None:
         bench = build_server(timed=False)

@@ -1,0 +1,89 @@
+"""One request of a flow, as every host runs it: the engine's answer as a typed outcome.
+
+Both `Flows` call `HostCore.call` from the function they register and only translate what it
+returns to their framework (the SDK lets `MCPError`s through its tool wrapper; FastMCP masks
+what a tool raises, so it wants quiet `ToolError`s and a `ToolResult` for a new task). What
+can come back is written here once:
+
+- `Value`: the flow returned (the framework converts the value as it would any function's);
+- `InputRequiredResult`: the flow is waiting for the client (MRTR's next round);
+- `TaskStarted`: the call became a durable task;
+- `Refused`: the user declined or cancelled an ask;
+- `Unavailable`: the store stopped answering (retryable, logged once per burst by the store);
+- `Rejected`: a protocol error for the client (-32602 for its own mistakes, already logged at
+  INFO by the engine; -32021, -32603, ...).
+
+Anything else a flow raises is the server's bug and propagates as it is, traceback and all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.request_state import RequestStateSecurity
+from mcp.shared.exceptions import MCPError
+from mcp_types import InputRequiredResult
+
+from mrtr._engine.inline import run_flow
+from mrtr._engine.round import Services
+from mrtr._engine.spec import FlowSpec, TaskStarted
+from mrtr._errors import InputRefused, StoreUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    """The flow's return value, for the framework to convert."""
+
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The user declined or cancelled an ask: nothing went wrong on the server."""
+
+    error: InputRefused
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """The store did not answer: a retryable error the store has already logged."""
+
+    error: StoreUnavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A JSON-RPC error for the client, to reach the wire with its code, message and data."""
+
+    error: MCPError
+
+
+Outcome = Value | InputRequiredResult | TaskStarted | Refused | Unavailable | Rejected
+"""What one request of a flow ends in (see the module docstring)."""
+
+
+async def call(
+    spec: FlowSpec,
+    request: Any,
+    arguments: Mapping[str, Any],
+    services: Services,
+    wire: Any = None,
+    state_security: Callable[[], RequestStateSecurity | None] | None = None,
+) -> Outcome:
+    """Run one request of `spec` (`mrtr._engine.inline.run_flow`) and say how it ended."""
+    try:
+        result = await run_flow(spec, request, arguments, services, wire=wire, state_security=state_security)
+    except InputRefused as exc:
+        return Refused(exc)
+    except StoreUnavailable as exc:
+        return Unavailable(exc)
+    except MCPError as exc:
+        return Rejected(exc)
+    if isinstance(result, (InputRequiredResult, TaskStarted)):
+        return result
+    return Value(result)
+
+
+__all__ = ["Outcome", "Refused", "Rejected", "Unavailable", "Value", "call"]
