@@ -33,7 +33,7 @@ from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import InputRefused
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
-from mrtr._host.call import Refused, Rejected, Unavailable, Value, call
+from mrtr._host.call import Refused, Rejected, Unavailable, Value
 from mrtr._host.core import HostCore
 from mrtr._host.instance import InstanceHeader
 from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions, ToolOptions, flow_options
@@ -220,10 +220,10 @@ def _sdk_entry_point(
     A call that becomes a task leaves the SDK's tool wrapper as `TaskCreated` (an `MCPError`,
     which the SDK passes through untouched) for the tasks extension to answer with.
     """
-    request_param, services = spec.request_param, core.services
+    request_param, call = spec.request_param, core.call
 
     async def run(kwargs: dict[str, Any]) -> Any:
-        outcome = await call(spec, kwargs.pop(request_param), kwargs, services)
+        outcome = await call(spec, kwargs.pop(request_param), kwargs)
         if type(outcome) is Value:
             return outcome.value
         if isinstance(outcome, Refused):

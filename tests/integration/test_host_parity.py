@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 import signal
 import socket
@@ -20,6 +21,7 @@ import time
 import typing
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -37,6 +39,7 @@ import mrtr
 import mrtr.fastmcp
 from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions, ToolOptions
 from tests.support.flowkit import SHARED_KEY, served, text_of
+from tests.support.hostkit import observe_engine
 from tests.support.storekit import REDIS_URL  # a store object only: nothing here connects to it
 
 pytestmark = pytest.mark.anyio
@@ -531,24 +534,6 @@ async def test_instance_name_stamps_every_response_of_the_app_flows_builds_on_bo
 # -- the lifecycle contract: the worker and the fleet bus run however the server is served -----------------
 
 
-def _observed(flows: Any) -> list[str]:
-    """What the flows' task engine is told by the host: "start" (`ensure_running`), "close"."""
-    events: list[str] = []
-    engine = flows.runtime
-    start, close = engine.ensure_running, engine.close
-
-    def ensure_running() -> None:
-        events.append("start")
-        start()
-
-    async def closed() -> None:
-        events.append("close")
-        await close()
-
-    engine.ensure_running, engine.close = ensure_running, closed
-    return events
-
-
 def _apps(host: Host, flows: Any) -> dict[str, Callable[[], Any]]:
     if host.kind == "mcpserver":
         return {"server.streamable_http_app()": flows.server.streamable_http_app, "flows": flows.streamable_http_app}
@@ -560,7 +545,7 @@ async def test_an_apps_lifespan_starts_and_stops_the_worker_once_on_both_hosts(
     host: Host, way: str, tmp_path: Any
 ) -> None:
     flows = host.flows(store=mrtr.SQLiteStore(tmp_path / "tasks.db"))
-    events = _observed(flows)
+    events = observe_engine(flows.runtime)
     build = _apps(host, flows)["flows" if way == "flows" else next(iter(_apps(host, flows)))]
     app = build()
     async with app.router.lifespan_context(app):
@@ -571,7 +556,7 @@ async def test_an_apps_lifespan_starts_and_stops_the_worker_once_on_both_hosts(
 async def test_nested_lifespans_share_one_start_and_one_stop(host: Host, tmp_path: Any) -> None:
     """An in-process client per connection, or two apps of one server: the last one out stops the worker."""
     flows = host.flows(store=mrtr.SQLiteStore(tmp_path / "tasks.db"))
-    events = _observed(flows)
+    events = observe_engine(flows.runtime)
     async with flows._core.running():
         async with flows._core.running():
             assert events == ["start"]
@@ -587,6 +572,7 @@ from pathlib import Path
 
 import mrtr
 import mrtr.fastmcp
+from tests.support.hostkit import observe_engine
 
 way, tmp, port = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 events = tmp / "events"
@@ -603,18 +589,7 @@ else:
     from fastmcp import FastMCP
     server = FastMCP("lifecycle")
     flows = mrtr.fastmcp.Flows(server, store=mrtr.SQLiteStore(tmp / "tasks.db"))
-engine = flows.runtime
-start, close = engine.ensure_running, engine.close
-
-def ensure_running():
-    note("start")
-    start()
-
-async def closed():
-    note("close")
-    await close()
-
-engine.ensure_running, engine.close = ensure_running, closed
+observe_engine(flows.runtime, note)
 if way == "mcpserver-stdio":
     server.run()
 elif way == "mcpserver-http":
@@ -633,7 +608,11 @@ def test_running_the_server_starts_and_stops_the_worker(way: str, tmp_path: Any)
         port = probe.getsockname()[1]
     events = tmp_path / "events"
     command = [sys.executable, "-c", _SERVE, way, str(tmp_path), str(port)]
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    root = Path(__file__).resolve().parents[2]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen(
+        command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         if way != "mcpserver-stdio":  # stdio ends at once (its stdin is empty); HTTP serves until told to stop
             deadline = time.monotonic() + 30

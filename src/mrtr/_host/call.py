@@ -1,6 +1,6 @@
 """One request of a flow, as every host runs it: the engine's answer as a typed outcome.
 
-Both `Flows` call `HostCore.call` from the function they register and only translate what it
+Both `Flows` call `HostCore.call` (`run_request` here) from the function they register and only translate what it
 returns to their framework (the SDK lets `MCPError`s through its tool wrapper; FastMCP masks
 what a tool raises, so it wants quiet `ToolError`s and a `ToolResult` for a new task). What
 can come back is written here once:
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
@@ -31,6 +31,8 @@ from mrtr._engine.round import Services
 from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import InputRefused, StoreUnavailable
 
+E = TypeVar("E", bound=Exception)
+
 
 @dataclass(frozen=True, slots=True)
 class Value:
@@ -40,31 +42,35 @@ class Value:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class Failure(Generic[E]):
+    """A request that ended in an error for the client: `error`, to reach it in the framework's way."""
+
+    error: E
+
+
+class Refused(Failure[InputRefused]):
     """The user declined or cancelled an ask: nothing went wrong on the server."""
 
-    error: InputRefused
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Unavailable:
+class Unavailable(Failure[StoreUnavailable]):
     """The store did not answer: a retryable error the store has already logged."""
 
-    error: StoreUnavailable
+    __slots__ = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Rejected:
+class Rejected(Failure[MCPError]):
     """A JSON-RPC error for the client, to reach the wire with its code, message and data."""
 
-    error: MCPError
+    __slots__ = ()
 
 
 Outcome = Value | InputRequiredResult | TaskStarted | Refused | Unavailable | Rejected
 """What one request of a flow ends in (see the module docstring)."""
 
 
-async def call(
+async def run_request(
     spec: FlowSpec,
     request: Any,
     arguments: Mapping[str, Any],
@@ -86,4 +92,4 @@ async def call(
     return Value(result)
 
 
-__all__ = ["Outcome", "Refused", "Rejected", "Unavailable", "Value", "call"]
+__all__ = ["Failure", "Outcome", "Refused", "Rejected", "Unavailable", "Value", "run_request"]

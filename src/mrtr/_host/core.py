@@ -8,6 +8,8 @@ core builds (`HostCore.entry_point`) with the framework's own decorator. What th
 - the start-up checks: the state key, the store (`require_shared_store`), the guard;
 - the round policies: the replay guard (on by default wherever a shared store is configured)
   and load shedding;
+- every request of every flow (`call`: the engine's answer as a typed `Outcome`, which each
+  adapter only translates to its framework);
 - the task engine (mrtr's lease runtime over `store`, or another `TaskEngine`), its tasks
   extension, the bus its notifications ride, callback URLs and `send_event`.
 
@@ -19,11 +21,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.extension import MethodBinding
-from mcp.server.request_state import RequestStateCodec, authenticated_principal
+from mcp.server.request_state import RequestStateCodec, RequestStateSecurity, authenticated_principal
 from mcp.server.subscriptions import SubscriptionBus
 
 from mrtr._engine.asks import Capability
@@ -33,6 +35,7 @@ from mrtr._engine.spec import FlowSpec, Limits
 from mrtr._errors import FlowDefinitionError
 from mrtr._guard import ReplayGuard, open_guard
 from mrtr._host import fleet
+from mrtr._host.call import Outcome, run_request
 from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_param
 from mrtr._host.options import HostOptions, ToolOptions
 from mrtr._host.registration import checked_capabilities, flow_limits, one_step
@@ -198,6 +201,23 @@ class HostCore:
         """The audience sealed into every `requestState`: the policy's own, else the server's name."""
         security = self.host.state_security()
         return (security.audience if security is not None else None) or self.host.name
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def call(
+        self,
+        spec: FlowSpec,
+        request: Any,
+        arguments: Mapping[str, Any],
+        *,
+        wire: Any = None,
+        state_security: Callable[[], RequestStateSecurity | None] | None = None,
+    ) -> Coroutine[Any, Any, Outcome]:
+        """Run one request of `spec` with this instance's services; how it ended, as an `Outcome`
+        (`mrtr._host.call`) for the adapter to translate. `wire` and `state_security`: the
+        request's `ServerRequestContext` and the server's policy where `request` is not the
+        SDK's `Context` (FastMCP)."""
+        return run_request(spec, request, arguments, self.services, wire, state_security)
 
     # -- tasks -------------------------------------------------------------------------------
 

@@ -37,7 +37,7 @@ from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
-from mrtr._host.call import Refused, Rejected, Unavailable, Value, call
+from mrtr._host.call import Failure, Refused, Rejected, Unavailable, Value
 from mrtr._host.core import HostCore
 from mrtr._host.instance import InstanceHeader
 from mrtr._host.options import FlowsOptions, HostOptions, ToolOptions, flow_options
@@ -162,7 +162,7 @@ class Flows(BaseFlows):
         A call that becomes a task returns `TaskStartedResult`, a `ToolResult` FastMCP passes
         through untouched to the tasks interceptor, which answers with its `CreateTaskResult`.
         """
-        services, security = self._core.services, self._host.state_security
+        call, security = self._core.call, self._host.state_security
         tool = refused is _refused_as_tool_error
 
         async def run(kwargs: dict[str, Any]) -> Any:
@@ -170,10 +170,10 @@ class Flows(BaseFlows):
             wire = internals.request_wire(ctx)
             if wire is None:
                 raise RuntimeError(f"flow {spec.name!r} runs only inside an MCP request")
-            outcome = await call(spec, ctx, kwargs, services, wire, security)
+            outcome = await call(spec, ctx, kwargs, wire=wire, state_security=security)
             if type(outcome) is Value:
                 return outcome.value
-            if isinstance(outcome, Refused | Unavailable | Rejected):
+            if isinstance(outcome, Failure):
                 _raise_quietly(outcome, tool, refused)
             return TaskStartedResult(outcome) if isinstance(outcome, TaskStarted) else outcome
 

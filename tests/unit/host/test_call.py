@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from mrtr._engine.context import FlowContext
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import Declined
-from mrtr._host.call import Refused, Rejected, Value, call
+from mrtr._host.call import Refused, Rejected, Value
 from mrtr._host.core import HostCore
 from mrtr._host.options import HostOptions
 from tests.unit.host.fakehost import shared_host, wire
@@ -36,7 +36,7 @@ def setup(**options: Any) -> tuple[HostCore, FlowSpec]:
 
 
 async def run(core: HostCore, spec: FlowSpec, mode: str, **request: Any) -> Any:
-    return await call(spec, None, {"mode": mode}, core.services, wire(**request), core.host.state_security)
+    return await core.call(spec, None, {"mode": mode}, wire=wire(**request), state_security=core.host.state_security)
 
 
 async def test_a_value() -> None:
@@ -76,4 +76,4 @@ async def test_a_bug_in_the_flow_propagates_as_it_is() -> None:
 
     spec = core.spec(broken, None, {})
     with pytest.raises(KeyError):
-        await call(spec, None, {}, core.services, wire(), core.host.state_security)
+        await core.call(spec, None, {}, wire=wire(), state_security=core.host.state_security)

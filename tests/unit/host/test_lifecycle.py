@@ -9,32 +9,16 @@ import pytest
 from mrtr._host.core import HostCore
 from mrtr._host.options import HostOptions
 from mrtr.stores import SQLiteStore
+from tests.support.hostkit import observe_engine
 from tests.unit.host.fakehost import shared_host
 
 pytestmark = pytest.mark.anyio
 
 
-def observed(core: HostCore) -> list[str]:
-    events: list[str] = []
-    engine = core.engine()
-    start, close = engine.ensure_running, engine.close
-
-    def ensure_running() -> None:
-        events.append("start")
-        start()
-
-    async def closed() -> None:
-        events.append("close")
-        await close()
-
-    engine.ensure_running, engine.close = ensure_running, closed  # type: ignore[method-assign]
-    return events
-
-
 async def test_the_hook_the_host_was_given_starts_and_stops_the_worker(tmp_path: Any) -> None:
     host = shared_host()
     core = HostCore(host, HostOptions(store=SQLiteStore(tmp_path / "t.db")))
-    events = observed(core)
+    events = observe_engine(core.engine())
     ((_extension, _listen, running),) = host.installed
     async with running():
         assert events == ["start"]
@@ -43,7 +27,7 @@ async def test_the_hook_the_host_was_given_starts_and_stops_the_worker(tmp_path:
 
 async def test_nested_entries_start_once_and_stop_once_and_a_new_serving_starts_again(tmp_path: Any) -> None:
     core = HostCore(shared_host(), HostOptions(store=SQLiteStore(tmp_path / "t.db")))
-    events = observed(core)
+    events = observe_engine(core.engine())
     async with core.running():
         async with core.running():
             pass
@@ -56,7 +40,7 @@ async def test_nested_entries_start_once_and_stop_once_and_a_new_serving_starts_
 
 async def test_a_failed_serving_still_stops_the_worker(tmp_path: Any) -> None:
     core = HostCore(shared_host(), HostOptions(store=SQLiteStore(tmp_path / "t.db")))
-    events = observed(core)
+    events = observe_engine(core.engine())
     with pytest.raises(RuntimeError):
         async with core.running():
             raise RuntimeError("the server failed")
