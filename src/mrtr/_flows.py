@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -21,8 +21,9 @@ from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import SubscriptionBus
+from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
-from mcp_types import Annotations, Icon, ToolAnnotations
+from mcp_types import Annotations, Icon, InputRequiredResult, ToolAnnotations
 from starlette.applications import Starlette
 from typing_extensions import Unpack
 
@@ -33,7 +34,7 @@ from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import InputRefused
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
-from mrtr._host.call import Refused, Rejected, Unavailable, Value
+from mrtr._host.call import Failure, Refused, Value
 from mrtr._host.core import HostCore
 from mrtr._host.instance import InstanceHeader
 from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions, ToolOptions, flow_options
@@ -226,13 +227,13 @@ def _sdk_entry_point(
         outcome = await call(spec, kwargs.pop(request_param), kwargs)
         if type(outcome) is Value:
             return outcome.value
-        if isinstance(outcome, Refused):
-            raise refused(outcome.error) from None
-        if isinstance(outcome, Unavailable | Rejected):
-            raise outcome.error
+        if type(outcome) is InputRequiredResult:
+            return outcome
         if isinstance(outcome, TaskStarted):
             raise TaskCreated(outcome.result)
-        return outcome  # InputRequiredResult
+        if isinstance(outcome, Refused):
+            raise refused(outcome.error) from None
+        raise cast(Failure[MCPError], outcome).error  # Unavailable, Rejected: the SDK sends it as it is
 
     injected = inspect.Parameter(request_param, inspect.Parameter.KEYWORD_ONLY, annotation=Context)
     return entry_point(fn, spec, run, extra=[injected])

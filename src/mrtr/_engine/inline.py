@@ -11,7 +11,6 @@ for a task-enabled call — `TaskStarted`: a durable task takes over.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,8 +31,6 @@ from mrtr._engine.run import RunOptions, as_protocol_error, call_flow, check_dea
 from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import FlowError
 from mrtr._wire import TASKS_EXTENSION, declares_tasks
-
-logger = logging.getLogger("mrtr.engine")
 
 _STATELESS_VERSION = "2026-07-28"
 
@@ -58,49 +55,42 @@ async def run_flow(
     """Run one request of `spec`; returns the flow's value, an `InputRequiredResult`, or `TaskStarted`.
 
     `services` are what the instance lends the flow (task creation, replay guard, load
-    shedding); the engine only knows their shapes (`mrtr._engine.spec`).
-
-    A -32602 is the client's doing (a malformed answer, stale or foreign state, a refused
-    or capped round): one INFO line says why, and the host sends the error without a
-    traceback (see `mrtr.fastmcp._client_errors` for FastMCP).
+    shedding); the engine only knows their shapes (`mrtr._engine.spec`). What it raises (a
+    user's refusal, a protocol error for the client) the host core sorts and logs
+    (`mrtr._host.call`).
     """
+    services = services or _NO_SERVICES
+    round = Round.read(spec, request, arguments, wire, state_security)
+    version, capabilities = round.protocol_version, round.capabilities
+    modern = version is not None and _stateless(version)
+    for capability in spec.requires:  # in round 1, before the user answers anything
+        if not supports(capabilities, capability):
+            raise missing_capability(capability)
+    probe = False
+    if spec.task != "never":
+        declared = modern and declares_tasks(capabilities)
+        if spec.task == "required" and not declared:
+            raise MCPError(
+                code=-32021,
+                message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        if declared and not spec.mrtr_first:
+            return await start_task(spec, services, round, Journal.start())
+        probe = declared
+    if not modern:
+        return await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
+    round.probe = probe
+    # `params` already passed the SDK's validation (malformed inputResponses are -32602
+    # before we run) and the boundary's unsealing (requestState is our plaintext).
+    handler = services.handler
+    if handler is None:
+        handler = services.handler = chain(services.policies, lambda round: _round_body(services, round))
     try:
-        services = services or _NO_SERVICES
-        round = Round.read(spec, request, arguments, wire, state_security)
-        version, capabilities = round.protocol_version, round.capabilities
-        modern = version is not None and _stateless(version)
-        for capability in spec.requires:  # in round 1, before the user answers anything
-            if not supports(capabilities, capability):
-                raise missing_capability(capability)
-        probe = False
-        if spec.task != "never":
-            declared = modern and declares_tasks(capabilities)
-            if spec.task == "required" and not declared:
-                raise MCPError(
-                    code=-32021,
-                    message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
-                    data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
-                )
-            if declared and not spec.mrtr_first:
-                return await start_task(spec, services, round, Journal.start())
-            probe = declared
-        if not modern:
-            return await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
-        round.probe = probe
-        # `params` already passed the SDK's validation (malformed inputResponses are -32602
-        # before we run) and the boundary's unsealing (requestState is our plaintext).
-        handler = services.handler
-        if handler is None:
-            handler = services.handler = chain(services.policies, lambda round: _round_body(services, round))
-        try:
-            round.journal = _load_journal(spec, round.state)
-            return await handler(round)
-        except FlowError as exc:
-            raise as_protocol_error(spec, exc) from exc
-    except MCPError as exc:
-        if exc.error.code == INVALID_PARAMS:
-            logger.info("flow %s: refused the client's request: %s", spec.name, exc.error.message)
-        raise
+        round.journal = _load_journal(spec, round.state)
+        return await handler(round)
+    except FlowError as exc:
+        raise as_protocol_error(spec, exc) from exc
 
 
 async def start_task(spec: FlowSpec, services: Services, round: Round, journal: Journal) -> TaskStarted:

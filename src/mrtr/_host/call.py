@@ -10,21 +10,25 @@ can come back is written here once:
 - `TaskStarted`: the call became a durable task;
 - `Refused`: the user declined or cancelled an ask;
 - `Unavailable`: the store stopped answering (retryable, logged once per burst by the store);
-- `Rejected`: a protocol error for the client (-32602 for its own mistakes, already logged at
-  INFO by the engine; -32021, -32603, ...).
+- `Rejected`: a protocol error for the client (-32602 for its own mistakes: a malformed answer,
+  stale or foreign state, a refused or capped round; -32021, -32603, ...).
+
+A -32602 is the client's doing: one INFO line (logger `mrtr.engine`) says why, and each host
+sends the error without a traceback (see `mrtr.fastmcp._client_errors` for FastMCP).
 
 Anything else a flow raises is the server's bug and propagates as it is, traceback and all.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
-from mcp_types import InputRequiredResult
+from mcp_types import INVALID_PARAMS, InputRequiredResult
 
 from mrtr._engine.inline import run_flow
 from mrtr._engine.round import Services
@@ -32,6 +36,8 @@ from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import InputRefused, StoreUnavailable
 
 E = TypeVar("E", bound=Exception)
+
+logger = logging.getLogger("mrtr.engine")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +89,11 @@ async def run_request(
         result = await run_flow(spec, request, arguments, services, wire=wire, state_security=state_security)
     except InputRefused as exc:
         return Refused(exc)
-    except StoreUnavailable as exc:
-        return Unavailable(exc)
     except MCPError as exc:
-        return Rejected(exc)
-    if isinstance(result, (InputRequiredResult, TaskStarted)):
+        if exc.error.code == INVALID_PARAMS:
+            logger.info("flow %s: refused the client's request: %s", spec.name, exc.error.message)
+        return Unavailable(exc) if isinstance(exc, StoreUnavailable) else Rejected(exc)
+    if isinstance(result, InputRequiredResult | TaskStarted):
         return result
     return Value(result)
 

@@ -17,7 +17,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
@@ -27,7 +27,7 @@ from fastmcp.tools import FunctionTool, ToolResult
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, CallToolResult
+from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult
 from starlette.applications import Starlette
 from typing_extensions import Unpack
 
@@ -37,7 +37,7 @@ from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
-from mrtr._host.call import Failure, Refused, Rejected, Unavailable, Value
+from mrtr._host.call import Refused, Rejected, Unavailable, Value
 from mrtr._host.core import HostCore
 from mrtr._host.instance import InstanceHeader
 from mrtr._host.options import FlowsOptions, HostOptions, ToolOptions, flow_options
@@ -173,9 +173,11 @@ class Flows(BaseFlows):
             outcome = await call(spec, ctx, kwargs, wire=wire, state_security=security)
             if type(outcome) is Value:
                 return outcome.value
-            if isinstance(outcome, Failure):
-                _raise_quietly(outcome, tool, refused)
-            return TaskStartedResult(outcome) if isinstance(outcome, TaskStarted) else outcome
+            if type(outcome) is InputRequiredResult:
+                return outcome
+            if isinstance(outcome, TaskStarted):
+                return TaskStartedResult(outcome)
+            _raise_quietly(cast(Refused | Unavailable | Rejected, outcome), tool, refused)
 
         return entry_point(fn, spec, run)
 
