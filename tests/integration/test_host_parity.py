@@ -39,8 +39,8 @@ import mrtr
 import mrtr.fastmcp
 from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions, ToolOptions
 from tests.support.flowkit import SHARED_KEY, served, text_of
-from tests.support.hostkit import observe_engine
-from tests.support.storekit import REDIS_URL  # a store object only: nothing here connects to it
+from tests.support.hostkit import observe_bus, observe_engine
+from tests.support.storekit import REDIS_URL, drop_namespace
 
 pytestmark = pytest.mark.anyio
 
@@ -553,6 +553,21 @@ async def test_an_apps_lifespan_starts_and_stops_the_worker_once_on_both_hosts(
     assert events == ["start", "close"]
 
 
+@pytest.mark.needs_redis
+async def test_an_apps_lifespan_starts_and_stops_the_fleet_bus_and_the_worker_on_both_hosts(host: Host) -> None:
+    namespace = f"lifecycle_{secrets.token_hex(4)}"
+    flows = host.flows(store=mrtr.open_store(REDIS_URL, namespace=namespace))
+    try:
+        events = observe_engine(flows.runtime)
+        observe_bus(flows.bus, events)
+        app = _apps(host, flows)["flows"]()
+        async with app.router.lifespan_context(app):
+            assert events == ["bus start", "start"], "subscribed before serving, then the worker"
+        assert events == ["bus start", "start", "close", "bus close"]
+    finally:
+        await drop_namespace("redis", namespace)
+
+
 async def test_nested_lifespans_share_one_start_and_one_stop(host: Host, tmp_path: Any) -> None:
     """An in-process client per connection, or two apps of one server: the last one out stops the worker."""
     flows = host.flows(store=mrtr.SQLiteStore(tmp_path / "tasks.db"))
@@ -572,7 +587,7 @@ from pathlib import Path
 
 import mrtr
 import mrtr.fastmcp
-from tests.support.hostkit import observe_engine
+from tests.support.hostkit import observe_bus, observe_engine
 
 way, tmp, port = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 events = tmp / "events"
@@ -599,6 +614,7 @@ else:
 """
 
 
+@pytest.mark.spawns
 @pytest.mark.parametrize("way", ["mcpserver-stdio", "mcpserver-http", "fastmcp-http"])
 def test_running_the_server_starts_and_stops_the_worker(way: str, tmp_path: Any) -> None:
     """`server.run()` (stdio, streamable HTTP) and FastMCP's `run_http_async()`, each in a process of its

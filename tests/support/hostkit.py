@@ -1,4 +1,4 @@
-"""What a host's lifespan tells its task engine, observed without replacing the engine."""
+"""What a host's lifespan tells its task engine and its fleet bus, observed without replacing either."""
 
 from __future__ import annotations
 
@@ -29,4 +29,19 @@ def observe_engine(engine: Any, note: Callable[[str], None] | None = None) -> li
     return events
 
 
-__all__ = ["observe_engine"]
+def observe_bus(bus: Any, events: list[str]) -> None:
+    """Add the host's calls to a fleet bus to `events`: "bus start" (`start`), "bus close"."""
+    start, close = bus.start, bus.close
+
+    async def started(timeout: float = 10.0) -> None:
+        events.append("bus start")
+        await start(timeout=timeout)
+
+    async def closed() -> None:
+        events.append("bus close")
+        await close()
+
+    bus.start, bus.close = started, closed
+
+
+__all__ = ["observe_bus", "observe_engine"]

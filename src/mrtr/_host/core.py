@@ -19,13 +19,14 @@ So a keyword, a default, a warning or an error is the same on both hosts by cons
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.extension import MethodBinding
-from mcp.server.request_state import RequestStateCodec, RequestStateSecurity, authenticated_principal
+from mcp.server.request_state import RequestStateCodec, authenticated_principal
 from mcp.server.subscriptions import SubscriptionBus
 
 from mrtr._engine.asks import Capability
@@ -35,7 +36,7 @@ from mrtr._engine.spec import FlowSpec, Limits
 from mrtr._errors import FlowDefinitionError
 from mrtr._guard import ReplayGuard, open_guard
 from mrtr._host import fleet
-from mrtr._host.call import Outcome, run_request
+from mrtr._host.call import run_request
 from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_param
 from mrtr._host.options import HostOptions, ToolOptions
 from mrtr._host.registration import checked_capabilities, flow_limits, one_step
@@ -87,6 +88,10 @@ class HostCore:
         policies: tuple[RoundPolicy, ...] = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
         self.services = Services(policies=policies)
         """What this instance lends its flows' rounds (the engine sees only these shapes)."""
+        self.call = functools.partial(run_request, services=self.services)
+        """Run one request of a flow with these services: `call(spec, request, arguments, *, wire=None,
+        state_security=None)`, how it ended as an `Outcome` (`mrtr._host.call`) for the adapter to
+        translate. Bound once, so a round pays for no extra frame."""
         self.bus: SubscriptionBus | None = None
         """The bus listen streams and task notifications ride (chosen with the task engine)."""
         self.listen: ListenHandler | None = None
@@ -201,23 +206,6 @@ class HostCore:
         """The audience sealed into every `requestState`: the policy's own, else the server's name."""
         security = self.host.state_security()
         return (security.audience if security is not None else None) or self.host.name
-
-    # -- requests ----------------------------------------------------------------------------
-
-    def call(
-        self,
-        spec: FlowSpec,
-        request: Any,
-        arguments: Mapping[str, Any],
-        *,
-        wire: Any = None,
-        state_security: Callable[[], RequestStateSecurity | None] | None = None,
-    ) -> Coroutine[Any, Any, Outcome]:
-        """Run one request of `spec` with this instance's services; how it ended, as an `Outcome`
-        (`mrtr._host.call`) for the adapter to translate. `wire` and `state_security`: the
-        request's `ServerRequestContext` and the server's policy where `request` is not the
-        SDK's `Context` (FastMCP)."""
-        return run_request(spec, request, arguments, self.services, wire, state_security)
 
     # -- tasks -------------------------------------------------------------------------------
 
