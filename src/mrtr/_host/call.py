@@ -1,9 +1,9 @@
-"""One request of a flow, as every host runs it: the engine's answer as a typed outcome.
+"""One request of a flow, as every host runs it: read, gated, run by the engine, ended in a typed outcome.
 
-Both `Flows` call `HostCore.call` (`run_request` here) from the function they register and only translate what it
-returns to their framework (the SDK lets `MCPError`s through its tool wrapper; FastMCP masks
-what a tool raises, so it wants quiet `ToolError`s and a `ToolResult` for a new task). What
-can come back is written here once:
+Both `Flows` call `HostCore.call` (`run_request` here) from the function they register and
+only translate what it returns to their framework (the SDK lets `MCPError`s through its tool
+wrapper; FastMCP masks what a tool raises, so it wants quiet `ToolError`s and a `ToolResult`
+for a new task). What can come back is written here once:
 
 - `Value`: the flow returned (the framework converts the value as it would any function's);
 - `InputRequiredResult`: the flow is waiting for the client (MRTR's next round);
@@ -30,10 +30,16 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, InputRequiredResult
 
-from mrtr._engine.inline import run_flow
-from mrtr._engine.round import Services
+from mrtr._engine.asks import supports
+from mrtr._engine.context import FlowContext
+from mrtr._engine.drivers import LiveDriver, missing_capability
+from mrtr._engine.inline import load_journal, round_body, start_task, stateless
+from mrtr._engine.journal import Journal
+from mrtr._engine.round import Round, Services, chain
+from mrtr._engine.run import as_protocol_error, call_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted
-from mrtr._errors import InputRefused, StoreUnavailable
+from mrtr._errors import FlowError, InputRefused, StoreUnavailable
+from mrtr._wire import TASKS_EXTENSION, declares_tasks
 
 E = TypeVar("E", bound=Exception)
 
@@ -84,9 +90,49 @@ async def run_request(
     wire: Any = None,
     state_security: Callable[[], RequestStateSecurity | None] | None = None,
 ) -> Outcome:
-    """Run one request of `spec` (`mrtr._engine.inline.run_flow`) and say how it ended."""
+    """Run one request of `spec` and say how it ended.
+
+    The request is read once into a `Round`; a capability the flow requires, or a task the
+    client cannot hold, is refused in round 1, before the user answers anything; a call that
+    is a task from the start becomes one (`start_task`); a client before 2026-07-28 runs the
+    flow live; any other round loads its journal and runs the engine's round body
+    (`mrtr._engine.inline.round_body`) behind the instance's round policies (`services`:
+    replay guard, load shedding). `wire` is the SDK's `ServerRequestContext`, read from
+    `request` (an `MCPServer` `Context`) when not given.
+    """
     try:
-        result = await run_flow(spec, request, arguments, services, wire=wire, state_security=state_security)
+        round = Round.read(spec, request, arguments, wire, state_security)
+        version, capabilities = round.protocol_version, round.capabilities
+        modern = version is not None and stateless(version)
+        for capability in spec.requires:  # in round 1, before the user answers anything
+            if not supports(capabilities, capability):
+                raise missing_capability(capability)
+        probe = False
+        if spec.task != "never":
+            declared = modern and declares_tasks(capabilities)
+            if spec.task == "required" and not declared:
+                raise MCPError(
+                    code=-32021,
+                    message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
+                    data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+                )
+            if declared and not spec.mrtr_first:
+                return await start_task(spec, services, round, Journal.start())
+            probe = declared
+        if not modern:
+            result = await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
+        else:
+            round.probe = probe
+            # `params` already passed the SDK's validation (malformed inputResponses are -32602
+            # before we run) and the boundary's unsealing (requestState is our plaintext).
+            handler = services.handler
+            if handler is None:
+                handler = services.handler = chain(services.policies, lambda round: round_body(services, round))
+            try:
+                round.journal = load_journal(spec, round.state)
+                result = await handler(round)
+            except FlowError as exc:
+                raise as_protocol_error(spec, exc) from exc
     except InputRefused as exc:
         return Refused(exc)
     except MCPError as exc:

@@ -35,8 +35,7 @@ from mrtr._engine.round import RoundPolicy, Services
 from mrtr._engine.spec import FlowSpec, Limits
 from mrtr._errors import FlowDefinitionError
 from mrtr._guard import ReplayGuard, open_guard
-from mrtr._host import fleet
-from mrtr._host.call import run_request
+from mrtr._host import call, fleet
 from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_param
 from mrtr._host.options import HostOptions, ToolOptions
 from mrtr._host.registration import checked_capabilities, flow_limits, one_step
@@ -88,7 +87,7 @@ class HostCore:
         policies: tuple[RoundPolicy, ...] = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
         self.services = Services(policies=policies)
         """What this instance lends its flows' rounds (the engine sees only these shapes)."""
-        self.call = functools.partial(run_request, services=self.services)
+        self.call = functools.partial(call.run_request, services=self.services)
         """Run one request of a flow with these services: `call(spec, request, arguments, *, wire=None,
         state_security=None)`, how it ended as an `Outcome` (`mrtr._host.call`) for the adapter to
         translate. Bound once, so a round pays for no extra frame."""
