@@ -392,11 +392,11 @@ def engine_timers(n: int) -> None:
     samples: dict[str, list[float]] = {"first": [], "retry": []}
     original = host_call.run_request
 
-    async def timed_run_request(spec: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
+    async def timed_run_request(services: Any, spec: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
         retry = ctx.request_state is not None
         start = time.perf_counter()
         try:
-            return await original(spec, ctx, *args, **kwargs)
+            return await original(services, spec, ctx, *args, **kwargs)
         finally:
             samples["retry" if retry else "first"].append(time.perf_counter() - start)
 

@@ -87,10 +87,12 @@ async def round_timer(ctx: ServerRequestContext[Any, Any], call_next: CallNext) 
 def instrument() -> None:
     run_request = mrtr._host.call.run_request
 
-    async def timed_run_request(spec: Any, request: Context[Any, Any], *args: Any, **options: Any) -> Any:
+    async def timed_run_request(
+        services: Any, spec: Any, request: Context[Any, Any], *args: Any, **options: Any
+    ) -> Any:
         start = time.perf_counter()
         try:
-            return await run_request(spec, request, *args, **options)
+            return await run_request(services, spec, request, *args, **options)
         finally:
             SAMPLES["engine"].append(time.perf_counter() - start)
 

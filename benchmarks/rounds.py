@@ -134,10 +134,12 @@ def instrument_engines() -> None:
     seal = _ORIGINALS["_seal"] = RequestStateBoundary._seal
     unseal = _ORIGINALS["_unseal"] = RequestStateBoundary._unseal
 
-    async def timed_run_request(spec: Any, request: Context[Any, Any], *args: Any, **options: Any) -> Any:
+    async def timed_run_request(
+        services: Any, spec: Any, request: Context[Any, Any], *args: Any, **options: Any
+    ) -> Any:
         start = time.perf_counter()
         try:
-            return await run_request(spec, request, *args, **options)
+            return await run_request(services, spec, request, *args, **options)
         finally:
             retry = request.request_state is not None
             SAMPLES[f"engine:{spec.name}/{_round(retry)}"].append(time.perf_counter() - start)
@@ -524,11 +526,13 @@ def engine_breakdown(n: int) -> None:
 
     run_request = mrtr._host.call.run_request
 
-    async def round_run_request(spec: Any, request: Context[Any, Any], *args: Any, **options: Any) -> Any:
+    async def round_run_request(
+        services: Any, spec: Any, request: Context[Any, Any], *args: Any, **options: Any
+    ) -> Any:
         current[0] = _round(request.request_state is not None)
         start = time.perf_counter()
         try:
-            return await run_request(spec, request, *args, **options)
+            return await run_request(services, spec, request, *args, **options)
         finally:
             samples[f"run_request/{current[0]}"].append(time.perf_counter() - start)
 

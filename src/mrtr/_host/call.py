@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
@@ -83,14 +83,14 @@ Outcome = Value | InputRequiredResult | TaskStarted | Refused | Unavailable | Re
 
 
 async def run_request(
+    services: Services,
     spec: FlowSpec,
     request: Any,
     arguments: Mapping[str, Any],
-    services: Services,
     wire: Any = None,
     state_security: Callable[[], RequestStateSecurity | None] | None = None,
 ) -> Outcome:
-    """Run one request of `spec` and say how it ended.
+    """Run one request of `spec` with an instance's `services` and say how it ended.
 
     The request is read once into a `Round`; a capability the flow requires, or a task the
     client cannot hold, is refused in round 1, before the user answers anything; a call that
@@ -139,8 +139,9 @@ async def run_request(
         if exc.error.code == INVALID_PARAMS:
             logger.info("flow %s: refused the client's request: %s", spec.name, exc.error.message)
         return Unavailable(exc) if isinstance(exc, StoreUnavailable) else Rejected(exc)
-    if isinstance(result, InputRequiredResult | TaskStarted):
-        return result
+    kind = type(result)  # the engine's own answers are these exact types: no subclass check per round
+    if kind is InputRequiredResult or kind is TaskStarted:
+        return cast(InputRequiredResult | TaskStarted, result)
     return Value(result)
 
 

@@ -87,7 +87,7 @@ class HostCore:
         policies: tuple[RoundPolicy, ...] = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
         self.services = Services(policies=policies)
         """What this instance lends its flows' rounds (the engine sees only these shapes)."""
-        self.call = functools.partial(call.run_request, services=self.services)
+        self.call = functools.partial(call.run_request, self.services)
         """Run one request of a flow with these services: `call(spec, request, arguments, *, wire=None,
         state_security=None)`, how it ended as an `Outcome` (`mrtr._host.call`) for the adapter to
         translate. Bound once, so a round pays for no extra frame."""
