@@ -46,9 +46,13 @@ E = TypeVar("E", bound=Exception)
 logger = logging.getLogger("mrtr.engine")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Value:
-    """The flow's return value, for the framework to convert."""
+    """The flow's return value, for the framework to convert.
+
+    Not frozen, unlike the failures: one is made on every round that returns, and a frozen
+    dataclass's `__init__` sets its field through `object.__setattr__` (twice the time).
+    """
 
     value: Any
 
