@@ -75,8 +75,8 @@ from mcp.server.request_state import RequestStateSecurity  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 import mrtr  # noqa: E402
+import mrtr._host.call as host_call  # noqa: E402
 import mrtr.fastmcp  # noqa: E402
-import mrtr.fastmcp._flows as mrtr_fastmcp_flows  # noqa: E402
 
 VARIANTS = ("guard", "mrtr")
 LABELS = {"guard": "(1) FastMCP guard", "mrtr": "(2) mrtr flow"}
@@ -388,15 +388,15 @@ def profile_inprocess(n: int, top: int = 20) -> None:
 
 
 def engine_timers(n: int) -> None:
-    """Wall time of mrtr's `run_flow` per round inside real in-process (2) calls (timers, no profiler)."""
+    """Wall time of mrtr's `run_request` per round inside real in-process (2) calls (timers, no profiler)."""
     samples: dict[str, list[float]] = {"first": [], "retry": []}
-    original = mrtr_fastmcp_flows.run_flow
+    original = host_call.run_request
 
-    async def timed_run_flow(spec: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
+    async def timed_run_request(services: Any, spec: Any, ctx: Any, *args: Any, **kwargs: Any) -> Any:
         retry = ctx.request_state is not None
         start = time.perf_counter()
         try:
-            return await original(spec, ctx, *args, **kwargs)
+            return await original(services, spec, ctx, *args, **kwargs)
         finally:
             samples["retry" if retry else "first"].append(time.perf_counter() - start)
 
@@ -407,15 +407,15 @@ def engine_timers(n: int) -> None:
             del values[: len(values) - n]  # keep the timed cycles only
         return times
 
-    mrtr_fastmcp_flows.run_flow = timed_run_flow  # type: ignore[assignment]
+    host_call.run_request = timed_run_request  # type: ignore[assignment]
     try:
         times = asyncio.run(run())
     finally:
-        mrtr_fastmcp_flows.run_flow = original
+        host_call.run_request = original
     first, retry = statistics.median(samples["first"]), statistics.median(samples["retry"])
     extra = statistics.median(times["mrtr"]) - statistics.median(times["guard"])
     print(
-        f"\nmrtr's engine alone in (2), in-process, medians over {n} calls (timers, no profiler): run_flow round 1 "
+        f"\nmrtr's engine alone in (2), in-process, medians over {n} calls (timers, no profiler): run_request round 1 "
         f"{ms(first)} ms + round 2 {ms(retry)} ms = {ms(first + retry)} ms per call; (2)-(1) latency in the same "
         f"run: {ms(extra)} ms per call. The rest of (2) is the FastMCP/SDK path it shares with (1)."
     )

@@ -14,7 +14,7 @@ per-entry cost, in process, on the official stack (`MCPServer`, `RequestStateBou
 
 N takes several values in one run, interleaved round-robin (the order rotates every cycle),
 and the cost per entry is the least-squares slope of the medians against N, in microseconds:
-client-observed (the whole call) and server-side (mrtr's `run_flow` alone, the outermost
+client-observed (the whole call) and server-side (mrtr's `run_request` alone, the outermost
 middleware round including the boundary's seal and unseal). The intercept is what a round
 costs with nothing to replay.
 
@@ -51,7 +51,7 @@ from mcp.server.request_state import RequestStateSecurity
 from pydantic import BaseModel
 
 import mrtr
-import mrtr._flows
+import mrtr._host.call
 
 SIZES = (1, 10, 25, 50, 100)
 KINDS = ("asks", "steps")
@@ -85,16 +85,18 @@ async def round_timer(ctx: ServerRequestContext[Any, Any], call_next: CallNext) 
 
 
 def instrument() -> None:
-    run_flow = mrtr._flows.run_flow
+    run_request = mrtr._host.call.run_request
 
-    async def timed_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any) -> Any:
+    async def timed_run_request(
+        services: Any, spec: Any, request: Context[Any, Any], *args: Any, **options: Any
+    ) -> Any:
         start = time.perf_counter()
         try:
-            return await run_flow(spec, request, arguments, *services)
+            return await run_request(services, spec, request, *args, **options)
         finally:
             SAMPLES["engine"].append(time.perf_counter() - start)
 
-    mrtr._flows.run_flow = timed_run_flow  # type: ignore[assignment]
+    mrtr._host.call.run_request = timed_run_request  # type: ignore[assignment]
 
 
 def build_server(max_entries: int) -> MCPServer[Any]:

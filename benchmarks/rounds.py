@@ -26,7 +26,7 @@ and minimum latency, the ratio of medians with a paired-bootstrap 95% interval, 
 whether each target from the issue is met. Inside the server, timers record:
   * each round (an outermost middleware, so it includes the `RequestStateBoundary`
     seal and unseal);
-  * the engines alone (`mrtr` `run_flow` vs the SDK's `resolve_arguments`);
+  * the engines alone (`mrtr` `run_request` vs the SDK's `resolve_arguments`);
   * the boundary's crypto.
 These isolate engine cost from transport and client cost. `--profile` then breaks mrtr's
 engine down in-process, first with plain timers around its internals (accurate) and then
@@ -72,7 +72,7 @@ from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from pydantic import BaseModel
 
 import mrtr
-import mrtr._flows
+import mrtr._host.call
 
 VARIANTS = ("plain", "resolve", "mrtr", "floor")
 LABELS = {"plain": "(a) plain tool", "resolve": "(b) SDK Resolve", "mrtr": "(c) mrtr flow", "floor": "(d) floor (ref.)"}
@@ -126,18 +126,20 @@ _ORIGINALS: dict[str, Any] = {}
 
 
 def instrument_engines() -> None:
-    """Time mrtr's `run_flow`, the SDK's `resolve_arguments` and the boundary's seal/unseal."""
+    """Time mrtr's `run_request`, the SDK's `resolve_arguments` and the boundary's seal/unseal."""
     if _ORIGINALS:
         return
-    run_flow = _ORIGINALS["run_flow"] = mrtr._flows.run_flow
+    run_request = _ORIGINALS["run_request"] = mrtr._host.call.run_request
     resolve_arguments = _ORIGINALS["resolve_arguments"] = sdk_tool_base.resolve_arguments
     seal = _ORIGINALS["_seal"] = RequestStateBoundary._seal
     unseal = _ORIGINALS["_unseal"] = RequestStateBoundary._unseal
 
-    async def timed_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any) -> Any:
+    async def timed_run_request(
+        services: Any, spec: Any, request: Context[Any, Any], *args: Any, **options: Any
+    ) -> Any:
         start = time.perf_counter()
         try:
-            return await run_flow(spec, request, arguments, *services)
+            return await run_request(services, spec, request, *args, **options)
         finally:
             retry = request.request_state is not None
             SAMPLES[f"engine:{spec.name}/{_round(retry)}"].append(time.perf_counter() - start)
@@ -164,7 +166,7 @@ def instrument_engines() -> None:
         finally:
             SAMPLES["boundary:unseal"].append(time.perf_counter() - start)
 
-    mrtr._flows.run_flow = timed_run_flow  # type: ignore[assignment]
+    mrtr._host.call.run_request = timed_run_request  # type: ignore[assignment]
     sdk_tool_base.resolve_arguments = timed_resolve_arguments  # type: ignore[assignment]
     RequestStateBoundary._seal = timed_seal  # type: ignore[method-assign]
     RequestStateBoundary._unseal = timed_unseal  # type: ignore[method-assign]
@@ -173,7 +175,7 @@ def instrument_engines() -> None:
 def uninstrument_engines() -> None:
     if not _ORIGINALS:
         return
-    mrtr._flows.run_flow = _ORIGINALS.pop("run_flow")
+    mrtr._host.call.run_request = _ORIGINALS.pop("run_request")
     sdk_tool_base.resolve_arguments = _ORIGINALS.pop("resolve_arguments")
     RequestStateBoundary._seal = _ORIGINALS.pop("_seal")  # type: ignore[method-assign]
     RequestStateBoundary._unseal = _ORIGINALS.pop("_unseal")  # type: ignore[method-assign]
@@ -434,7 +436,7 @@ def report_server(title: str, samples: Times) -> float:
         print(f"  {LABELS[variant]:<18} {cells[0]:>8} {cells[1]:>8} {cells[2]:>9} {cells[3]:>10} {cells[4]:>10}")
     seal, unseal = median_or_zero(samples.get("boundary:seal")), median_or_zero(samples.get("boundary:unseal"))
     print(
-        f"  engine = mrtr run_flow / SDK resolve_arguments alone. Boundary: seal {ms(seal)}, unseal {ms(unseal)} "
+        f"  engine = mrtr run_request / SDK resolve_arguments alone. Boundary: seal {ms(seal)}, unseal {ms(unseal)} "
         "ms per round (same for (b), (c), (d))"
     )
     over = {v: (per_call[v] - per_call["floor"]) * 1e3 for v in ("resolve", "mrtr")}
@@ -481,7 +483,7 @@ def report_states(mrtr_sizes: Sizes, rslv_sizes: Sizes, http_drift: int) -> None
 
 # Internals timed by `engine_breakdown`; any that a refactor renamed are skipped.
 _BREAKDOWN = (
-    ("mrtr._engine.inline", "_load_journal"),
+    ("mrtr._host.call", "load_journal"),
     ("mrtr._engine.journal", "decode"),
     ("mrtr._engine.context", "elicit_ask"),
     ("mrtr._engine.replay", "Replay.answer_for"),
@@ -522,15 +524,17 @@ def engine_breakdown(n: int) -> None:
 
         return timed_sync
 
-    run_flow = mrtr._flows.run_flow
+    run_request = mrtr._host.call.run_request
 
-    async def round_run_flow(spec: Any, request: Context[Any, Any], arguments: Any, *services: Any) -> Any:
+    async def round_run_request(
+        services: Any, spec: Any, request: Context[Any, Any], *args: Any, **options: Any
+    ) -> Any:
         current[0] = _round(request.request_state is not None)
         start = time.perf_counter()
         try:
-            return await run_flow(spec, request, arguments, *services)
+            return await run_request(services, spec, request, *args, **options)
         finally:
-            samples[f"run_flow/{current[0]}"].append(time.perf_counter() - start)
+            samples[f"run_request/{current[0]}"].append(time.perf_counter() - start)
 
     for module_name, qualname in _BREAKDOWN:
         owner: Any = sys.modules.get(module_name)
@@ -542,8 +546,8 @@ def engine_breakdown(n: int) -> None:
             continue
         restore.append((owner, attr, original))
         setattr(owner, attr, timed(qualname, original))
-    restore.append((mrtr._flows, "run_flow", run_flow))
-    mrtr._flows.run_flow = round_run_flow  # type: ignore[assignment]
+    restore.append((mrtr._host.call, "run_request", run_request))
+    mrtr._host.call.run_request = round_run_request  # type: ignore[assignment]
 
     async def run() -> None:
         bench = build_server(timed=False)
@@ -562,8 +566,8 @@ def engine_breakdown(n: int) -> None:
             setattr(owner, attr, original)
     print(f"\nWhere mrtr's engine time goes in (c): medians over {n} in-process calls, timers only (no profiler)")
     print(f"  {'function':<24} {'round 1 us':>10} {'% of r1':>8} {'round 2 us':>10} {'% of r2':>8}")
-    totals = {r: median_or_zero(samples.get(f"run_flow/{r}")) for r in ("first", "retry")}
-    for label in ("run_flow", *(qualname for _m, qualname in _BREAKDOWN)):
+    totals = {r: median_or_zero(samples.get(f"run_request/{r}")) for r in ("first", "retry")}
+    for label in ("run_request", *(qualname for _m, qualname in _BREAKDOWN)):
         cells = []
         for r in ("first", "retry"):
             values = samples.get(f"{label}/{r}")
@@ -573,8 +577,8 @@ def engine_breakdown(n: int) -> None:
             else:
                 cells += ["-", "-"]
         print(f"  {label:<24} {cells[0]:>10} {cells[1]:>8} {cells[2]:>10} {cells[3]:>8}")
-    print("  (nested: decode is inside _load_journal; encode and sealed_size are inside _input_required;")
-    print("  elicit_ask, answer_for and _settle run inside the flow task that run_flow awaits)")
+    print("  (nested: decode is inside load_journal; encode and sealed_size are inside _input_required;")
+    print("  elicit_ask, answer_for and _settle run inside the flow task that run_request awaits)")
 
 
 def _mrtr_file(filename: str) -> bool:
@@ -610,15 +614,15 @@ def profile_inprocess(n: int) -> None:
     raw: dict[tuple[str, int, str], Any] = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     total = sum(tt for (_cc, _nc, tt, _ct, _callers) in raw.values())
     by_name = {(Path(f).name, name): v for (f, _line, name), v in raw.items()}
-    # run_flow lives in _engine/inline.py since the engine's split (in _engine/engine.py before it).
-    engine = by_name.get(("inline.py", "run_flow"), by_name.get(("engine.py", "run_flow"), (0, 0, 0.0, 0.0, {})))[3]
+    # A request runs in mrtr._host.call.run_request since the host core (`run_flow` in _engine/inline.py before it).
+    engine = by_name.get(("call.py", "run_request"), by_name.get(("inline.py", "run_flow"), (0, 0, 0.0, 0.0, {})))[3]
     server = by_name.get(("runner.py", "serve_one"), (0, 0, 0.0, 0.0, {}))[3]
     print(
         f"\nProfile of (c), {n} in-process calls under cProfile (profiling roughly doubles the times). "
         f"Per call: {total / n * 1e3:.3f} ms CPU, of which server (serve_one) {server / n * 1e3:.3f} ms, "
-        f"mrtr run_flow {engine / n * 1e3:.3f} ms ({engine / server * 100:.0f}% of the server's time)"
+        f"mrtr run_request {engine / n * 1e3:.3f} ms ({engine / server * 100:.0f}% of the server's time)"
     )
-    print(f"  mrtr functions, cumulative time: {'us/call':>8} {'% run_flow':>10} {'own us':>7}")
+    print(f"  mrtr functions, cumulative time: {'us/call':>8} {'% run_request':>10} {'own us':>7}")
     rows = [(v[3], v[2], func) for func, v in raw.items() if _mrtr_file(func[0])]
     for cum, own, func in sorted(rows, reverse=True)[:18]:
         if cum / engine < 0.02:
@@ -632,7 +636,7 @@ def profile_inprocess(n: int) -> None:
         for caller, (_c, _n, _t, ct) in callers.items():
             if _mrtr_file(caller[0]):
                 external[(_label(func), caller[2])] += ct
-    print(f"  non-mrtr calls made from mrtr code: {'us/call':>8} {'% run_flow':>10}   called from")
+    print(f"  non-mrtr calls made from mrtr code: {'us/call':>8} {'% run_request':>10}   called from")
     for (callee, caller), cum in sorted(external.items(), key=lambda kv: -kv[1])[:14]:
         if cum / engine < 0.02:
             break

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     )
     from mrtr._flows import Flows
     from mrtr._guard import ReplayGuard, open_guard
-    from mrtr._host.options import FlowOptions, FlowsOptions
+    from mrtr._host.options import FlowOptions, FlowsOptions, ToolOptions
     from mrtr._shedding import LoadShedder
     from mrtr.buses import BrokerBus, open_bus
     from mrtr.stores import PostgresStore, RedisStore, SQLiteStore, TaskRecord, TaskStore, open_store
@@ -79,6 +79,7 @@ _EXPORTS = {
     "StoreUnavailable": "mrtr._errors",
     "TaskRecord": "mrtr.stores",
     "TaskStore": "mrtr.stores",
+    "ToolOptions": "mrtr._host.options",
     "TooManyRounds": "mrtr._errors",
     "current_step": "mrtr._engine.steps",
     "gather": "mrtr._engine.context",
@@ -116,6 +117,7 @@ __all__ = [
     "StepResultError",
     "TaskRecord",
     "TaskStore",
+    "ToolOptions",
     "TooManyRounds",
     "current_step",
     "gather",

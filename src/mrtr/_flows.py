@@ -11,10 +11,9 @@ SDK's adapter to it.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -22,23 +21,23 @@ from mcp.server.mcpserver.prompts import Prompt
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import SubscriptionBus
+from mcp.shared.exceptions import MCPError
 from mcp.shared.uri_template import UriTemplate
-from mcp_types import Annotations, Icon, ToolAnnotations
+from mcp_types import Annotations, Icon, InputRequiredResult, ToolAnnotations
 from starlette.applications import Starlette
 from typing_extensions import Unpack
 
 from mrtr import _answer_edge as answer_edge
 from mrtr import _sdk as sdk
 from mrtr._dialects import Dialects
-from mrtr._engine.inline import run_flow
-from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
+from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import InputRefused
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
-from mrtr._host.checks import context_param
-from mrtr._host.core import HostCore, check_task
+from mrtr._host.call import Failure, Refused, Value
+from mrtr._host.core import HostCore
 from mrtr._host.instance import InstanceHeader
-from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions
+from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions, ToolOptions, flow_options
 from mrtr._host.registration import entry_point, refused_as_client_error, reject_bare_use
 from mrtr._static_resources import StaticResourceFlows
 from mrtr.tasks._extension import TaskCreated, TasksExtension
@@ -66,34 +65,18 @@ class Flows(BaseFlows):
         self._dialects = Dialects(server, resolved.dialects) if resolved.dialects else None
         task_dialect = self._dialects.task_methods if self._dialects is not None else None
         self._core = HostCore(_SDKHost(server), resolved, task_dialect=task_dialect)
-        # However the server is served (`flows.streamable_http_app()`, `server.streamable_http_app()`,
-        # `server.run()`), its task worker starts with it and adopts orphaned tasks from boot.
-        sdk.wrap_lifespan(server, self._worker_started)
         self._static = StaticResourceFlows(server)
         answer_edge.install(sdk.lowlevel_server(server))  # issue #35: a malformed answer is named, not bare -32602
 
-    @contextlib.asynccontextmanager
-    async def _worker_started(self) -> AsyncIterator[None]:
-        if self._core.has_engine:
-            self._core.engine().ensure_running()
-        yield
-
     def streamable_http_app(self, **options: Any) -> Starlette:
-        """`server.streamable_http_app(**options)`, with this instance's fleet bus and task worker
-        tied to its lifespan, the seed dialects' endpoints, and the `X-Mrtr-Instance` header."""
+        """`server.streamable_http_app(**options)`, with the seed dialects' endpoints and the
+        `X-Mrtr-Instance` header. The fleet bus and the task worker run with the server's
+        lifespan, here as however else it is served (`_SDKHost.install_tasks`)."""
         app = self.server.streamable_http_app(**options)
         if self._dialects is not None:
             self._dialects.mount(app, options.get("streamable_http_path", "/mcp"))
         if self.instance_name is not None:
             app.add_middleware(InstanceHeader, name=self.instance_name)
-        inner, running = app.router.lifespan_context, self._core.running
-
-        @contextlib.asynccontextmanager
-        async def lifespan(instance: Starlette) -> AsyncIterator[Any]:
-            async with inner(instance) as state, running():
-                yield state
-
-        app.router.lifespan_context = lifespan
         return app
 
     def tool(
@@ -105,10 +88,7 @@ class Flows(BaseFlows):
         icons: list[Icon] | None = None,
         meta: dict[str, Any] | None = None,
         structured_output: bool | None = None,
-        *,
-        task: TaskSupport = "never",
-        mrtr_first: bool = False,
-        **flow: Unpack[FlowOptions],
+        **flow: Unpack[ToolOptions],
     ) -> Callable[[F], F]:
         """Register an async flow function as a tool (same metadata options as `@server.tool()`).
 
@@ -117,16 +97,16 @@ class Flows(BaseFlows):
         (-32021). The same body serves every case: in a task, its asks park the task in
         `input_required` until `tasks/update` answers. With `mrtr_first=True` the call
         first asks inline, as MRTR rounds, and becomes a task at its first step or
-        `ctx.continue_as_task()` (SEP-2663's composition). `flow` takes `mrtr.FlowOptions`
-        (`requires=`, `max_rounds=`, `deadline=`, `max_state_bytes=`).
+        `ctx.continue_as_task()` (SEP-2663's composition). `flow` takes `mrtr.ToolOptions`
+        (`task=`, `mrtr_first=`, `requires=`, `max_rounds=`, `deadline=`, `max_state_bytes=`).
         """
         reject_bare_use(name, "tool")
-        check_task(task)
+        options, _ = flow_options("tool", flow)
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow, task=task, mrtr_first=mrtr_first)
+            spec = self._core.spec(fn, name, options)
             wrapper = _sdk_entry_point(fn, spec, self._core, refused=_refused_as_tool_error)
-            if task != "never":
+            if spec.task != "never":
                 shape = func_metadata(wrapper, skip_names=[spec.request_param], structured_output=structured_output)
                 self._core.register_task(spec, shape.convert_result)
             self.server.add_tool(
@@ -153,9 +133,10 @@ class Flows(BaseFlows):
     ) -> Callable[[F], F]:
         """Register an async flow function as a prompt (`prompts/get` may take several rounds)."""
         reject_bare_use(name, "prompt")
+        options, _ = flow_options("prompt", flow)
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow)
+            spec = self._core.spec(fn, name, options)
             wrapper = _sdk_entry_point(fn, spec, self._core, refused=refused_as_client_error(spec))
             prompt = Prompt.from_function(wrapper, name=spec.name, title=title, description=description, icons=icons)
             self.server.add_prompt(prompt)
@@ -178,9 +159,10 @@ class Flows(BaseFlows):
     ) -> Callable[[F], F]:
         """Register an async flow function as a resource; `uri` may be a template or a fixed URI."""
         reject_bare_use(uri, "resource")
+        checked, _ = flow_options("resource", flow)
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow)
+            spec = self._core.spec(fn, name, checked)
             wrapper = _sdk_entry_point(fn, spec, self._core, refused=refused_as_client_error(spec))
             options: dict[str, Any] = dict(
                 name=name, title=title, description=description, mime_type=mime_type,
@@ -194,11 +176,6 @@ class Flows(BaseFlows):
             return fn
 
         return decorator
-
-    def _spec(self, fn: Callable[..., Any], name: str | None, flow: FlowOptions, **task: Any) -> FlowSpec:
-        flow_name = name or fn.__name__
-        ctx_param = context_param(fn, flow_name, task=task.get("task", "never") != "never")
-        return self._core.spec(fn, flow_name, flow, ctx_param=ctx_param, **task)
 
 
 class _SDKHost(Host):
@@ -226,7 +203,10 @@ class _SDKHost(Host):
             sdk.install_extension(self.server, extension)
         if sdk.serves_listen(self.server):  # `subscriptions/listen` as the SDK serves it, plus `taskIds`
             sdk.serve_listen(self.server, listen)
-        # `running` (the fleet bus, the worker) enters with `Flows.streamable_http_app()`'s lifespan.
+        # The low-level server's lifespan is what `server.run()` (stdio, streamable HTTP) and every
+        # streamable-HTTP app's session manager enter, once per serving (`flows.streamable_http_app()`
+        # included): `running` enters with it.
+        sdk.wrap_lifespan(self.server, running)
 
 
 def _refused_as_tool_error(exc: InputRefused) -> Exception:
@@ -241,17 +221,19 @@ def _sdk_entry_point(
     A call that becomes a task leaves the SDK's tool wrapper as `TaskCreated` (an `MCPError`,
     which the SDK passes through untouched) for the tasks extension to answer with.
     """
-    request_param, services = spec.request_param, core.services
+    request_param, call = spec.request_param, core.call
 
     async def run(kwargs: dict[str, Any]) -> Any:
-        request = kwargs.pop(request_param)
-        try:
-            outcome = await run_flow(spec, request, kwargs, services)
-        except InputRefused as exc:
-            raise refused(exc) from None
+        outcome = await call(spec, kwargs.pop(request_param), kwargs)
+        if type(outcome) is Value:
+            return outcome.value
+        if type(outcome) is InputRequiredResult:
+            return outcome
         if isinstance(outcome, TaskStarted):
             raise TaskCreated(outcome.result)
-        return outcome
+        if isinstance(outcome, Refused):
+            raise refused(outcome.error) from None
+        raise cast(Failure[MCPError], outcome).error  # Unavailable, Rejected: the SDK sends it as it is
 
     injected = inspect.Parameter(request_param, inspect.Parameter.KEYWORD_ONLY, annotation=Context)
     return entry_point(fn, spec, run, extra=[injected])

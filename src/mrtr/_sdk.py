@@ -161,9 +161,10 @@ def lowlevel_server(server: MCPServer[Any]) -> Any:
 def wrap_lifespan(server: MCPServer[Any], around: Callable[[], AbstractAsyncContextManager[None]]) -> None:
     """Enter `around()` inside the server's lifespan, however it is served.
 
-    `server.streamable_http_app()` (its session manager) and `server.run()` both enter the
-    low-level server's `lifespan`; wrapping it there makes every way of serving the server
-    start what `around` starts (the task worker, the fleet bus), not only `Flows`' own app.
+    `server.streamable_http_app()` (its session manager, once per app), `server.run()` (once per
+    connection: stdio's one) and the in-process `mcp.Client(server)` (once per client) all enter
+    the low-level server's `lifespan`; wrapping it there makes every way of serving the server
+    start and stop what `around` runs (the task worker, the fleet bus), not only `Flows`' own app.
     """
     lowlevel = lowlevel_server(server)
     inner = _required(lowlevel, "lifespan", "Server.lifespan (the low-level server's lifespan)")

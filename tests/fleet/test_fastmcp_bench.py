@@ -24,4 +24,4 @@ def test_the_fastmcp_benchmark_runs_on_every_transport(capsys: pytest.CaptureFix
     profile_inprocess(5, top=3)
     out = capsys.readouterr().out
     assert "requestState as sealed on the wire" in out and "TARGET" in out
-    assert "largest growth in cumulative time" in out and "run_flow round 1" in out
+    assert "largest growth in cumulative time" in out and "run_request round 1" in out

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
+import signal
+import socket
+import subprocess
+import sys
 import time
 import typing
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -31,9 +37,10 @@ from pydantic import BaseModel
 
 import mrtr
 import mrtr.fastmcp
-from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions
+from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions, ToolOptions
 from tests.support.flowkit import SHARED_KEY, served, text_of
-from tests.support.storekit import REDIS_URL  # a store object only: nothing here connects to it
+from tests.support.hostkit import observe_bus, observe_engine
+from tests.support.storekit import REDIS_URL, drop_namespace
 
 pytestmark = pytest.mark.anyio
 
@@ -174,6 +181,81 @@ def test_a_bare_decorator_is_the_same_error() -> None:
 def test_a_bad_task_value_is_the_same_error() -> None:
     kind, message = _same_error(lambda flows: flows.tool(task=True))
     assert kind is ValueError and "task=True is not mrtr's" in message
+
+
+# -- per-flow options: one definition, checked by name at registration on both hosts -------------------------
+
+_KINDS: dict[str, Callable[..., Any]] = {
+    "tool": lambda flows, **options: flows.tool(**options),
+    "prompt": lambda flows, **options: flows.prompt(**options),
+    "resource": lambda flows, **options: flows.resource("notes://{name}", **options),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_KINDS))
+def test_a_misspelt_flow_option_is_the_same_type_error_before_the_framework_sees_it(kind: str) -> None:
+    error, message = _same_error(lambda flows: _KINDS[kind](flows, max_round=3))
+    names = sorted(ToolOptions.__optional_keys__ if kind == "tool" else FlowOptions.__optional_keys__)
+    assert error is TypeError
+    assert message == (
+        f"flows.{kind}() got unexpected option(s) ['max_round']; mrtr's options for a {kind} are {names}, "
+        f"and the server's own {kind}() keywords are accepted too"
+    )
+
+
+@pytest.mark.parametrize("kind", ["prompt", "resource"])
+@pytest.mark.parametrize("option", [{"task": "required"}, {"mrtr_first": True}, {"task": "never", "mrtr_first": False}])
+def test_a_tool_only_option_on_a_prompt_or_resource_is_the_same_type_error(kind: str, option: dict[str, Any]) -> None:
+    error, message = _same_error(lambda flows: _KINDS[kind](flows, **option))
+    assert error is TypeError
+    assert message == (
+        f"flows.{kind}() got option(s) {sorted(option)} that a {kind} does not take; "
+        f"mrtr's options for a {kind} are {sorted(FlowOptions.__optional_keys__)}"
+    )
+
+
+def test_every_flow_option_is_defined_once_and_tools_alone_take_task_options() -> None:
+    assert set(ToolOptions.__optional_keys__) - set(FlowOptions.__optional_keys__) == {"task", "mrtr_first"}
+    hints = {
+        d: str(typing.get_type_hints(getattr(mrtr.Flows, d), include_extras=True)["flow"])
+        for d in ("tool", "prompt", "resource")
+    }
+    assert hints["tool"].endswith("Unpack[mrtr._host.options.ToolOptions]")
+    assert hints["prompt"] == hints["resource"] and hints["prompt"].endswith("Unpack[mrtr._host.options.FlowOptions]")
+
+
+@pytest.mark.parametrize("kind", sorted(_KINDS))
+def test_every_valid_flow_option_is_accepted_on_both_hosts(host: Host, kind: str) -> None:
+    flows = host.flows()
+    options: dict[str, Any] = {"requires": ["sampling"], "max_rounds": 2, "deadline": 5.0, "max_state_bytes": 2048}
+    if kind == "tool":
+        options |= {"task": "optional", "mrtr_first": True}
+
+    async def flow(name: str, ctx: mrtr.FlowContext) -> str:
+        return name
+
+    _KINDS[kind](flows, **options)(flow)
+    spec = flows.specs["flow"]
+    assert (spec.requires, spec.limits.max_rounds, spec.limits.deadline) == (("sampling",), 2, 5.0)
+    assert spec.limits.max_state_bytes == 2048
+    assert (spec.task, spec.mrtr_first) == (("optional", True) if kind == "tool" else ("never", False))
+
+
+async def test_fastmcps_own_keywords_still_reach_fastmcp() -> None:
+    flows = Host("fastmcp").flows()
+
+    @flows.tool(title="Ship it", tags={"ops"}, max_rounds=2)
+    async def ship(ctx: mrtr.FlowContext) -> str:
+        return "shipped"
+
+    @flows.prompt(description="A brief", tags={"docs"})
+    async def brief(ctx: mrtr.FlowContext) -> str:
+        return "b"
+
+    tool, prompt = await flows.mcp.get_tool("ship"), await flows.mcp.get_prompt("brief")
+    assert tool is not None and tool.title == "Ship it" and tool.tags == {"ops"}
+    assert prompt is not None and prompt.description == "A brief" and prompt.tags == {"docs"}
+    assert flows.specs["ship"].limits.max_rounds == 2
 
 
 def test_a_sync_function_is_the_same_error() -> None:
@@ -451,3 +533,118 @@ async def test_instance_name_stamps_every_response_of_the_app_flows_builds_on_bo
         ):
             response = await http.get("/mcp")
         assert response.headers.get("x-mrtr-instance") == f"{kind}-1", (kind, response.status_code)
+
+
+# -- the lifecycle contract: the worker and the fleet bus run however the server is served -----------------
+
+
+def _apps(host: Host, flows: Any) -> dict[str, Callable[[], Any]]:
+    if host.kind == "mcpserver":
+        return {"server.streamable_http_app()": flows.server.streamable_http_app, "flows": flows.streamable_http_app}
+    return {"mcp.http_app()": flows.mcp.http_app, "flows": flows.http_app}
+
+
+@pytest.mark.parametrize("way", ["server", "flows"])
+async def test_an_apps_lifespan_starts_and_stops_the_worker_once_on_both_hosts(
+    host: Host, way: str, tmp_path: Any
+) -> None:
+    flows = host.flows(store=mrtr.SQLiteStore(tmp_path / "tasks.db"))
+    events = observe_engine(flows.runtime)
+    build = _apps(host, flows)["flows" if way == "flows" else next(iter(_apps(host, flows)))]
+    app = build()
+    async with app.router.lifespan_context(app):
+        assert events == ["start"], "entered once, even where Flows' app wraps the server's"
+    assert events == ["start", "close"]
+
+
+@pytest.mark.needs_redis
+async def test_an_apps_lifespan_starts_and_stops_the_fleet_bus_and_the_worker_on_both_hosts(host: Host) -> None:
+    namespace = f"lifecycle_{secrets.token_hex(4)}"
+    flows = host.flows(store=mrtr.open_store(REDIS_URL, namespace=namespace))
+    try:
+        events = observe_engine(flows.runtime)
+        observe_bus(flows.bus, events)
+        app = _apps(host, flows)["flows"]()
+        async with app.router.lifespan_context(app):
+            assert events == ["bus start", "start"], "subscribed before serving, then the worker"
+        assert events == ["bus start", "start", "close", "bus close"]
+    finally:
+        await drop_namespace("redis", namespace)
+
+
+async def test_nested_lifespans_share_one_start_and_one_stop(host: Host, tmp_path: Any) -> None:
+    """An in-process client per connection, or two apps of one server: the last one out stops the worker."""
+    flows = host.flows(store=mrtr.SQLiteStore(tmp_path / "tasks.db"))
+    events = observe_engine(flows.runtime)
+    async with flows._core.running():
+        async with flows._core.running():
+            assert events == ["start"]
+        assert events == ["start"]
+    assert events == ["start", "close"]
+    async with flows._core.running():  # served again: started again
+        assert events == ["start", "close", "start"]
+
+
+_SERVE = """
+import asyncio, sys
+from pathlib import Path
+
+import mrtr
+import mrtr.fastmcp
+from tests.support.hostkit import observe_bus, observe_engine
+
+way, tmp, port = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+events = tmp / "events"
+
+def note(what):
+    with events.open("a") as file:
+        file.write(what + "\\n")
+
+if way.startswith("mcpserver"):
+    from mcp.server.mcpserver import MCPServer
+    server = MCPServer("lifecycle")
+    flows = mrtr.Flows(server, store=mrtr.SQLiteStore(tmp / "tasks.db"))
+else:
+    from fastmcp import FastMCP
+    server = FastMCP("lifecycle")
+    flows = mrtr.fastmcp.Flows(server, store=mrtr.SQLiteStore(tmp / "tasks.db"))
+observe_engine(flows.runtime, note)
+if way == "mcpserver-stdio":
+    server.run()
+elif way == "mcpserver-http":
+    server.run("streamable-http", port=port)
+else:
+    asyncio.run(server.run_http_async(show_banner=False, port=port, log_level="warning"))
+"""
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize("way", ["mcpserver-stdio", "mcpserver-http", "fastmcp-http"])
+def test_running_the_server_starts_and_stops_the_worker(way: str, tmp_path: Any) -> None:
+    """`server.run()` (stdio, streamable HTTP) and FastMCP's `run_http_async()`, each in a process of its
+    own: the worker starts with the server and stops when it is told to stop (stdin closes, Ctrl-C)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    events = tmp_path / "events"
+    command = [sys.executable, "-c", _SERVE, way, str(tmp_path), str(port)]
+    root = Path(__file__).resolve().parents[2]
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    process = subprocess.Popen(
+        command, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        if way != "mcpserver-stdio":  # stdio ends at once (its stdin is empty); HTTP serves until told to stop
+            deadline = time.monotonic() + 30
+            while not (events.exists() and "start" in events.read_text()):
+                assert process.poll() is None and time.monotonic() < deadline, process.stderr
+                time.sleep(0.05)
+            # Ctrl-C: FastMCP's `run_http_async` leaves its own lifespan (where extensions' run) only when
+            # interrupted; after SIGTERM uvicorn re-raises the signal, and the process dies mid-teardown.
+            process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert events.read_text().split() == ["start", "close"], stderr.decode()[-2000:]

@@ -1,107 +1,39 @@
-"""One inline request of a flow: a round of `tools/call`, `prompts/get` or `resources/read`.
+"""The engine's part of one inline round of a flow: `tools/call`, `prompts/get` or `resources/read`.
 
-request -> `run_flow` (the request read once into a `Round`, its journal loaded) -> the
-instance's round policies (`Services.policies`: replay guard, load shedding) -> the round
-body -> `execute` (`mrtr._engine.run`: a `Replay` of the journal) -> flow function -> the
-value, an `InputRequiredResult` whose `requestState` is the encoded journal (the SDK's
-`RequestStateBoundary` seals it on the way out and verifies it on the way back in), or —
-for a task-enabled call — `TaskStarted`: a durable task takes over.
+The host core reads the request into a `Round` (`mrtr._host.call.run_request`), loads its
+journal (`load_journal`) and runs the instance's round policies (`Services.policies`: replay
+guard, load shedding) around `round_body` -> `execute` (`mrtr._engine.run`: a `Replay` of the
+journal) -> flow function -> the value, an `InputRequiredResult` whose `requestState` is the
+encoded journal (the SDK's `RequestStateBoundary` seals it on the way out and verifies it on
+the way back in), or — for a task-enabled call — `TaskStarted` (`start_task`): a durable task
+takes over.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, InputRequiredResult
 from mcp_types.version import is_version_at_least
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine import sealing
-from mrtr._engine.asks import supports
-from mrtr._engine.context import FlowContext
-from mrtr._engine.drivers import LiveDriver, missing_capability
 from mrtr._engine.journal import Journal, JournalFormatError
 from mrtr._engine.replay import Replay
-from mrtr._engine.round import Round, Services, chain
-from mrtr._engine.run import RunOptions, as_protocol_error, call_flow, check_deadline, close_round, execute, wire_asks
+from mrtr._engine.round import Round, Services
+from mrtr._engine.run import RunOptions, check_deadline, close_round, execute, wire_asks
 from mrtr._engine.spec import FlowSpec, TaskStarted
-from mrtr._errors import FlowError
 from mrtr._telemetry import metrics
-from mrtr._wire import TASKS_EXTENSION, declares_tasks
-
-logger = logging.getLogger("mrtr.engine")
 
 _STATELESS_VERSION = "2026-07-28"
 
-_NO_SERVICES = Services()
-
 
 @functools.lru_cache(maxsize=64)
-def _stateless(version: str) -> bool:
+def stateless(version: str) -> bool:
     """Whether `version` is 2026-07-28 or later: asked every round, of a handful of versions."""
     return is_version_at_least(version, _STATELESS_VERSION)
-
-
-async def run_flow(
-    spec: FlowSpec,
-    request: Any,
-    arguments: Mapping[str, Any],
-    services: Services | None = None,
-    *,
-    wire: Any = None,
-    state_security: Callable[[], RequestStateSecurity | None] | None = None,
-) -> Any:
-    """Run one request of `spec`; returns the flow's value, an `InputRequiredResult`, or `TaskStarted`.
-
-    `services` are what the instance lends the flow (task creation, replay guard, load
-    shedding); the engine only knows their shapes (`mrtr._engine.spec`).
-
-    A -32602 is the client's doing (a malformed answer, stale or foreign state, a refused
-    or capped round): one INFO line says why, and the host sends the error without a
-    traceback (see `mrtr.fastmcp._client_errors` for FastMCP).
-    """
-    try:
-        services = services or _NO_SERVICES
-        round = Round.read(spec, request, arguments, wire, state_security)
-        version, capabilities = round.protocol_version, round.capabilities
-        modern = version is not None and _stateless(version)
-        for capability in spec.requires:  # in round 1, before the user answers anything
-            if not supports(capabilities, capability):
-                raise missing_capability(capability)
-        probe = False
-        if spec.task != "never":
-            declared = modern and declares_tasks(capabilities)
-            if spec.task == "required" and not declared:
-                raise MCPError(
-                    code=-32021,
-                    message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
-                    data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
-                )
-            if declared and not spec.mrtr_first:
-                return await start_task(spec, services, round, Journal.start())
-            probe = declared
-        if not modern:
-            return await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
-        round.probe = probe
-        # `params` already passed the SDK's validation (malformed inputResponses are -32602
-        # before we run) and the boundary's unsealing (requestState is our plaintext).
-        handler = services.handler
-        if handler is None:
-            handler = services.handler = chain(services.policies, lambda round: _round_body(services, round))
-        try:
-            round.journal = _load_journal(spec, round.state)
-            return await handler(round)
-        except FlowError as exc:
-            raise as_protocol_error(spec, exc) from exc
-    except MCPError as exc:
-        if exc.error.code == INVALID_PARAMS:
-            logger.info("flow %s: refused the client's request: %s", spec.name, exc.error.message)
-        raise
 
 
 async def start_task(spec: FlowSpec, services: Services, round: Round, journal: Journal) -> TaskStarted:
@@ -112,10 +44,10 @@ async def start_task(spec: FlowSpec, services: Services, round: Round, journal: 
     return TaskStarted(created)
 
 
-async def _round_body(services: Services, round: Round) -> Any:
+async def round_body(services: Services, round: Round) -> Any:
     """The engine's part of a round, behind the instance's policies: run, then answer."""
     spec, journal, state = round.spec, round.journal, round.state
-    assert journal is not None  # loaded by `run_flow` before any policy runs
+    assert journal is not None  # loaded by the host core (`load_journal`) before any policy runs
     outcome = await execute(
         spec,
         journal,
@@ -140,7 +72,8 @@ async def _round_body(services: Services, round: Round) -> Any:
     return outcome.value
 
 
-def _load_journal(spec: FlowSpec, state: str | None) -> Journal:
+def load_journal(spec: FlowSpec, state: str | None) -> Journal:
+    """The journal `requestState` carries (a fresh one in round 1); -32602 for one this server cannot read."""
     if not state:
         return Journal.start()
     try:
@@ -184,4 +117,4 @@ def journal_budget(round: Round) -> int:
 _budgets: dict[tuple[str, str, str, int], int] = {}
 
 
-__all__ = ["journal_budget", "run_flow", "start_task"]
+__all__ = ["journal_budget", "load_journal", "round_body", "start_task", "stateless"]

@@ -87,7 +87,7 @@ class TaskStarter(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TaskStarted:
-    """A call that became a durable task: what `run_flow` returns in place of the flow's value.
+    """A call that became a durable task: how a request ends in place of the flow's value.
 
     `result` is the task's `CreateTaskResult`. Each host hands it to its tasks extension in the
     framework's own way (the SDK lets an `MCPError` through its tool wrapper; FastMCP passes a

@@ -6,6 +6,14 @@ It reaches the framework only through these few methods, the way httpx's `BaseCl
 reaches a transport: `mrtr._flows` implements them over the SDK's `MCPServer`,
 `mrtr.fastmcp._flows` over FastMCP. What both frameworks spell alike (a server's name, a
 custom HTTP route) is written here once.
+
+The lifecycle contract: `install_tasks` ties `running` (the core's `HostCore.running`: fleet bus
+start, task worker, engine close, bus close) to the framework's own server lifespan, the one
+every way of serving enters: the SDK's `server.run()` (stdio, streamable HTTP),
+`server.streamable_http_app()` and `flows.streamable_http_app()`; FastMCP's `run()`,
+`run_http_async()`, `http_app()` and `flows.http_app()`. An adapter never enters it a second
+time from an app of its own; where a framework nests lifespans (an in-process client per
+connection), the core starts on the first entry and stops on the last exit.
 """
 
 from __future__ import annotations
@@ -65,7 +73,9 @@ class Host:
 
     def install_tasks(self, extension: TasksExtension, listen: ListenHandler, running: Running) -> None:
         """Serve the tasks extension and `subscriptions/listen` (`listen`); enter `running()` (the
-        fleet bus, the task worker) with the server's lifespan, however the framework runs it."""
+        fleet bus, the task worker) with the server's lifespan, however the framework runs it
+        (the lifecycle contract, in the module docstring). Called once, when the task engine
+        is created."""
         raise NotImplementedError
 
 

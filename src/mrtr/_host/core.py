@@ -8,6 +8,8 @@ core builds (`HostCore.entry_point`) with the framework's own decorator. What th
 - the start-up checks: the state key, the store (`require_shared_store`), the guard;
 - the round policies: the replay guard (on by default wherever a shared store is configured)
   and load shedding;
+- every request of every flow (`call`: the engine's answer as a typed `Outcome`, which each
+  adapter only translates to its framework);
 - the task engine (mrtr's lease runtime over `store`, or another `TaskEngine`), its tasks
   extension, the bus its notifications ride, callback URLs and `send_event`.
 
@@ -17,7 +19,9 @@ So a keyword, a default, a warning or an error is the same on both hosts by cons
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +30,14 @@ from mcp.server.request_state import RequestStateCodec, authenticated_principal
 from mcp.server.subscriptions import SubscriptionBus
 
 from mrtr._engine.asks import Capability
+from mrtr._engine.context import FlowContext
 from mrtr._engine.round import RoundPolicy, Services
-from mrtr._engine.spec import FlowSpec, Limits, TaskSupport
+from mrtr._engine.spec import FlowSpec, Limits
 from mrtr._errors import FlowDefinitionError
 from mrtr._guard import ReplayGuard, open_guard
-from mrtr._host import fleet
-from mrtr._host.checks import calls_flow_api, check_elicit_schemas
-from mrtr._host.options import FlowOptions, HostOptions
+from mrtr._host import call, fleet
+from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_param
+from mrtr._host.options import HostOptions, ToolOptions
 from mrtr._host.registration import checked_capabilities, flow_limits, one_step
 from mrtr._shedding import LoadShedder
 from mrtr.buses._base import BrokerBus
@@ -84,12 +89,18 @@ class HostCore:
         policies: tuple[RoundPolicy, ...] = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
         self.services = Services(policies=policies)
         """What this instance lends its flows' rounds (the engine sees only these shapes)."""
+        self.call = functools.partial(call.run_request, self.services)
+        """Run one request of a flow with these services: `call(spec, request, arguments, *, wire=None,
+        state_security=None)`, how it ended as an `Outcome` (`mrtr._host.call`) for the adapter to
+        translate. Bound once, so a round pays for no extra frame."""
         self.bus: SubscriptionBus | None = None
         """The bus listen streams and task notifications ride (chosen with the task engine)."""
         self.listen: ListenHandler | None = None
         """What serves `subscriptions/listen`, with task ids when the bus hears every task (set with the engine)."""
         self._fleet_bus: BrokerBus | None = None
         self._engine: TaskEngine | None = None
+        self._serving = 0
+        """How many lifespans have entered `running()` and not yet left it."""
         self._task_dialect = task_dialect
         if opts.store is not None or opts.tasks is not None or task_dialect is not None:
             self.engine()  # a fleet's store is known now: choose its bus and adopt orphaned tasks from boot
@@ -142,21 +153,31 @@ class HostCore:
     def spec(
         self,
         fn: Callable[..., Any],
-        name: str,
-        flow: FlowOptions,
+        name: str | None,
+        flow: ToolOptions,
         *,
-        ctx_param: str | None,
-        check_schemas: bool = True,
-        task: TaskSupport = "never",
-        mrtr_first: bool = False,
-        wrap_context: Callable[[Any], Any] | None = None,
+        host_context: type | None = None,
+        wrap_host_context: Callable[[Any], Any] | None = None,
     ) -> FlowSpec:
-        """The flow's `FlowSpec`, checked and remembered under `name`.
+        """The flow's `FlowSpec`, checked and remembered under its name (`name`, else the function's).
+
+        `flow` is what `mrtr._host.options.flow_options` let through. A flow may take the host's
+        own context class (`host_context`, FastMCP's `Context`) in place of `FlowContext`: its
+        context is then `wrap_host_context(flow_context)`, and its asks' schemas are the
+        framework's to check.
 
         A task flow that takes no context and never steps is one step as a whole, so a worker
         that dies mid-call runs it again on another instance under the same
         `mrtr.current_step().idempotency_key` (at least once), on both hosts.
         """
+        name = name or fn.__name__
+        task, mrtr_first = flow.get("task", "never"), flow.get("mrtr_first", False)
+        ctx_param = context_param(fn, name, host_context=host_context, task=task != "never")
+        wrap_context = None
+        if ctx_param is not None and host_context is not None:
+            annotation = typing.get_type_hints(fn).get(ctx_param)
+            if isinstance(annotation, type) and not issubclass(annotation, FlowContext):
+                wrap_context = wrap_host_context
         limits = flow_limits(
             fn, name, self.limits, flow.get("max_rounds"), flow.get("deadline"), flow.get("max_state_bytes")
         )
@@ -164,7 +185,7 @@ class HostCore:
         body = fn
         if ctx_param is None and task != "never" and not calls_flow_api(fn):
             body = one_step(fn)  # a durable task that never asks or steps: the whole call is one step
-        elif ctx_param is not None and check_schemas:
+        elif ctx_param is not None and wrap_context is None:
             check_elicit_schemas(fn, name, ctx_param)
         spec = FlowSpec(
             name=name,
@@ -292,8 +313,22 @@ class HostCore:
         """This instance's background work while the server serves: the fleet bus and the task worker.
 
         The worker adopts orphaned tasks from boot, not only once a `tasks/*` request arrives,
-        and stops with the server (its leases lapse, so another instance resumes).
+        and stops with the server (its leases lapse, so another instance resumes). Entered
+        however the server is served (the `Host.install_tasks` contract); nested entries (an
+        in-process client per connection, an app whose lifespan wraps the server's) share one
+        start and one stop: the first in starts, the last out stops.
         """
+        self._serving += 1
+        try:
+            if self._serving == 1:
+                await self._start_serving()
+            yield
+        finally:
+            self._serving -= 1
+            if self._serving == 0:
+                await self._stop_serving()
+
+    async def _start_serving(self) -> None:
         bus, engine = self._fleet_bus, self._engine
         if bus is not None:  # subscribe before serving, so the first listen stream never waits
             try:
@@ -302,11 +337,13 @@ class HostCore:
                 logger.warning("the fleet bus could not reach its broker at start; it keeps trying in the background")
         if engine is not None:
             engine.ensure_running()
+
+    async def _stop_serving(self) -> None:
+        bus, engine = self._fleet_bus, self._engine
         try:
-            yield
-        finally:
             if engine is not None:
                 await engine.close()
+        finally:
             if bus is not None:
                 await bus.close()
 
@@ -319,13 +356,4 @@ class HostCore:
         return self.send_event(task_id, name, payload, event_id=event_id)
 
 
-def check_task(task: object) -> None:
-    """`task=` is mrtr's: `"never"`, `"optional"` or `"required"` (FastMCP's own `task=True` is not)."""
-    if task not in ("never", "optional", "required"):
-        raise ValueError(
-            f"task={task!r} is not mrtr's; use task='never', 'optional' or 'required' (mrtr's durable tasks). "
-            "FastMCP's own task=True belongs to the fastmcp-tasks extension, which cannot serve mrtr flows"
-        )
-
-
-__all__ = ["DEFAULT_STORE", "HostCore", "TaskDialect", "check_task"]
+__all__ = ["DEFAULT_STORE", "HostCore", "TaskDialect"]

@@ -4,16 +4,18 @@
 take it as `**options: Unpack[FlowsOptions]`, so a keyword one host accepts the other accepts
 too, with the same type. `HostOptions` is the same set resolved, with every default filled
 in, as the host core reads it. `FlowOptions` is what each `.tool()`, `.prompt()` and
-`.resource()` adds on top.
+`.resource()` adds on top (`ToolOptions` for a tool); `flow_options` checks them by name, the
+same way on both hosts, when the flow is registered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 from mrtr._engine.asks import Capability
+from mrtr._engine.spec import TaskSupport
 from mrtr.tasks._seam import TASK_LEASE, TASK_POLL_INTERVAL, TASK_SCAN_INTERVAL, TASK_TTL
 
 if TYPE_CHECKING:
@@ -162,4 +164,65 @@ class FlowOptions(TypedDict, total=False):
     """This flow's cap on its sealed state (default: the `Flows` option)."""
 
 
-__all__ = ["FlowOptions", "FlowsOptions", "HostOptions"]
+class ToolOptions(FlowOptions, total=False):
+    """What `.tool()` takes beyond `FlowOptions`: a call can become a durable task, a prompt's or
+    a resource's cannot."""
+
+    task: TaskSupport
+    """`"optional"`: the call runs as a durable task when the client declares the tasks extension
+    (inline otherwise); `"required"`: clients that do not are refused (-32021); `"never"` (the
+    default): always inline."""
+    mrtr_first: bool
+    """Ask inline first, as MRTR rounds, and become a task at the first step or
+    `ctx.continue_as_task()` (False: a task from the start)."""
+
+
+FlowKind = Literal["tool", "prompt", "resource"]
+
+_FLOW_NAMES: dict[FlowKind, frozenset[str]] = {
+    "tool": frozenset(ToolOptions.__optional_keys__),
+    "prompt": frozenset(FlowOptions.__optional_keys__),
+    "resource": frozenset(FlowOptions.__optional_keys__),
+}
+_ALL_FLOW_NAMES = frozenset().union(*_FLOW_NAMES.values())
+
+
+def flow_options(
+    kind: FlowKind, given: Mapping[str, Any], framework: Collection[str] = ()
+) -> tuple[ToolOptions, dict[str, Any]]:
+    """mrtr's options for a `kind` flow, checked by name, apart from the framework's own keywords.
+
+    The same check, and the same messages, on both hosts, when the flow is registered: an
+    option of mrtr's that `kind` does not take, or a keyword that is neither mrtr's nor among
+    `framework` (the framework decorator's keywords mrtr passes on), is a `TypeError`. mrtr's
+    names win over the framework's (FastMCP's own `task=` is not mrtr's).
+    """
+    names = _FLOW_NAMES[kind]
+    misplaced = sorted(k for k in given if k in _ALL_FLOW_NAMES and k not in names)
+    if misplaced:
+        raise TypeError(
+            f"flows.{kind}() got option(s) {misplaced} that a {kind} does not take; "
+            f"mrtr's options for a {kind} are {sorted(names)}"
+        )
+    unknown = sorted(k for k in given if k not in names and k not in framework)
+    if unknown:
+        raise TypeError(
+            f"flows.{kind}() got unexpected option(s) {unknown}; mrtr's options for a {kind} are "
+            f"{sorted(names)}, and the server's own {kind}() keywords are accepted too"
+        )
+    if "task" in given:
+        _check_task(given["task"])
+    flow = {k: v for k, v in given.items() if k in names}
+    return cast(ToolOptions, flow), {k: v for k, v in given.items() if k not in names}
+
+
+def _check_task(task: object) -> None:
+    """`task=` is mrtr's: `"never"`, `"optional"` or `"required"` (FastMCP's own `task=True` is not)."""
+    if task not in ("never", "optional", "required"):
+        raise ValueError(
+            f"task={task!r} is not mrtr's; use task='never', 'optional' or 'required' (mrtr's durable tasks). "
+            "FastMCP's own task=True belongs to the fastmcp-tasks extension, which cannot serve mrtr flows"
+        )
+
+
+__all__ = ["FlowKind", "FlowOptions", "FlowsOptions", "HostOptions", "ToolOptions", "flow_options"]

@@ -14,10 +14,10 @@ FastMCP's adapter to it.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
-import typing
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
@@ -27,21 +27,20 @@ from fastmcp.tools import FunctionTool, ToolResult
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, CallToolResult
+from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult
 from starlette.applications import Starlette
 from typing_extensions import Unpack
 
 from mrtr import _answer_edge as answer_edge
 from mrtr._engine.context import FlowContext
-from mrtr._engine.inline import run_flow
-from mrtr._engine.spec import FlowSpec, TaskStarted, TaskSupport
-from mrtr._errors import FlowDefinitionError, InputRefused, StoreUnavailable
+from mrtr._engine.spec import FlowSpec, TaskStarted
+from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
-from mrtr._host.checks import context_param
-from mrtr._host.core import HostCore, check_task
+from mrtr._host.call import Refused, Rejected, Unavailable, Value
+from mrtr._host.core import HostCore
 from mrtr._host.instance import InstanceHeader
-from mrtr._host.options import FlowOptions, FlowsOptions, HostOptions
+from mrtr._host.options import FlowsOptions, HostOptions, ToolOptions, flow_options
 from mrtr._host.registration import entry_point, refused_as_client_error, reject_bare_use
 from mrtr._wire import TASKS_EXTENSION
 from mrtr.fastmcp import _internals as internals
@@ -53,7 +52,11 @@ from mrtr.tasks._listen import ListenHandler
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_FLOW_OPTIONS = frozenset(FlowOptions.__annotations__)
+_FASTMCP_KEYWORDS = {
+    kind: frozenset(inspect.signature(getattr(FastMCP, kind)).parameters) - {"self", "name_or_fn", "uri", "name"}
+    for kind in ("tool", "prompt", "resource")
+}
+"""The keywords FastMCP's own decorators take, passed on to them (read once, from their signatures)."""
 
 
 class Flows(BaseFlows):
@@ -91,34 +94,27 @@ class Flows(BaseFlows):
             app.add_middleware(InstanceHeader, name=self.instance_name)
         return app
 
-    def tool(
-        self,
-        name: str | None = None,
-        *,
-        task: TaskSupport = "never",
-        mrtr_first: bool = False,
-        **options: Any,
-    ) -> Callable[[F], F]:
+    def tool(self, name: str | None = None, **options: Any) -> Callable[[F], F]:
         """Register an async flow as a FastMCP tool. `options` are `FastMCP.tool`'s (title,
         description, tags, annotations, meta, icons, output_schema, timeout, auth, ...) and
-        `mrtr.FlowOptions` (`requires=`, `max_rounds=`, `deadline=`, `max_state_bytes=`).
+        `mrtr.ToolOptions` (`task=`, `mrtr_first=`, `requires=`, `max_rounds=`, `deadline=`,
+        `max_state_bytes=`).
 
         `task="optional"|"required"` and `mrtr_first` mean what they mean for `mrtr.Flows.tool`:
         the call runs as a durable mrtr task when the client declares the tasks extension.
         """
         reject_bare_use(name, "tool")
-        check_task(task)
-        flow, fastmcp_options = _split(options)
+        flow, fastmcp_options = flow_options("tool", options, _FASTMCP_KEYWORDS["tool"])
         app = fastmcp_options.pop("app", None)
         if app:  # as FastMCP.tool does: an app config is the tool's meta["ui"]
             fastmcp_options["meta"] = dict(fastmcp_options.get("meta") or {}) | {"ui": True if app is True else app}
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow, task=task, mrtr_first=mrtr_first)
+            spec = self._spec(fn, name, flow)
             entry = self._entry(fn, spec, _refused_as_tool_error)
             tool = FunctionTool.from_function(entry, name=spec.name, **fastmcp_options)
             self.mcp.add_tool(tool)
-            if task != "never":  # a task's result is converted by FastMCP, exactly as the call's would be
+            if spec.task != "never":  # a task's result is converted by FastMCP, exactly as the call's would be
                 self._core.register_task(spec, functools.partial(_tool_result, tool))
             return fn
 
@@ -128,7 +124,7 @@ class Flows(BaseFlows):
         """Register an async flow as a FastMCP prompt (`prompts/get` may take several rounds);
         `options` are `FastMCP.prompt`'s and `mrtr.FlowOptions`."""
         reject_bare_use(name, "prompt")
-        flow, fastmcp_options = _split(options)
+        flow, fastmcp_options = flow_options("prompt", options, _FASTMCP_KEYWORDS["prompt"])
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name, flow)
@@ -141,7 +137,7 @@ class Flows(BaseFlows):
         """Register an async flow as a FastMCP resource or resource template; `options` are
         `FastMCP.resource`'s and `mrtr.FlowOptions`."""
         reject_bare_use(uri, "resource")
-        flow, fastmcp_options = _split(options)
+        flow, fastmcp_options = flow_options("resource", options, _FASTMCP_KEYWORDS["resource"])
 
         def decorator(fn: F) -> F:
             spec = self._spec(fn, name, flow)
@@ -154,21 +150,9 @@ class Flows(BaseFlows):
 
     # -- internals --------------------------------------------------------------------------
 
-    def _spec(self, fn: Callable[..., Any], name: str | None, flow: FlowOptions, **task: Any) -> FlowSpec:
-        flow_name = name or fn.__name__
-        is_task = task.get("task", "never") != "never"
-        ctx_param = context_param(fn, flow_name, host_context=Context, task=is_task)
-        annotation = typing.get_type_hints(fn).get(ctx_param) if ctx_param is not None else None
-        fastmcp_style = isinstance(annotation, type) and not issubclass(annotation, FlowContext)
-        return self._core.spec(
-            fn,
-            flow_name,
-            flow,
-            ctx_param=ctx_param,
-            check_schemas=not fastmcp_style,
-            wrap_context=functools.partial(_fastmcp_context, self.mcp) if fastmcp_style else None,
-            **task,
-        )
+    def _spec(self, fn: Callable[..., Any], name: str | None, flow: ToolOptions) -> FlowSpec:
+        wrap = functools.partial(_fastmcp_context, self.mcp)
+        return self._core.spec(fn, name, flow, host_context=Context, wrap_host_context=wrap)
 
     def _entry(
         self, fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception]
@@ -178,7 +162,7 @@ class Flows(BaseFlows):
         A call that becomes a task returns `TaskStartedResult`, a `ToolResult` FastMCP passes
         through untouched to the tasks interceptor, which answers with its `CreateTaskResult`.
         """
-        services, security = self._core.services, self._host.state_security
+        call, security = self._core.call, self._host.state_security
         tool = refused is _refused_as_tool_error
 
         async def run(kwargs: dict[str, Any]) -> Any:
@@ -186,23 +170,35 @@ class Flows(BaseFlows):
             wire = internals.request_wire(ctx)
             if wire is None:
                 raise RuntimeError(f"flow {spec.name!r} runs only inside an MCP request")
-            try:
-                outcome = await run_flow(spec, ctx, kwargs, services, wire=wire, state_security=security)
-            except InputRefused as exc:
-                error = refused(exc)
-                raise (error if tool else quiet_prompt_error(error, exc)) from None
-            except StoreUnavailable as exc:  # retryable, logged once per burst by the store: no traceback here
-                if tool:  # FastMCP logs the ToolError at DEBUG; `_ProtocolErrors` sends `exc` itself
-                    raise ToolError(exc.error.message, log_level=logging.DEBUG) from exc
-                raise QuietClientError(exc) from None
-            except MCPError as exc:  # issue #35: a client's mistake is one INFO line (mrtr.engine), no traceback
-                quiet = quiet_tool_error(exc) if tool else quiet_prompt_error(exc)
-                if quiet is None or quiet is exc:
-                    raise
-                raise quiet from exc  # FastMCP logs it quietly; the wire still gets `exc` (`_ProtocolErrors` for tools)
-            return TaskStartedResult(outcome) if isinstance(outcome, TaskStarted) else outcome
+            outcome = await call(spec, ctx, kwargs, wire=wire, state_security=security)
+            if type(outcome) is Value:
+                return outcome.value
+            if type(outcome) is InputRequiredResult:
+                return outcome
+            if isinstance(outcome, TaskStarted):
+                return TaskStartedResult(outcome)
+            _raise_quietly(cast(Refused | Unavailable | Rejected, outcome), tool, refused)
 
         return entry_point(fn, spec, run)
+
+
+def _raise_quietly(
+    outcome: Refused | Unavailable | Rejected, tool: bool, refused: Callable[[InputRefused], Exception]
+) -> NoReturn:
+    """Raise an error outcome as FastMCP should log it: what the client caused, without a traceback."""
+    if isinstance(outcome, Refused):
+        error = refused(outcome.error)
+        raise (error if tool else quiet_prompt_error(error, outcome.error)) from None
+    exc = outcome.error
+    if isinstance(outcome, Unavailable):  # retryable, logged once per burst by the store: no traceback here
+        if tool:  # FastMCP logs the ToolError at DEBUG; `_ProtocolErrors` sends `exc` itself
+            raise ToolError(exc.error.message, log_level=logging.DEBUG) from exc
+        raise QuietClientError(exc) from None
+    # issue #35: a client's mistake is one INFO line (mrtr.engine), no traceback
+    quiet = quiet_tool_error(exc) if tool else quiet_prompt_error(exc)
+    if quiet is None or quiet is exc:
+        raise exc
+    raise quiet from exc  # FastMCP logs it quietly; the wire still gets `exc` (`_ProtocolErrors` for tools)
 
 
 class _ProtocolErrors(Middleware):
@@ -253,12 +249,6 @@ class _FastMCPHost(Host):
             )
         serve_listen(self.server, listen)  # FastMCP serves no `subscriptions/listen` of its own
         self.server.add_extension(FastMCPTasks(extension, running))  # its lifespan runs the worker and the bus
-
-
-def _split(options: dict[str, Any]) -> tuple[FlowOptions, dict[str, Any]]:
-    """mrtr's `FlowOptions` apart from the framework's own keywords."""
-    flow: Any = {k: v for k, v in options.items() if k in _FLOW_OPTIONS}
-    return flow, {k: v for k, v in options.items() if k not in _FLOW_OPTIONS}
 
 
 def _fastmcp_context(mcp: FastMCP[Any], flow: FlowContext) -> FlowsContext:
