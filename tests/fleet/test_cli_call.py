@@ -93,6 +93,27 @@ def spawn_terminal(*args: str) -> pexpect.spawn:
     return child
 
 
+_WAITING_SYSCALLS = {"0", "7", "23", "270", "271"}
+"""read, poll, select, pselect6, ppoll (x86-64 numbers): where a prompt waits for a key."""
+
+
+def wait_until_blocked_reading(pid: int, timeout: float = 10.0) -> None:
+    """Return once process `pid`'s main thread sits in a blocking read or poll (Linux's
+    /proc/PID/syscall); elsewhere, or if it never shows, after half a second at least."""
+    started = time.monotonic()
+    syscall = Path(f"/proc/{pid}/syscall")
+    while time.monotonic() - started < timeout:
+        try:
+            number = syscall.read_text().split(maxsplit=1)[0]
+        except (OSError, IndexError):
+            break
+        if number in _WAITING_SYSCALLS:
+            time.sleep(0.05)  # past the syscall's entry: the signal now interrupts it
+            return
+        time.sleep(0.02)
+    time.sleep(max(0.0, 0.5 - (time.monotonic() - started)))
+
+
 def type_line(child: pexpect.spawn, prompt: str, text: str) -> None:
     child.expect(prompt)
     child.sendline(text)
@@ -410,11 +431,11 @@ def test_ctrl_c_at_a_prompt_exits_130_without_a_traceback(server: tuple[str, Pat
     child = spawn_terminal("call", server[0], "onboard")
     try:
         child.expect(r"name \(string, min 2 chars\): ")
-        # As a person would: once the prompt waits for a key. Sent the instant the prompt is
-        # written, the SIGINT can land before `input()` blocks in read(), where CPython only sets
-        # its flag and the read waits on (a second Ctrl-C would end it). Once in a full suite the
-        # process hung 30 s here; 25 instant tries under a CPU hog did not hang again.
-        time.sleep(0.5)
+        # As a person would: once the prompt waits for a key. A SIGINT that lands after the
+        # prompt is written but before `input()` blocks in the kernel only sets CPython's flag,
+        # and the read waits on (a second Ctrl-C would end it): in a full suite a fixed 0.5 s
+        # was not always enough for the process to get there, so wait until it does.
+        wait_until_blocked_reading(child.pid)
         child.sendintr()
         child.expect(pexpect.EOF, timeout=30)
     finally:

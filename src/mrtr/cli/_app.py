@@ -1,6 +1,7 @@
 """The typer application: commands, options, and the one place errors become exit codes."""
 
 import asyncio
+import contextlib
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -112,7 +113,8 @@ def run_loop(work: Callable[[], Awaitable[int]]) -> int:
             task.cancel()
         if pending:
             loop.run_until_complete(asyncio.wait(pending, timeout=_SHUTDOWN_TIMEOUT))
-        loop.run_until_complete(loop.shutdown_asyncgens())
+        with contextlib.suppress(TimeoutError):  # an async generator that will not close must not hang the exit
+            loop.run_until_complete(asyncio.wait_for(loop.shutdown_asyncgens(), _SHUTDOWN_TIMEOUT))
         loop.close()
 
 
