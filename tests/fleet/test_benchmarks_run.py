@@ -3,6 +3,10 @@
 A benchmark that nobody runs rots silently (a changed default or API breaks it, and the next
 person to measure finds out). These smoke runs assert only that each script finishes and says
 its targets were measured.
+
+The scripts start as the module starts, two at a time, longest first (each test waits for its
+own): they are separate processes that assert nothing about time, and one after another they
+were the suite's longest file.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -20,10 +26,48 @@ from tests.support.flowkit import ROOT_DIR
 pytestmark = pytest.mark.spawns
 
 
-def _run(*args: str) -> str:
-    run = subprocess.run(
+SCRIPTS: dict[str, tuple[str, ...]] = {  # each test's script, longest first
+    "test_instructions_quick_counts_the_tool_and_its_floor": ("benchmarks/instructions.py", "--quick"),
+    "test_store_outage_quick_loses_no_task_on_either_store": (
+        "benchmarks/store_outage.py", "--quick", "--stores", "redis,postgres",
+    ),
+    "test_fastmcp_tasks_quick_compares_mrtr_with_fastmcp_tasks": ("benchmarks/fastmcp_tasks.py", "--quick"),
+    "test_waits_quick_wakes_every_task_on_sqlite": ("benchmarks/waits.py", "--quick", "--stores", "sqlite"),
+    "test_fleet_push_quick_drops_nothing_on_redis": ("benchmarks/fleet_push.py", "--quick", "--brokers", "redis"),
+    "test_tasks_quick_measures_the_sqlite_store": ("benchmarks/tasks.py", "--quick", "--stores", "sqlite"),
+    "test_rounds_quick_measures_every_variant": ("benchmarks/rounds.py", "--quick"),
+    "test_redis_cluster_quick_measures_one_node_and_a_cluster": ("benchmarks/redis_cluster.py", "--quick"),
+    "test_console_quick_serves_every_page_from_sqlite": ("benchmarks/console.py", "--quick", "--stores", "sqlite"),
+    "test_sealing_quick_measures_the_sqlite_store": ("benchmarks/sealing.py", "--quick", "--stores", "sqlite"),
+    "test_sampling_quick_measures_the_tool_loop_next_to_a_plain_sample": ("benchmarks/sampling.py", "--quick"),
+}  # fmt: skip
+
+_started: dict[tuple[str, ...], Future[subprocess.CompletedProcess[str]]] = {}
+
+
+def _script(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, *args], cwd=ROOT_DIR, capture_output=True, text=True, timeout=300, check=False
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _scripts_two_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Start the scripts of this module's selected tests, two at a time, longest first."""
+    selected = {item.name for item in request.session.items if item.module is request.module}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for name, args in SCRIPTS.items():
+            if name in selected:
+                _started[args] = pool.submit(_script, args)
+        try:
+            yield
+        finally:
+            _started.clear()
+
+
+def _run(*args: str) -> str:
+    started = _started.get(args)
+    run = started.result() if started is not None else _script(args)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     return run.stdout
 
