@@ -35,6 +35,7 @@ from mrtr.buses import BrokerBus, open_bus
 from mrtr.buses._events import BusGap, TaskChanged
 from mrtr.console._templates import TEMPLATES
 from mrtr.stores import RecordSeal, TaskQuery, TaskRecord, TaskStore, open_store
+from mrtr.stores._abilities import WrappedStore
 from mrtr.stores._base import STATUSES, WAITS
 from mrtr.tasks._admin import TaskAdmin, TaskUnknown, failed
 from mrtr.tasks._history import history_row, iso
@@ -112,7 +113,7 @@ class _Console:
         self.redact = redact
         self.cookie = None if token is None else hashlib.sha256(b"mrtr-console\0" + token.encode()).hexdigest()
         self.csrf = secrets.token_urlsafe(24)
-        self.label = type(getattr(admin.store, "inner", admin.store)).__name__
+        self.label = type(admin.store.inner if isinstance(admin.store, WrappedStore) else admin.store).__name__
 
     # -- pages -------------------------------------------------------------------------------
 
