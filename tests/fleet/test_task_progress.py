@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 import mrtr
 import mrtr.fastmcp
-from mrtr.client import CreatedTask, tasks_client, update_task
+from mrtr.client import CreatedTask, TaskSnapshot, tasks_client, update_task
 from mrtr.stores import TaskRecord, TaskStore
 from mrtr.stores._sqlite import SQLiteStore
 from mrtr.tasks._seam import TASK_LEASE
@@ -273,3 +273,63 @@ async def test_a_thousand_reports_a_second_cost_a_bounded_number_of_writes(count
     status_writes = sum(1 for r in counting.saved if r.status_message and r.status_message.startswith("item "))
     # Beside the status writes only the heartbeat (every lease/3 s) re-saves the same message.
     assert status_writes <= bound + ran.seconds / (TASK_LEASE / 3) + 2, status_writes
+
+
+@pytest.mark.parametrize("host", ["mcpserver", "fastmcp"])
+async def test_listeners_hear_each_status_message_as_a_task_notification(host: str, tmp_path: Path) -> None:
+    """mrtr's client follows the task on `subscriptions/listen`: each "chunk n of 3" reaches it pushed, not polled."""
+    gates = Gates()
+    heard: list[str | None] = []
+    polled: list[str] = []
+
+    def on_status(snapshot: TaskSnapshot) -> None:
+        heard.append(snapshot.status_message)
+        for n in (1, 2, 3):
+            if snapshot.status_message == f"chunk {n} of 3":
+                gates.release(n)
+
+    async def note(request: httpx2.Request) -> None:
+        if request.method == "POST" and b'"tasks/get"' in request.content:
+            polled.append("tasks/get")
+
+    server = _chunked_server(host, SQLiteStore(str(tmp_path / "tasks.db")), gates)
+    async with served(server) as url, httpx2.AsyncClient(trust_env=False, timeout=20.0) as http:
+        http.event_hooks["request"].append(note)
+        transport = streamable_http_client(url, http_client=http)
+        async with tasks_client(transport, elicitation_callback=_unused, on_status=on_status) as client:
+            result = await asyncio.wait_for(client.call_tool("chunks", {}), 20)
+    assert result.content[0].text == "3 chunks"
+    assert [m for m in heard if m and m.startswith("chunk")] == ["chunk 1 of 3", "chunk 2 of 3", "chunk 3 of 3"]
+    assert not polled, "every state was pushed on the listen stream"
+
+
+async def test_mrtr_tasks_show_and_the_console_say_chunk_2_of_3_while_it_works(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mrtr.cli._app import app as cli_app
+    from mrtr.console import app as console_app
+    from mrtr.stores import RecordSeal
+    from tests.fleet.test_console import serving
+
+    path = tmp_path / "tasks.db"
+    gates = Gates()
+    gates.release(1)
+    server = _chunked_server("mcpserver", SQLiteStore(str(path)), gates)
+
+    def show(task_id: str) -> str:
+        argv = ["tasks", "show", task_id, "--store", f"sqlite:///{path}"]
+        done = CliRunner().invoke(cli_app, argv, env={"MRTR_STATE_KEY": SHARED_KEY.hex(), "COLUMNS": "200"})
+        assert done.exit_code == 0, done.output
+        return done.output
+
+    async with _served_task(server, "chunks") as (session, task_id):
+        await _status_becomes(session, task_id, "chunk 2 of 3")
+        assert "message: chunk 2 of 3" in await asyncio.to_thread(show, task_id)
+        console = console_app(SQLiteStore(str(path)), seal=RecordSeal.from_keys([SHARED_KEY]))
+        async with serving(console) as url, httpx2.AsyncClient(trust_env=False) as http:
+            listed = (await http.get(f"{url}/")).text
+            page = (await http.get(f"{url}/tasks/{task_id}")).text
+        assert "chunk 2 of 3" in page and "chunk 2 of 3" in listed
+        gates.release(2)
+        gates.release(3)
+        await _until(session, task_id, "completed")
