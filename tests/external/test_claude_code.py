@@ -250,10 +250,28 @@ async def until(what: str, check: Callable[[], Any], screen: Screen | None = Non
         await asyncio.sleep(0.1)
 
 
+def tmux_problem() -> str | None:
+    """None once tmux is there: installed from Debian when missing and running as root (as the
+    chaos tests install HAProxy), else why it is not."""
+    if shutil.which("tmux") is not None:
+        return None
+    hint = "install it first: `sudo apt-get install -y tmux` (Claude Code's interactive mode runs in it)"
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return f"tmux is not installed and this is not root with apt-get; {hint}"
+    env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
+    lock = ["-o", "DPkg::Lock::Timeout=120"]
+    for argv in (["apt-get", *lock, "update"], ["apt-get", *lock, "install", "-y", "tmux"]):
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900, check=False)
+        if done.returncode != 0:
+            return f"`{' '.join(argv)}` failed ({done.returncode}): {done.stderr[-600:]}; {hint}"
+    return None if shutil.which("tmux") else f"apt-get installed tmux but it is not on the PATH; {hint}"
+
+
 @pytest.fixture
 def screen() -> Iterator[Screen]:
-    if shutil.which("tmux") is None:
-        _unavailable("tmux is not installed (apt-get install tmux): Claude Code's interactive mode runs in it")
+    problem = tmux_problem()
+    if problem is not None:
+        _unavailable(problem)
     made = Screen("tasks")
     try:
         yield made
