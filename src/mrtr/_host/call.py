@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
@@ -143,9 +143,8 @@ async def run_request(
         if exc.error.code == INVALID_PARAMS:
             logger.info("flow %s: refused the client's request: %s", spec.name, exc.error.message)
         return Unavailable(exc) if isinstance(exc, StoreUnavailable) else Rejected(exc)
-    kind = type(result)  # the engine's own answers are these exact types: no subclass check per round
-    if kind is InputRequiredResult or kind is TaskStarted:
-        return cast(InputRequiredResult | TaskStarted, result)
+    if isinstance(result, (InputRequiredResult, TaskStarted)):  # the engine's own answers; a C-level check
+        return result
     return Value(result)
 
 
