@@ -70,7 +70,12 @@ class HostCore:
     def __init__(self, host: Host, options: HostOptions, *, task_dialect: TaskDialect | None = None) -> None:
         self.host = host
         self.options = opts = options
-        self.limits = Limits(max_rounds=opts.max_rounds, deadline=opts.deadline, max_state_bytes=opts.max_state_bytes)
+        self.limits = Limits(
+            max_rounds=opts.max_rounds,
+            deadline=opts.deadline,
+            max_state_bytes=opts.max_state_bytes,
+            task_max_rounds=opts.task_max_rounds,
+        )
         self.specs: dict[str, FlowSpec] = {}
         fleet.check_state_key(host, required=opts.require_shared_key)
         self.record_seal = self._record_seal()
@@ -179,7 +184,13 @@ class HostCore:
             if isinstance(annotation, type) and not issubclass(annotation, FlowContext):
                 wrap_context = wrap_host_context
         limits = flow_limits(
-            fn, name, self.limits, flow.get("max_rounds"), flow.get("deadline"), flow.get("max_state_bytes")
+            fn,
+            name,
+            self.limits,
+            flow.get("max_rounds"),
+            flow.get("deadline"),
+            flow.get("max_state_bytes"),
+            flow.get("task_max_rounds"),
         )
         requires: Sequence[Capability] = flow.get("requires", ())
         body = fn
