@@ -147,3 +147,39 @@ async def test_a_tool_that_is_never_a_task_says_how_to_let_it_continue_as_one() 
     assert error.data == {"reason": "too_many_rounds", "flow": "never_task", "maxRounds": 10, "roundsUsed": 10}
     assert "raise max_rounds= (Flows or the decorator) and the client's own cap with it" in error.message
     assert "task='optional'" in error.message
+
+
+async def test_a_13_ask_loop_completes_for_fastmcp_client_at_its_default_cap_on_the_fastmcp_host() -> None:
+    """`fastmcp.Client` (also capped at `input_required_max_rounds=10`) with `TasksClient`, on `mrtr.fastmcp.Flows`."""
+    from fastmcp import Client as FastMCPClient
+    from fastmcp import FastMCP
+    from mcp.server.request_state import RequestStateSecurity
+
+    import mrtr.fastmcp
+    from tests.support.flowkit import SHARED_KEY
+
+    mcp: FastMCP[Any] = FastMCP("round-cap-fm", request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    flows = mrtr.fastmcp.Flows(mcp, store=SQLiteStore(":memory:"), task_poll_interval=0.02)
+    runs: Counter[str] = Counter()
+
+    @flows.tool(task="optional", mrtr_first=True)
+    async def expenses(ctx: mrtr.FlowContext) -> str:
+        amounts = [(await ctx.elicit(f"Item {i}: how many euros?", Amount)).euros for i in range(ITEMS)]
+        await ctx.step("book", lambda: runs.update(["book"]))
+        return f"{len(amounts)} items, {sum(amounts)} euros"
+
+    asker = Asker()
+
+    async def inline(message: str, response_type: Any, params: t.ElicitRequestParams, context: Any) -> Any:
+        return (await asker.elicit(params)).content
+
+    async def in_task(request: t.InputRequest) -> t.ElicitResult:
+        assert isinstance(request, t.ElicitRequest)
+        return await asker.elicit(request.params)  # type: ignore[arg-type]
+
+    async with FastMCPClient(mcp, elicitation_handler=inline, extensions=[TasksClient(in_task)]) as client:
+        assert client.input_required_max_rounds == 10
+        result = await client.call_tool("expenses", {})
+    assert result.data == EXPECTED
+    assert asker.each_once(), asker.asked
+    assert runs["book"] == 1
