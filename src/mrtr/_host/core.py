@@ -34,7 +34,7 @@ from mrtr._engine.context import FlowContext
 from mrtr._engine.round import RoundPolicy, Services
 from mrtr._engine.spec import FlowSpec, Limits
 from mrtr._errors import FlowDefinitionError
-from mrtr._guard import ReplayGuard, open_guard
+from mrtr._guard import GUARD_OUTAGES, ReplayGuard, open_guard
 from mrtr._host import call, fleet
 from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_param
 from mrtr._host.options import HostOptions, ToolOptions
@@ -145,6 +145,15 @@ class HostCore:
         else:
             guard = open_guard(value) if isinstance(value, str) else value
             where = redacted(value) if isinstance(value, str) else type(guard.ledger).__name__
+        outage = self.options.replay_guard_outage
+        if outage is not None:
+            if outage not in GUARD_OUTAGES:
+                raise FlowDefinitionError(
+                    f"Flows(replay_guard_outage={outage!r}): use one of {list(GUARD_OUTAGES)} (default 'fail_closed')"
+                )
+            guard.on_outage = outage
+        if guard.on_outage == "degrade":
+            logger.info("replay guard: rounds run unguarded while its store does not answer (replay_guard_outage)")
         if guard.seal is None:
             guard.seal = self.record_seal
         if guard.state_ttl is None:

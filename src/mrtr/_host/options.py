@@ -21,7 +21,7 @@ from mrtr.tasks._seam import TASK_LEASE, TASK_POLL_INTERVAL, TASK_SCAN_INTERVAL,
 if TYPE_CHECKING:
     from mcp.server.subscriptions import SubscriptionBus
 
-    from mrtr._guard import ReplayGuard
+    from mrtr._guard import GuardOutage, ReplayGuard
     from mrtr._shedding import ShedClients
     from mrtr.stores import TaskStore
     from mrtr.tasks._extension import TasksExtension
@@ -71,6 +71,15 @@ class FlowsOptions(TypedDict, total=False):
     shared store (Redis, PostgreSQL) is configured, recorded in that store; `False`: off (logged
     at start-up); a store URL (`redis://...`, `postgresql://...`, `sqlite:///PATH`) or a
     `ReplayGuard`: that ledger."""
+    replay_guard_outage: GuardOutage
+    """What an inline round does while the replay guard's store does not answer (a store outage).
+    `"fail_closed"` (the default): it is refused with -32603, `reason: "replay_guard_unavailable"`,
+    `retryable: true`, and runs once the store is back (`FlowClient` resends it by itself, within
+    `RetryPolicy.store_patience`): no round runs unchecked. `"degrade"`: it runs unguarded, as with
+    `replay_guard=False`, logged at WARNING once per burst (and when the store answers again): the
+    flow keeps answering, but a round resent meanwhile may run its steps again. A call's first
+    round is never guarded, so it runs either way. Also applies to a `ReplayGuard` given as
+    `replay_guard=` (unset: the guard's own `on_outage`)."""
     max_inflight_rounds: int | None
     """Shed load (see `mrtr.LoadShedder`) while more MRTR rounds than this run on this instance."""
     max_loop_lag: float | None
@@ -131,6 +140,7 @@ class HostOptions:
     task_scan_interval: float = TASK_SCAN_INTERVAL
     tasks: TaskEngine | TasksExtension | None = None
     replay_guard: str | ReplayGuard | bool | None = None
+    replay_guard_outage: GuardOutage | None = None
     max_inflight_rounds: int | None = None
     max_loop_lag: float | None = None
     shed_when: Callable[[], bool] | None = None
