@@ -14,6 +14,7 @@ import logging
 from collections import Counter
 from typing import Any
 
+import anyio
 import mcp_types as t
 import pytest
 from mcp import Client
@@ -183,3 +184,53 @@ async def test_a_13_ask_loop_completes_for_fastmcp_client_at_its_default_cap_on_
     assert result.data == EXPECTED
     assert asker.each_once(), asker.asked
     assert runs["book"] == 1
+
+
+async def test_the_round_that_switches_to_a_task_resent_gets_the_same_task() -> None:
+    """With the replay guard on, a resend of the round that became a task (its answer lost) gets
+    the same task, not a second one; the task then asks the eleventh question, once."""
+    from mrtr._guard import ReplayGuard
+    from mrtr.client import CreatedTask
+    from tests.support.flowkit import task_state
+
+    server = new_server("round-cap-guarded")
+    flows = mrtr.Flows(
+        server,
+        store=SQLiteStore(":memory:"),
+        replay_guard=ReplayGuard(SQLiteStore(":memory:")),
+        task_poll_interval=0.02,
+    )
+
+    @flows.tool(task="optional", mrtr_first=True)
+    async def expenses(ctx: mrtr.FlowContext) -> str:
+        amounts = [(await ctx.elicit(f"Item {i}: how many euros?", Amount)).euros for i in range(ITEMS)]
+        return f"{len(amounts)} items, {sum(amounts)} euros"
+
+    async def unused(*args: Any) -> Any:
+        raise AssertionError("answered by hand")
+
+    async with Client(server, extensions=[TasksClient(unused)], elicitation_callback=unused) as client:
+        state: str | None = None
+        answers: dict[str, Any] | None = None
+        for i in range(11):
+            result = await client.session.call_tool(
+                "expenses",
+                {},
+                input_responses=answers,
+                request_state=state,
+                allow_input_required=True,
+                allow_claimed=True,
+            )
+            if i < 10:
+                assert isinstance(result, t.InputRequiredResult), (i, result)
+                (key,) = result.input_requests or {}
+                answers, state = {key: accept(euros=i)}, result.request_state
+        assert isinstance(result, CreatedTask), result
+        again = await client.session.call_tool(
+            "expenses", {}, input_responses=answers, request_state=state, allow_input_required=True, allow_claimed=True
+        )
+        assert isinstance(again, CreatedTask) and again.task_id == result.task_id
+        while (task := await task_state(client.session, result.task_id))["status"] != "input_required":
+            await anyio.sleep(0.01)
+        (asked,) = task["inputRequests"].values()
+        assert asked["params"]["message"] == "Item 10: how many euros?"
