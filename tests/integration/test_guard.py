@@ -240,4 +240,6 @@ async def _outcome(client: Any, state: str, answers: dict[str, Any]) -> Any:
 
 def test_an_unknown_guard_outage_policy_is_refused_at_start() -> None:
     with pytest.raises(mrtr.FlowDefinitionError, match="replay_guard_outage='open'"):
+        mrtr.Flows(new_server(), replay_guard_outage="open")  # type: ignore[typeddict-item]
+    with pytest.raises(mrtr.FlowDefinitionError, match="replay_guard_outage='open'"):
         mrtr.Flows(new_server(), replay_guard=ReplayGuard(SQLiteStore(":memory:")), replay_guard_outage="open")  # type: ignore[typeddict-item]

@@ -277,9 +277,9 @@ def close_round(spec: FlowSpec, replay: Replay, *, task: bool = False) -> None:
     """Count a round that ends waiting for the client, and remember what it asked.
 
     Inline rounds and task rounds alike (`task`: the round of a durable task, capped by
-    `Limits.task_rounds` rather than the inline `max_rounds`). A question that changes every time it is answered
-    (its text holds a clock or a random value) would be asked forever, each answer
-    wasted: a single change is a legitimate rolling upgrade, but twice in a row it is
+    `Limits.task_rounds` rather than the inline `max_rounds`). A question that changes every
+    time it is answered (its text holds a clock or a random value) would be asked forever, each
+    answer wasted: a single change is a legitimate rolling upgrade, but twice in a row it is
     nondeterminism, reported as such before the round cap is reached.
     """
     journal = replay.journal

@@ -127,7 +127,11 @@ class HostCore:
 
     def _guard(self) -> ReplayGuard | None:
         """The replay guard: the option's, or by default the shared store's (see `FlowsOptions.replay_guard`)."""
-        value = self.options.replay_guard
+        value, outage = self.options.replay_guard, self.options.replay_guard_outage
+        if outage is not None and outage not in GUARD_OUTAGES:
+            raise FlowDefinitionError(
+                f"Flows(replay_guard_outage={outage!r}): use one of {list(GUARD_OUTAGES)} (default 'fail_closed')"
+            )
         if value is False:
             fleet.log_guard(self.host, None)
             return None
@@ -145,12 +149,7 @@ class HostCore:
         else:
             guard = open_guard(value) if isinstance(value, str) else value
             where = redacted(value) if isinstance(value, str) else type(guard.ledger).__name__
-        outage = self.options.replay_guard_outage
         if outage is not None:
-            if outage not in GUARD_OUTAGES:
-                raise FlowDefinitionError(
-                    f"Flows(replay_guard_outage={outage!r}): use one of {list(GUARD_OUTAGES)} (default 'fail_closed')"
-                )
             guard.on_outage = outage
         if guard.on_outage == "degrade":
             logger.info("replay guard: rounds run unguarded while its store does not answer (replay_guard_outage)")
