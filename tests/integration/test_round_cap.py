@@ -87,6 +87,19 @@ async def test_a_13_ask_loop_completes_for_flowclient_with_tasks(tool: str) -> N
     assert statuses[-1] == "completed"
 
 
+async def test_a_13_ask_loop_completes_for_flowclient_over_http() -> None:
+    """The same over a real socket (mrtr's own per-request transport, a listen stream for the task)."""
+    from tests.support.flowkit import served
+
+    runs: Counter[str] = Counter()
+    asker = Asker()
+    async with served(loop_server(runs)) as url, FlowClient(url, elicit=asker.elicit, tasks=True) as flows:
+        result = await flows.call_tool("inline_first", {})
+    assert not result.is_error and result.content[0].text == EXPECTED, result  # type: ignore[union-attr]
+    assert asker.each_once(), asker.asked
+    assert runs["book"] == 1
+
+
 @pytest.mark.parametrize("tool", ["inline_first", "as_task"])
 async def test_a_13_ask_loop_completes_for_the_official_client_at_its_default_cap(tool: str) -> None:
     """`mcp.Client` (its `input_required_max_rounds` left at 10) with mrtr's `TasksClient` extension."""
