@@ -123,6 +123,14 @@ async def run_request(
             if declared and not spec.mrtr_first:
                 return await start_task(spec, services, round, Journal.start())
             probe = declared
+            if not declared and not round.state and logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "flow %s: task=%r runs inline: the client did not declare the %s extension (%s)",
+                    spec.name,
+                    spec.task,
+                    TASKS_EXTENSION,
+                    "protocol " + str(version) if not modern else "no tasks capability",
+                )
         if not modern:
             result = await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
         else:
