@@ -259,7 +259,7 @@ async def test_a_thousand_reports_a_second_cost_a_bounded_number_of_writes(count
         started = await ctx.step("start", time.monotonic)
         for n in range(1, 1001):
             await ctx.report_progress(n, 1000, f"item {n} of 1000")
-            await asyncio.sleep(0.001)  # a thousand a second, give or take the loop
+            await asyncio.sleep(0.0005)  # a thousand a second or more, as fast as the loop goes
         ran.reports, ran.seconds = 1000, time.monotonic() - started
         return "done"
 
@@ -275,9 +275,11 @@ async def test_a_thousand_reports_a_second_cost_a_bounded_number_of_writes(count
     assert status_writes <= bound + ran.seconds / (TASK_LEASE / 3) + 2, status_writes
 
 
-@pytest.mark.parametrize("host", ["mcpserver", "fastmcp"])
-async def test_listeners_hear_each_status_message_as_a_task_notification(host: str, tmp_path: Path) -> None:
-    """mrtr's client follows the task on `subscriptions/listen`: each "chunk n of 3" reaches it pushed, not polled."""
+async def test_listeners_hear_each_status_message_as_a_task_notification(tmp_path: Path) -> None:
+    """mrtr's client follows the task on `subscriptions/listen`: each "chunk n of 3" reaches it pushed, not polled.
+
+    One host: both publish through the same engine hook (`on_change`), which the test above reads on both."""
+    host = "mcpserver"
     gates = Gates()
     heard: list[str | None] = []
     polled: list[str] = []
