@@ -330,6 +330,11 @@ async def test_tasks_in_the_interactive_mode(claude: Path, tmp_path: Path, scree
             await press(screen, "Enter", "the form submitted", lambda: "requests your input" not in screen.text())
             await until("the task to complete", lambda: "(trips/reindex) completed" in screen.text(), screen)
             assert f.status_of(task_id) == "completed"
+            created = [c for c in proxy.calls("tools/call") if c.params.get("name") == "reindex"]
+            declared = created[0].params["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+            assert "io.modelcontextprotocol/tasks" in declared.get("extensions", {}), declared
+            polls = [c for c in proxy.calls("tasks/get") if c.params.get("taskId") == task_id]
+            assert len(polls) >= 2 and {c.upstream for c in polls} == set(upstreams.values()), "polled, on both"
             await until("the result to reach the model", lambda: "index published" in json.dumps(api.requests), screen)
             ends = [e["n"] for e in f.audit() if e["event"] == "chunk-end"]
             assert ends == [1, 2, 3], f"each chunk finished once: {f.audit()}"
