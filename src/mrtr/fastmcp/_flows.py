@@ -38,6 +38,7 @@ from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
 from mrtr._host.call import Refused, Rejected, Unavailable, Value
+from mrtr._host.checks import context_param
 from mrtr._host.core import HostCore
 from mrtr._host.instance import InstanceHeader
 from mrtr._host.options import FlowsOptions, HostOptions, ToolOptions, flow_options
@@ -46,6 +47,7 @@ from mrtr._wire import TASKS_EXTENSION
 from mrtr.fastmcp import _internals as internals
 from mrtr.fastmcp._client_errors import QuietClientError, quiet_prompt_error, quiet_tool_error
 from mrtr.fastmcp._context import FlowsContext
+from mrtr.fastmcp._dependencies import with_dependencies
 from mrtr.fastmcp._tasks import FastMCPTasks, TaskStartedResult, serve_listen
 from mrtr.tasks._extension import TasksExtension
 from mrtr.tasks._listen import ListenHandler
@@ -110,8 +112,9 @@ class Flows(BaseFlows):
             fastmcp_options["meta"] = dict(fastmcp_options.get("meta") or {}) | {"ui": True if app is True else app}
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow)
-            entry = self._entry(fn, spec, _refused_as_tool_error)
+            body = self._resolving(fn, name, flow)
+            spec = self._spec(body, name, flow)
+            entry = self._entry(body, spec, _refused_as_tool_error)
             tool = FunctionTool.from_function(entry, name=spec.name, **fastmcp_options)
             self.mcp.add_tool(tool)
             if spec.task != "never":  # a task's result is converted by FastMCP, exactly as the call's would be
@@ -127,8 +130,9 @@ class Flows(BaseFlows):
         flow, fastmcp_options = flow_options("prompt", options, _FASTMCP_KEYWORDS["prompt"])
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow)
-            self.mcp.prompt(self._entry(fn, spec, refused_as_client_error(spec)), name=spec.name, **fastmcp_options)
+            body = self._resolving(fn, name, flow)
+            spec = self._spec(body, name, flow)
+            self.mcp.prompt(self._entry(body, spec, refused_as_client_error(spec)), name=spec.name, **fastmcp_options)
             return fn
 
         return decorator
@@ -140,15 +144,26 @@ class Flows(BaseFlows):
         flow, fastmcp_options = flow_options("resource", options, _FASTMCP_KEYWORDS["resource"])
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow)
+            body = self._resolving(fn, name, flow)
+            spec = self._spec(body, name, flow)
             self.mcp.resource(uri, name=spec.name, **fastmcp_options)(
-                self._entry(fn, spec, refused_as_client_error(spec))
+                self._entry(body, spec, refused_as_client_error(spec))
             )
             return fn
 
         return decorator
 
     # -- internals --------------------------------------------------------------------------
+
+    def _resolving(self, fn: Callable[..., Any], name: str | None, flow: ToolOptions) -> Callable[..., Any]:
+        """`fn` with its FastMCP dependency parameters resolved on each run (see `._dependencies`)."""
+        try:
+            ctx_param = context_param(
+                fn, name or fn.__name__, host_context=Context, task=flow.get("task", "never") != "never"
+            )
+        except FlowDefinitionError:
+            return fn  # refused by the host core's checks, with the same message
+        return with_dependencies(fn, ctx_param, self.mcp, functools.partial(_fastmcp_context, self.mcp))
 
     def _spec(self, fn: Callable[..., Any], name: str | None, flow: ToolOptions) -> FlowSpec:
         wrap = functools.partial(_fastmcp_context, self.mcp)

@@ -1,0 +1,181 @@
+"""FastMCP 3.x servers moved by their decorators alone: every context spelling, dependency parameters,
+sampling tools that ask, `response_type=None` as 3.x had it.
+
+Each server here is FastMCP 3.x code (`ctx: Context | None = Depends(OptionalContext)`,
+`progress: Progress = Progress()`, ...) registered with `@flows.tool` in place of `@mcp.tool`,
+served by a real uvicorn, called inline (`fastmcp.Client`) and as a durable task (mrtr's
+`tasks_client`, which declares the tasks extension): same answers both ways.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Optional, cast
+
+import mcp_types as t
+import pytest
+from fastmcp import Client as FastMCPClient
+from fastmcp import Context, FastMCP
+from fastmcp.client.elicitation import ElicitResult
+from fastmcp.dependencies import CurrentContext, CurrentFastMCP, Depends, Progress
+from fastmcp.server.elicitation import AcceptedElicitation
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.request_state import RequestStateSecurity
+
+import mrtr
+import mrtr.fastmcp
+from mrtr.stores import SQLiteStore
+from tests.support.flowkit import SHARED_KEY, served
+
+pytestmark = pytest.mark.anyio
+
+
+@contextlib.asynccontextmanager
+async def _optional_context() -> AsyncIterator[Context | None]:
+    """A 3.x server's own optional-context dependency (None where no request context exists)."""
+    from fastmcp.server.context import _current_context
+
+    yield _current_context.get()
+
+
+OptionalContext = _optional_context
+
+
+def new_server(name: str) -> tuple[FastMCP[Any], mrtr.fastmcp.Flows]:
+    mcp: FastMCP[Any] = FastMCP(name, request_state_security=RequestStateSecurity(keys=[SHARED_KEY]))
+    return mcp, mrtr.fastmcp.Flows(mcp, store=SQLiteStore(":memory:"), task_poll_interval=0.05)
+
+
+async def both_ways(mcp: FastMCP[Any], tool: str, arguments: dict[str, Any], answer: Any) -> tuple[str, str]:
+    """The tool's text called inline (fastmcp.Client) and as a task (tasks_client); `answer` answers each form."""
+    from mrtr.client import tasks_client
+
+    async def fastmcp_user(message: str, response_type: Any, params: Any, context: Any) -> ElicitResult[Any]:
+        return ElicitResult(action="accept", content=answer(message))
+
+    async def task_user(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        return t.ElicitResult(action="accept", content=answer(params.message))
+
+    async with served(mcp) as url:
+        async with FastMCPClient(url, elicitation_handler=fastmcp_user, timeout=20.0) as client:
+            inline = await client.call_tool(tool, arguments)
+        async with tasks_client(streamable_http_client(url), elicitation_callback=task_user) as tasks:
+            tasked = await tasks.call_tool(tool, arguments)
+    assert not tasked.is_error, tasked
+    return cast(t.TextContent, inline.content[0]).text, cast(t.TextContent, tasked.content[0]).text
+
+
+# -- every spelling of a context --------------------------------------------------------------------
+
+
+async def test_every_context_spelling_gets_the_flows_context_inline_and_as_a_task() -> None:
+    mcp, flows = new_server("fm-contexts")
+
+    @flows.tool(task="optional")
+    async def plain(ctx: Context) -> str:
+        return await ask(ctx)
+
+    @flows.tool(task="optional")
+    async def union(ctx: Context | None = None) -> str:
+        return await ask(ctx)
+
+    @flows.tool(task="optional")
+    async def optional(ctx: Optional[Context] = None) -> str:  # noqa: UP045  # the spelling under test
+        return await ask(ctx)
+
+    @flows.tool(task="optional")
+    async def depends(topic: str, ctx: Context | None = Depends(OptionalContext)) -> str:  # noqa: B008
+        return f"{topic}: " + await ask(ctx)
+
+    @flows.tool(task="optional")
+    async def current(ctx: Context = CurrentContext()) -> str:  # noqa: B008
+        return await ask(ctx)
+
+    @flows.tool(task="optional")
+    async def annotated(ctx: Annotated[Context | None, "the context"] = None) -> str:
+        return await ask(ctx)
+
+    async def ask(ctx: Context | None) -> str:
+        assert isinstance(ctx, mrtr.fastmcp.FlowsContext), type(ctx)
+        answer = await ctx.elicit("Name?", response_type=str)
+        assert isinstance(answer, AcceptedElicitation)
+        return f"hello {answer.data}"
+
+    listed = {tool.name: tool for tool in await mcp.list_tools()}
+    assert "topic" in listed["depends"].parameters["properties"]
+    assert all(set(tool.parameters.get("properties", {})) <= {"topic"} for tool in listed.values())
+    for name in ("plain", "union", "optional", "current", "annotated"):
+        assert await both_ways(mcp, name, {}, lambda _: {"value": "Ada"}) == ("hello Ada", "hello Ada")
+    assert await both_ways(mcp, "depends", {"topic": "t"}, lambda _: {"value": "Ada"}) == ("t: hello Ada",) * 2
+
+
+@pytest.mark.parametrize("task", ["never", "optional"])
+def test_a_context_shape_mrtr_cannot_serve_is_refused_naming_the_annotation(task: str) -> None:
+    _, flows = new_server("fm-refused")
+
+    async def either(ctx: Context | str) -> str:
+        return "x"
+
+    async def many(ctxs: list[Context]) -> str:
+        return "x"
+
+    async def two(ctx: Context, other: Context | None = None) -> str:
+        return "x"
+
+    for fn, named in ((either, "Context | str"), (many, "list[Context]"), (two, "'ctx' and 'other'")):
+        with pytest.raises(mrtr.FlowDefinitionError, match=named.replace("|", r"\|").replace("[", r"\[")):
+            flows.tool(task=task)(fn)  # type: ignore[arg-type]
+
+
+# -- dependency parameters --------------------------------------------------------------------------
+
+
+async def test_dependencies_are_resolved_on_every_run_and_never_stored() -> None:
+    """`Progress` reports through the flow's context; `Depends`/`CurrentFastMCP` resolve each run, in a task too."""
+    mcp, flows = new_server("fm-deps")
+    opened: Counter[str] = Counter()
+
+    @contextlib.asynccontextmanager
+    async def database() -> AsyncIterator[str]:
+        opened["db"] += 1
+        yield "db-handle"
+
+    @flows.tool(task="optional")
+    async def report(
+        topic: str,
+        progress: Progress = Progress(),  # noqa: B008
+        db: str = Depends(database),
+        server: FastMCP[Any] = CurrentFastMCP(),  # noqa: B008
+        ctx: Context | None = Depends(OptionalContext),  # noqa: B008
+    ) -> str:
+        await progress.set_total(3)
+        await progress.increment()
+        assert ctx is not None
+        answer = await ctx.elicit(f"Scope of {topic}?", response_type=str)
+        assert isinstance(answer, AcceptedElicitation)
+        await progress.set_message("researching")
+        await progress.increment(2)
+        return f"{topic}/{answer.data} via {db} on {server.name} ({progress.current}/{progress.total})"
+
+    listed = {tool.name: tool for tool in await mcp.list_tools()}
+    assert set(listed["report"].parameters["properties"]) == {"topic"}
+
+    reports: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        reports.append((progress, total, message))
+
+    async def user(message: str, response_type: Any, params: Any, context: Any) -> ElicitResult[Any]:
+        return ElicitResult(action="accept", content={"value": "EU"})
+
+    async with served(mcp) as url:
+        async with FastMCPClient(url, elicitation_handler=user, progress_handler=on_progress, timeout=20.0) as client:
+            inline = await client.call_tool("report", {"topic": "cars"})
+    assert inline.content[0].text == "cars/EU via db-handle on fm-deps (3/3)"  # type: ignore[union-attr]
+    assert (3, 3, "researching") in reports  # the last round's notifications reach the client
+    opened.clear()
+    _, tasked = await both_ways(mcp, "report", {"topic": "cars"}, lambda _: {"value": "EU"})
+    assert tasked == "cars/EU via db-handle on fm-deps (3/3)"
+    assert opened["db"] >= 2  # once per run: the inline call's rounds and the task's
