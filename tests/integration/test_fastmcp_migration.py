@@ -23,9 +23,11 @@ from fastmcp.dependencies import CurrentContext, CurrentFastMCP, Depends, Progre
 from fastmcp.server.elicitation import AcceptedElicitation
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.request_state import RequestStateSecurity
+from pydantic import BaseModel
 
 import mrtr
 import mrtr.fastmcp
+from mrtr.fastmcp import SamplingTool
 from mrtr.stores import SQLiteStore
 from tests.support.flowkit import SHARED_KEY, served
 
@@ -170,12 +172,99 @@ async def test_dependencies_are_resolved_on_every_run_and_never_stored() -> None
     async def user(message: str, response_type: Any, params: Any, context: Any) -> ElicitResult[Any]:
         return ElicitResult(action="accept", content={"value": "EU"})
 
-    async with served(mcp) as url:
-        async with FastMCPClient(url, elicitation_handler=user, progress_handler=on_progress, timeout=20.0) as client:
-            inline = await client.call_tool("report", {"topic": "cars"})
+    handlers: dict[str, Any] = {"elicitation_handler": user, "progress_handler": on_progress}
+    async with served(mcp) as url, FastMCPClient(url, timeout=20.0, **handlers) as client:
+        inline = await client.call_tool("report", {"topic": "cars"})
     assert inline.content[0].text == "cars/EU via db-handle on fm-deps (3/3)"  # type: ignore[union-attr]
     assert (3, 3, "researching") in reports  # the last round's notifications reach the client
     opened.clear()
     _, tasked = await both_ways(mcp, "report", {"topic": "cars"}, lambda _: {"value": "EU"})
     assert tasked == "cars/EU via db-handle on fm-deps (3/3)"
     assert opened["db"] >= 2  # once per run: the inline call's rounds and the task's
+
+
+# -- a sampling tool that asks ----------------------------------------------------------------------
+
+TOOLS = t.SamplingCapability(tools=t.SamplingToolsCapability())
+
+
+class Refined(BaseModel):
+    query: str
+    clarified: bool
+
+
+async def test_a_sampling_tool_asks_the_user_across_rounds_and_runs_once() -> None:
+    """SEP-1577's pattern, as 3.x servers write it: the context reaches the tool through a module-level holder."""
+    mcp, flows = new_server("fm-asking-tool")
+    holder: dict[str, Context | None] = {"ctx": None}
+    looked_up: Counter[str] = Counter()
+
+    async def ask_questions(questions: list[str]) -> str:
+        ctx = holder["ctx"]
+        assert ctx is not None
+        looked_up["asked"] += 1
+        answers = [await ctx.elicit(question, response_type=str) for question in questions]
+        return "; ".join(f"{a.data}" for a in answers if isinstance(a, AcceptedElicitation))
+
+    clarify = SamplingTool(
+        name="ask_questions",
+        description="Ask the user",
+        parameters={"type": "object", "properties": {"questions": {"type": "array", "items": {"type": "string"}}}},
+        fn=ask_questions,
+    )
+
+    @flows.tool(task="optional")
+    async def research(query: str, ctx: Context | None = Depends(OptionalContext)) -> str:  # noqa: B008
+        assert ctx is not None
+        holder["ctx"] = ctx
+        result = await ctx.sample(f"Refine: {query}", tools=[clarify], result_type=Refined)  # type: ignore[attr-defined]
+        return f"{result.result.query} (clarified: {result.result.clarified})"
+
+    def llm(messages: list[t.SamplingMessage]) -> t.CreateMessageResultWithTools:
+        last = messages[-1].content_as_list
+        results = [block for block in last if isinstance(block, t.ToolResultContent)]
+        if not results:
+            return uses(("q", "ask_questions", {"questions": ["Which years?", "Which region?"]}))
+        answer = cast(t.TextContent, results[0].content[0]).text
+        return uses(("f", "final_response", {"query": f"cars [{answer}]", "clarified": True}))
+
+    def user(message: str) -> dict[str, Any]:
+        return {"value": {"Which years?": "2020s", "Which region?": "EU"}[message]}
+
+    async def fastmcp_llm(messages: Any, params: t.CreateMessageRequestParams, context: Any) -> Any:
+        return llm(params.messages)
+
+    async def fastmcp_user(message: str, response_type: Any, params: Any, context: Any) -> ElicitResult[Any]:
+        return ElicitResult(action="accept", content=user(message))
+
+    async def task_llm(context: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResultWithTools:
+        return llm(params.messages)
+
+    async def task_user(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        return t.ElicitResult(action="accept", content=user(params.message))
+
+    from mrtr.client import tasks_client
+
+    handlers: dict[str, Any] = {"sampling_handler": fastmcp_llm, "elicitation_handler": fastmcp_user}
+    async with served(mcp) as url:
+        async with FastMCPClient(url, sampling_capabilities=TOOLS, timeout=20.0, **handlers) as client:
+            inline = await client.call_tool("research", {"query": "cars"})
+        assert looked_up["asked"] == 3  # run again on each round until it returned: 2 asks, then done
+        looked_up.clear()
+        task = tasks_client(
+            streamable_http_client(url),
+            sampling_callback=task_llm,
+            elicitation_callback=task_user,
+            sampling_capabilities=TOOLS,
+        )
+        async with task:
+            tasked = await task.call_tool("research", {"query": "cars"})
+    expected = "cars [2020s; EU] (clarified: True)"
+    assert inline.content[0].text == expected  # type: ignore[union-attr]
+    assert not tasked.is_error, tasked
+    assert tasked.content[0].text == expected  # type: ignore[union-attr]
+
+
+def uses(*calls: tuple[str, str, dict[str, Any]]) -> t.CreateMessageResultWithTools:
+    blocks: list[Any] = [t.ToolUseContent(type="tool_use", id=i, name=n, input=a) for i, n, a in calls]
+    return t.CreateMessageResultWithTools(role="assistant", content=blocks, model="llm", stop_reason="toolUse")

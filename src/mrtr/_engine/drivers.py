@@ -8,6 +8,7 @@ server-to-client requests and just runs steps.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -178,6 +179,45 @@ class JournalDriver:
         logger.debug("flow %s: step %r ran and was journaled", replay.flow, key)
         return value
 
+    async def inline_step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """A step whose function runs in the flow itself, so it may ask (see `FlowContext.inline_step`).
+
+        Until it returns, each round runs it again (its asks answered from the journal, as the
+        flow's own are); once it returns, its value is journaled and replayed as a step's.
+        It runs in a branch of its own, made on every round whether it runs or is replayed,
+        so its asks and steps never take the numbers of the flow's own.
+        """
+        replay = self._replay
+        branch = replay.branch()
+        check_step_name(replay.flow, name)
+        if self._probe:
+            raise BecomeTask
+        key = step_key(branch, name)
+        digest = arg_digest(args, kwargs)
+
+        async def run() -> Any:
+            found, value = replay.recorded_step(key, digest)
+            if found:
+                self.steps_replayed += 1
+                return value
+            if self._dry_run:
+                self.would_run.append(key)
+                await replay.park(key, None)
+            self.shed_point()
+            if self._checkpoint is not None:
+                with outside_branch():
+                    await self._checkpoint.durable()  # every finished step is stored before this one runs
+            result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
+            value = to_journal(key, result, fn)
+            replay.record_step(key, digest, value)
+            if self._checkpoint is not None:
+                self._checkpoint.after_step()
+            return value
+
+        return await asyncio.get_running_loop().create_task(run())
+
     def patched(self, patch_id: str) -> bool:
         replay = self._replay
         return replay.patched(replay.branch(), patch_id)
@@ -308,6 +348,16 @@ class LiveDriver:
         key = name if n == 1 else f"{name}#{n}"
         result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
         logger.debug("flow %s: step %r ran (legacy session)", self._flow, key)
+        return to_journal(key, result, fn)
+
+    async def inline_step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """A live run asks in place: the function simply runs, in the flow."""
+        check_step_name(self._flow, name)
+        n = self._step_counts[name] = self._step_counts.get(name, 0) + 1
+        key = name if n == 1 else f"{name}#{n}"
+        result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
         return to_journal(key, result, fn)
 
     def patched(self, patch_id: str) -> bool:
