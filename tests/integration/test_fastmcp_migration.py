@@ -20,6 +20,7 @@ from fastmcp import Client as FastMCPClient
 from fastmcp import Context, FastMCP
 from fastmcp.client.elicitation import ElicitResult
 from fastmcp.dependencies import CurrentContext, CurrentFastMCP, Depends, Progress
+from fastmcp.exceptions import ToolError
 from fastmcp.server.elicitation import AcceptedElicitation
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.request_state import RequestStateSecurity
@@ -268,3 +269,54 @@ async def test_a_sampling_tool_asks_the_user_across_rounds_and_runs_once() -> No
 def uses(*calls: tuple[str, str, dict[str, Any]]) -> t.CreateMessageResultWithTools:
     blocks: list[Any] = [t.ToolUseContent(type="tool_use", id=i, name=n, input=a) for i, n, a in calls]
     return t.CreateMessageResultWithTools(role="assistant", content=blocks, model="llm", stop_reason="toolUse")
+
+
+# -- response_type=None, as FastMCP 3.4's own tests check it ----------------------------------------
+
+
+class TestResponseTypeNone:
+    """FastMCP v3.4.7's `TestScalarResponseTypes` cases for `response_type=None`, with `@flows.tool`."""
+
+    @staticmethod
+    def server() -> FastMCP[Any]:
+        mcp, flows = new_server("TestServer")
+
+        @flows.tool()
+        async def my_tool(context: Context) -> None:
+            result = await context.elicit(message="", response_type=None)
+            return result.data  # type: ignore[attr-defined,no-any-return]
+
+        return mcp
+
+    async def test_elicitation_no_response(self) -> None:
+        async def elicitation_handler(message: str, response_type: Any, params: Any, ctx: Any) -> ElicitResult[Any]:
+            assert params.requested_schema == {"type": "object", "properties": {}}
+            assert response_type is None
+            return ElicitResult(action="accept")
+
+        mcp = self.server()
+        async with served(mcp) as url, FastMCPClient(url, elicitation_handler=elicitation_handler) as client:
+            result = await client.call_tool("my_tool", {})
+            assert result.data is None
+
+    async def test_elicitation_empty_response(self) -> None:
+        async def elicitation_handler(message: str, response_type: Any, params: Any, ctx: Any) -> ElicitResult[Any]:
+            return ElicitResult(action="accept", content={})
+
+        mcp = self.server()
+        async with served(mcp) as url, FastMCPClient(url, elicitation_handler=elicitation_handler) as client:
+            result = await client.call_tool("my_tool", {})
+            assert result.data is None
+
+    async def test_elicitation_response_when_no_response_requested(self) -> None:
+        asked: list[str] = []
+
+        async def elicitation_handler(message: str, response_type: Any, params: Any, ctx: Any) -> ElicitResult[Any]:
+            asked.append(message)
+            return ElicitResult(action="accept", content={"value": "hello"})
+
+        mcp = self.server()
+        async with served(mcp) as url, FastMCPClient(url, elicitation_handler=elicitation_handler) as client:
+            with pytest.raises(ToolError, match="Elicitation expected an empty response"):
+                await client.call_tool("my_tool", {})
+        assert asked == [""]  # failed at once, as 3.x did: not asked again until the round cap

@@ -227,7 +227,9 @@ class Ask:
             # Journal the fields the form asked for: junk the client added stays out. Content
             # with no field beyond the form's (the usual case) is journaled as it came.
             content = result.content
-            if not content.keys() <= self._fields:
+            # An adapter's empty form (FastMCP's `response_type=None`) keeps what came: the adapter
+            # judges a non-empty answer itself, as FastMCP 3.x did ("expected an empty response").
+            if not content.keys() <= self._fields and (self._fields or self.validator is None):
                 if isinstance(validated, BaseModel):
                     content = validated.model_dump(mode="json", by_alias=True, exclude_unset=True)
                 else:
