@@ -108,6 +108,8 @@ async def test_every_context_spelling_gets_the_flows_context_inline_and_as_a_tas
 
     listed = {tool.name: tool for tool in await mcp.list_tools()}
     assert "topic" in listed["depends"].parameters["properties"]
+    served_tool = listed["plain"].to_mcp_tool()  # as FastMCP's own task tools: 2025-11-25 sessions see it
+    assert served_tool.execution is not None and served_tool.execution.task_support == "optional"
     assert all(set(tool.parameters.get("properties", {})) <= {"topic"} for tool in listed.values())
     for name in ("plain", "union", "optional", "current", "annotated"):
         assert await both_ways(mcp, name, {}, lambda _: {"value": "Ada"}) == ("hello Ada", "hello Ada")

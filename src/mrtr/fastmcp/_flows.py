@@ -27,7 +27,7 @@ from fastmcp.tools import FunctionTool, ToolResult
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult
+from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult, ToolExecution
 from starlette.applications import Starlette
 from typing_extensions import Unpack
 
@@ -116,6 +116,8 @@ class Flows(BaseFlows):
             spec = self._spec(body, name, flow)
             entry = self._entry(body, spec, _refused_as_tool_error)
             tool = FunctionTool.from_function(entry, name=spec.name, **fastmcp_options)
+            if spec.task != "never" and tool.execution is None:  # tools/list says a task may answer, as FastMCP's do
+                tool.execution = ToolExecution(task_support=spec.task)
             self.mcp.add_tool(tool)
             if spec.task != "never":  # a task's result is converted by FastMCP, exactly as the call's would be
                 self._core.register_task(spec, functools.partial(_tool_result, tool))
