@@ -24,10 +24,12 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.elicitation import AcceptedElicitation
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.request_state import RequestStateSecurity
-from pydantic import BaseModel
+from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel, Field
 
 import mrtr
 import mrtr.fastmcp
+from mrtr.client import FlowClient
 from mrtr.fastmcp import SamplingTool
 from mrtr.stores import SQLiteStore
 from tests.support.flowkit import SHARED_KEY, served
@@ -322,3 +324,50 @@ class TestResponseTypeNone:
             with pytest.raises(ToolError, match="Elicitation expected an empty response"):
                 await client.call_tool("my_tool", {})
         assert asked == [""]  # failed at once, as 3.x did: not asked again until the round cap
+
+
+# -- form constraints -------------------------------------------------------------------------------
+
+
+class Booking(BaseModel):
+    code: str = Field(pattern=r"^[A-Z]{3}$", description="Airport code")
+    seats: int = Field(ge=1, le=9)
+
+
+async def test_a_constraint_is_said_in_words_and_three_wrong_answers_stop_the_call_naming_it() -> None:
+    mcp, flows = new_server("fm-constraints")
+
+    @flows.tool()
+    async def book(ctx: Context) -> str:
+        answer = await ctx.elicit("Where to?", response_type=Booking)
+        assert isinstance(answer, AcceptedElicitation)
+        return f"{answer.data.code} x{answer.data.seats}"
+
+    schemas: list[dict[str, Any]] = []
+
+    async def host_dropping_keywords(params: t.ElicitRequestParams) -> t.ElicitResult:
+        assert isinstance(params, t.ElicitRequestFormParams)
+        schemas.append(params.requested_schema)
+        return t.ElicitResult(action="accept", content={"code": "lax", "seats": 2})  # never upper case
+
+    async with served(mcp) as url, FlowClient(url, elicit=host_dropping_keywords) as client:
+        with pytest.raises(MCPError, match=r"refused 3 times in a row: Code must match pattern '\^\[A-Z\]\{3\}\$'"):
+            await client.call_tool("book", {})
+    assert len(schemas) == 3  # asked, re-asked twice, then stopped: never the round cap
+    fields = schemas[0]["properties"]
+    assert fields["code"]["description"] == "Airport code (must match the pattern ^[A-Z]{3}$)"
+    assert fields["seats"]["description"] == "At least 1; at most 9"
+
+
+def test_a_constraint_no_form_can_carry_is_refused_at_registration() -> None:
+    _, flows = new_server("fm-uncarried")
+
+    class Account(BaseModel):
+        user: str = Field(json_schema_extra={"not": {"const": "root"}})
+
+    async def create(ctx: Context) -> str:
+        answer = await ctx.elicit("Account?", response_type=Account)
+        return str(answer)
+
+    with pytest.raises(mrtr.FlowDefinitionError, match="field 'user' has the constraint 'not'"):
+        flows.tool()(create)

@@ -155,7 +155,12 @@ def check_elicit_schemas(fn: Callable[..., Any], flow: str, ctx_param: str) -> N
             raise FlowDefinitionError(f"{where}: {exc}") from None
 
 
-def _elicit_schemas(fn: Callable[..., Any], ctx_param: str) -> Iterator[tuple[int, object]]:
+def elicit_schemas(fn: Callable[..., Any], ctx_param: str, keyword: str = "schema") -> Iterator[tuple[int, object]]:
+    """`(line, value)` of each `ctx.elicit(message, X)` (or `keyword=X`) whose `X` is known at registration."""
+    return _elicit_schemas(fn, ctx_param, keyword)
+
+
+def _elicit_schemas(fn: Callable[..., Any], ctx_param: str, keyword: str = "schema") -> Iterator[tuple[int, object]]:
     fn = inspect.unwrap(fn)  # a host's wrapper (FastMCP's dependencies resolved per run): the flow's own source
     try:
         source = textwrap.dedent(inspect.getsource(fn))
@@ -177,7 +182,7 @@ def _elicit_schemas(fn: Callable[..., Any], ctx_param: str) -> Iterator[tuple[in
         ):
             continue
         argument = (
-            node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "schema"), None)
+            node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == keyword), None)
         )
         schema = _UNKNOWN if argument is None else _evaluate(argument, names)
         if schema is not _UNKNOWN:
@@ -207,4 +212,4 @@ def _evaluate(node: ast.expr, names: dict[str, Any]) -> object:
     return _UNKNOWN
 
 
-__all__ = ["calls_flow_api", "check_elicit_schemas", "context_class", "context_param"]
+__all__ = ["calls_flow_api", "check_elicit_schemas", "context_class", "context_param", "elicit_schemas"]

@@ -15,6 +15,7 @@ An answer that does not fit is asked again, as for any mrtr form.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -33,11 +34,20 @@ from fastmcp.server.elicitation import (
 )
 from mcp_types import ModelPreferences, Root, SamplingMessage
 
+from mrtr._engine.asks import described_form
 from mrtr._engine.context import FlowContext, tracked_by_flow
 from mrtr.fastmcp import _sampling as sampling
 from mrtr.fastmcp._sampling import SampleStep, SamplingResult, SamplingTool, SamplingTools, ToolChoiceOption
 
 ResultT = TypeVar("ResultT")
+
+
+def form_config(response_type: Any, title: str | None = None, description: str | None = None) -> ElicitConfig:
+    """FastMCP's own form for `response_type`, each field's constraints also said in its description
+    (`mrtr._engine.asks.described_form`); a constraint no form can carry is a `TypeError`."""
+    config = parse_elicit_response_type(response_type, title, description)
+    where = getattr(response_type, "__name__", None) or repr(response_type)
+    return dataclasses.replace(config, schema=described_form(config.schema, where))
 
 
 def _anything(content: Any) -> None:
@@ -87,7 +97,7 @@ class FlowsContext(Context):
             config = ElicitConfig(schema={"type": "object", "properties": {}}, response_type=None, is_raw=False)
             validate: Callable[[Any], object] = _anything  # 3.x fails a non-empty answer, below: never asks again
         else:
-            config = parse_elicit_response_type(response_type, response_title, response_description)
+            config = form_config(response_type, response_title, response_description)
             validate = partial(handle_elicit_accept, config)
         answer = await self._mrtr_flow.ask_form(message, config.schema, validate)
         if answer.get("action") == "accept":

@@ -38,7 +38,7 @@ from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
 from mrtr._host.call import Refused, Rejected, Unavailable, Value
-from mrtr._host.checks import context_param
+from mrtr._host.checks import context_param, elicit_schemas
 from mrtr._host.core import HostCore
 from mrtr._host.instance import InstanceHeader
 from mrtr._host.options import FlowsOptions, HostOptions, ToolOptions, flow_options
@@ -46,7 +46,7 @@ from mrtr._host.registration import entry_point, refused_as_client_error, reject
 from mrtr._wire import TASKS_EXTENSION
 from mrtr.fastmcp import _internals as internals
 from mrtr.fastmcp._client_errors import QuietClientError, quiet_prompt_error, quiet_tool_error
-from mrtr.fastmcp._context import FlowsContext
+from mrtr.fastmcp._context import FlowsContext, form_config
 from mrtr.fastmcp._dependencies import with_dependencies
 from mrtr.fastmcp._tasks import FastMCPTasks, TaskStartedResult, serve_listen
 from mrtr.tasks._extension import TasksExtension
@@ -169,7 +169,10 @@ class Flows(BaseFlows):
 
     def _spec(self, fn: Callable[..., Any], name: str | None, flow: ToolOptions) -> FlowSpec:
         wrap = functools.partial(_fastmcp_context, self.mcp)
-        return self._core.spec(fn, name, flow, host_context=Context, wrap_host_context=wrap)
+        spec = self._core.spec(fn, name, flow, host_context=Context, wrap_host_context=wrap)
+        if spec.ctx_param is not None and spec.wrap_context is not None:
+            _check_response_types(fn, spec)
+        return spec
 
     def _entry(
         self, fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception]
@@ -266,6 +269,19 @@ class _FastMCPHost(Host):
             )
         serve_listen(self.server, listen)  # FastMCP serves no `subscriptions/listen` of its own
         self.server.add_extension(FastMCPTasks(extension, running))  # its lifespan runs the worker and the bus
+
+
+def _check_response_types(fn: Callable[..., Any], spec: FlowSpec) -> None:
+    """Build the form of every `ctx.elicit(..., response_type=X)` the source names, so a form no
+    client can show, or a constraint no form can carry, fails at registration, not at the first ask."""
+    assert spec.ctx_param is not None
+    for line, response_type in elicit_schemas(fn, spec.ctx_param, keyword="response_type"):
+        if response_type is None or isinstance(response_type, dict | list):
+            continue  # an empty form, or FastMCP's raw shorthand: checked when asked
+        try:
+            form_config(response_type)
+        except TypeError as exc:
+            raise FlowDefinitionError(f"flow {spec.name!r}, line {line}: {exc}") from None
 
 
 def _fastmcp_context(mcp: FastMCP[Any], flow: FlowContext) -> FlowsContext:
