@@ -9,7 +9,8 @@ FastMCP 3.x servers: `talks_server.py` (bnau/prez-mcp: one `ctx.sample`, then a 
 list what moving them changed.
 
 One fleet for the module: two uvicorn processes (A, B) serving both servers, one key, one
-Redis store (and so one fleet bus: a task client listening on one instance hears the other's tasks). Every client goes through a balancer that sends each POST to the other
+Redis store (so one fleet bus: a task client listening on one instance hears the other's
+tasks). Every client goes through a balancer that sends each POST to the other
 instance than the last, so a call's rounds (and a task's requests) land on both. The clients:
 `fastmcp.Client` (inline rounds), `mrtr.client.FlowClient` (as durable tasks, answering
 sampling with tools), and `mrtr call` as a script (tasks, `--sampling json:...`, an answers
@@ -140,17 +141,16 @@ async def test_fastmcp_client_runs_both_servers_inline_across_instances(fleet: F
 
     handlers: dict[str, Any] = {"sampling_handler": sample, "elicitation_handler": elicit}
     capabilities = t.SamplingCapability(tools=t.SamplingToolsCapability())
-    if True:
-        async with asyncio.timeout(TIMEOUT):
-            talks = StreamableHttpTransport(fleet.url("talks"), httpx_client_factory=factory)
-            async with FastMCPClient(talks, timeout=20.0, **handlers) as client:
-                matched = await client.call_tool("match_talks", {"topic": "Typed Python"})
-            research = StreamableHttpTransport(fleet.url("research"), httpx_client_factory=factory)
-            client = FastMCPClient(
-                research, timeout=20.0, sampling_capabilities=capabilities, progress_handler=on_progress, **handlers
-            )
-            async with client:
-                report = await client.call_tool("research_deep", {"query": "cars"})
+    async with asyncio.timeout(TIMEOUT):
+        talks = StreamableHttpTransport(fleet.url("talks"), httpx_client_factory=factory)
+        async with FastMCPClient(talks, timeout=20.0, **handlers) as client:
+            matched = await client.call_tool("match_talks", {"topic": "Typed Python"})
+        research = StreamableHttpTransport(fleet.url("research"), httpx_client_factory=factory)
+        client = FastMCPClient(
+            research, timeout=20.0, sampling_capabilities=capabilities, progress_handler=on_progress, **handlers
+        )
+        async with client:
+            report = await client.call_tool("research_deep", {"query": "cars"})
     assert matched.structured_content == TALKS_RESULT
     assert report.content[0].text == REPORT  # type: ignore[union-attr]
     assert "researching" in progress  # Progress.set_message, reported through the flow's context
@@ -234,17 +234,20 @@ async def test_a_research_task_survives_the_death_of_its_instance(fleet: Fleet) 
 
     before = len(fleet.research_runs())
     options: dict[str, Any] = {"elicit": elicit, "sample": sample, "tasks": True, "sampling_tools": True}
-    async with asyncio.timeout(TIMEOUT), balanced_http(balancer) as http:
-        async with FlowClient(fleet.url("research"), http_client=http, **options) as flows:
-            call = asyncio.create_task(flows.call_tool("research_deep", {"query": "trucks", "seconds": 30.0}))
-            while not fleet.research_runs()[before:]:
-                assert not call.done(), call.result()
-                await asyncio.sleep(0.05)
-            victim = fleet.research_runs()[before]["instance"]
-            fleet.killed.add(victim)
-            fleet.servers[victim].process.kill()  # SIGKILL, mid-research
-            fleet.servers[victim].process.wait()
-            report = await call
+    async with (
+        asyncio.timeout(TIMEOUT),
+        balanced_http(balancer) as http,
+        FlowClient(fleet.url("research"), http_client=http, **options) as flows,
+    ):
+        call = asyncio.create_task(flows.call_tool("research_deep", {"query": "trucks", "seconds": 30.0}))
+        while not fleet.research_runs()[before:]:
+            assert not call.done(), call.result()
+            await asyncio.sleep(0.05)
+        victim = fleet.research_runs()[before]["instance"]
+        fleet.killed.add(victim)
+        fleet.servers[victim].process.kill()  # SIGKILL, mid-research
+        fleet.servers[victim].process.wait()
+        report = await call
     survivor = "B" if victim == "A" else "A"
     runs = [(run["phase"], run["instance"]) for run in fleet.research_runs()[before:]]
     assert runs == [("start", victim), ("start", survivor), ("end", survivor)]  # adopted, and run again there
