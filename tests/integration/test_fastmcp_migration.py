@@ -53,8 +53,8 @@ def new_server(name: str) -> tuple[FastMCP[Any], mrtr.fastmcp.Flows]:
     return mcp, mrtr.fastmcp.Flows(mcp, store=SQLiteStore(":memory:"), task_poll_interval=0.05)
 
 
-async def both_ways(mcp: FastMCP[Any], tool: str, arguments: dict[str, Any], answer: Any) -> tuple[str, str]:
-    """The tool's text called inline (fastmcp.Client) and as a task (tasks_client); `answer` answers each form."""
+async def both_ways(mcp: FastMCP[Any], calls: list[tuple[str, dict[str, Any]]], answer: Any) -> list[tuple[str, str]]:
+    """Each call's text inline (fastmcp.Client) and as a task (tasks_client); `answer` answers each form."""
     from mrtr.client import tasks_client
 
     async def fastmcp_user(message: str, response_type: Any, params: Any, context: Any) -> ElicitResult[Any]:
@@ -63,13 +63,18 @@ async def both_ways(mcp: FastMCP[Any], tool: str, arguments: dict[str, Any], ans
     async def task_user(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
         return t.ElicitResult(action="accept", content=answer(params.message))
 
-    async with served(mcp) as url:
-        async with FastMCPClient(url, elicitation_handler=fastmcp_user, timeout=20.0) as client:
+    texts: list[tuple[str, str]] = []
+    async with (
+        served(mcp) as url,
+        FastMCPClient(url, elicitation_handler=fastmcp_user, timeout=20.0) as client,
+        tasks_client(streamable_http_client(url), elicitation_callback=task_user) as tasks,
+    ):
+        for tool, arguments in calls:
             inline = await client.call_tool(tool, arguments)
-        async with tasks_client(streamable_http_client(url), elicitation_callback=task_user) as tasks:
             tasked = await tasks.call_tool(tool, arguments)
-    assert not tasked.is_error, tasked
-    return cast(t.TextContent, inline.content[0]).text, cast(t.TextContent, tasked.content[0]).text
+            assert not tasked.is_error, tasked
+            texts.append((cast(t.TextContent, inline.content[0]).text, cast(t.TextContent, tasked.content[0]).text))
+    return texts
 
 
 # -- every spelling of a context --------------------------------------------------------------------
@@ -113,9 +118,9 @@ async def test_every_context_spelling_gets_the_flows_context_inline_and_as_a_tas
     served_tool = listed["plain"].to_mcp_tool()  # as FastMCP's own task tools: 2025-11-25 sessions see it
     assert served_tool.execution is not None and served_tool.execution.task_support == "optional"
     assert all(set(tool.parameters.get("properties", {})) <= {"topic"} for tool in listed.values())
-    for name in ("plain", "union", "optional", "current", "annotated"):
-        assert await both_ways(mcp, name, {}, lambda _: {"value": "Ada"}) == ("hello Ada", "hello Ada")
-    assert await both_ways(mcp, "depends", {"topic": "t"}, lambda _: {"value": "Ada"}) == ("t: hello Ada",) * 2
+    calls = [(name, {}) for name in ("plain", "union", "optional", "current", "annotated")]
+    texts = await both_ways(mcp, [*calls, ("depends", {"topic": "t"})], lambda _: {"value": "Ada"})
+    assert texts == [("hello Ada", "hello Ada")] * 5 + [("t: hello Ada", "t: hello Ada")]
 
 
 @pytest.mark.parametrize("task", ["never", "optional"])
@@ -183,7 +188,7 @@ async def test_dependencies_are_resolved_on_every_run_and_never_stored() -> None
     assert inline.content[0].text == "cars/EU via db-handle on fm-deps (3/3)"  # type: ignore[union-attr]
     assert (3, 3, "researching") in reports  # the last round's notifications reach the client
     opened.clear()
-    _, tasked = await both_ways(mcp, "report", {"topic": "cars"}, lambda _: {"value": "EU"})
+    [(_, tasked)] = await both_ways(mcp, [("report", {"topic": "cars"})], lambda _: {"value": "EU"})
     assert tasked == "cars/EU via db-handle on fm-deps (3/3)"
     assert opened["db"] >= 2  # once per run: the inline call's rounds and the task's
 
@@ -278,6 +283,7 @@ def uses(*calls: tuple[str, str, dict[str, Any]]) -> t.CreateMessageResultWithTo
 # -- response_type=None, as FastMCP 3.4's own tests check it ----------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore::fastmcp.exceptions.FastMCPDeprecationWarning")  # 3.x warned too
 class TestResponseTypeNone:
     """FastMCP v3.4.7's `TestScalarResponseTypes` cases for `response_type=None`, with `@flows.tool`."""
 
