@@ -19,7 +19,7 @@ import pytest
 from fastmcp import Client as FastMCPClient
 from fastmcp import Context, FastMCP
 from fastmcp.client.elicitation import ElicitResult
-from fastmcp.dependencies import CurrentContext, CurrentFastMCP, Depends, Progress
+from fastmcp.dependencies import CurrentContext, CurrentFastMCP, CurrentHeaders, Depends, Progress
 from fastmcp.exceptions import ToolError
 from fastmcp.server.elicitation import AcceptedElicitation
 from mcp.client.streamable_http import streamable_http_client
@@ -160,6 +160,7 @@ async def test_dependencies_are_resolved_on_every_run_and_never_stored() -> None
         progress: Progress = Progress(),  # noqa: B008
         db: str = Depends(database),
         server: FastMCP[Any] = CurrentFastMCP(),  # noqa: B008
+        headers: dict[str, str] = CurrentHeaders(),  # noqa: B008
         ctx: Context | None = Depends(OptionalContext),  # noqa: B008
     ) -> str:
         await progress.set_total(3)
@@ -169,7 +170,8 @@ async def test_dependencies_are_resolved_on_every_run_and_never_stored() -> None
         assert isinstance(answer, AcceptedElicitation)
         await progress.set_message("researching")
         await progress.increment(2)
-        return f"{topic}/{answer.data} via {db} on {server.name} ({progress.current}/{progress.total})"
+        via = f"{db} on {server.name}, {'with' if 'user-agent' in headers else 'without'} HTTP headers"
+        return f"{topic}/{answer.data} via {via} ({progress.current}/{progress.total})"
 
     listed = {tool.name: tool for tool in await mcp.list_tools()}
     assert set(listed["report"].parameters["properties"]) == {"topic"}
@@ -185,11 +187,11 @@ async def test_dependencies_are_resolved_on_every_run_and_never_stored() -> None
     handlers: dict[str, Any] = {"elicitation_handler": user, "progress_handler": on_progress}
     async with served(mcp) as url, FastMCPClient(url, timeout=20.0, **handlers) as client:
         inline = await client.call_tool("report", {"topic": "cars"})
-    assert inline.content[0].text == "cars/EU via db-handle on fm-deps (3/3)"  # type: ignore[union-attr]
+    assert inline.content[0].text == "cars/EU via db-handle on fm-deps, with HTTP headers (3/3)"  # type: ignore[union-attr]
     assert (3, 3, "researching") in reports  # the last round's notifications reach the client
     opened.clear()
     [(_, tasked)] = await both_ways(mcp, [("report", {"topic": "cars"})], lambda _: {"value": "EU"})
-    assert tasked == "cars/EU via db-handle on fm-deps (3/3)"
+    assert tasked == "cars/EU via db-handle on fm-deps, without HTTP headers (3/3)"  # a task's run has no request
     assert opened["db"] >= 2  # once per run: the inline call's rounds and the task's
 
 
