@@ -19,8 +19,8 @@ round, each replay, each task run, with FastMCP's own resolver (`Depends`, `Curr
   (`ctx.report_progress`): progress notifications inline, the task's progress and status in a
   durable task.
 
-A durable task's run on a worker has no HTTP request: there `CurrentHeaders()` is `{}` and
-`CurrentRequest()` fails, as in a 3.x background task.
+A durable task run by a worker that adopted it has no HTTP request: there `CurrentHeaders()` is
+`{}` and `CurrentRequest()` fails, as in a 3.x background task.
 """
 
 from __future__ import annotations
