@@ -18,7 +18,6 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types import (
-    INVALID_PARAMS,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     CreateMessageResultWithTools,
     ElicitResult,
@@ -26,7 +25,16 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from mrtr._engine.asks import Ask, BadAnswer, Capability, malformed, required_capability, supports
+from mrtr._engine.asks import (
+    MAX_REJECTED,
+    AnswerRejected,
+    Ask,
+    BadAnswer,
+    Capability,
+    malformed,
+    required_capability,
+    supports,
+)
 from mrtr._engine.branches import outside_branch
 from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
@@ -39,7 +47,7 @@ _State = TypeVar("_State", bound=Mapping[str, object])
 
 logger = logging.getLogger("mrtr.drivers")
 
-_LEGACY_REASK_LIMIT = 3
+_LEGACY_REASK_LIMIT = MAX_REJECTED
 
 
 class BecomeTask(BaseException):
@@ -326,6 +334,7 @@ class LiveDriver:
         result_type = {"sample": CreateMessageResultWithTools, "roots": ListRootsResult}.get(ask.kind, ElicitResult)
         metadata = ServerMessageMetadata(related_request_id=self._wire.request_id)
         version = self._wire.session.protocol_version
+        reason = "the answer is not a valid elicitation result"
         for _ in range(_LEGACY_REASK_LIMIT):
             logger.debug("flow %s: asking %r over the legacy session", self._flow, key)
             try:
@@ -338,9 +347,10 @@ class LiveDriver:
                 return key, ask.accept(
                     result.model_dump(mode="json", by_alias=True, exclude_none=True), key=key, version=version
                 )
-            except BadAnswer:
+            except BadAnswer as exc:
+                reason = str(exc)
                 continue
-        raise MCPError(code=INVALID_PARAMS, message=f"The client answered {_LEGACY_REASK_LIMIT} times off-schema")
+        raise AnswerRejected(key, reason, _LEGACY_REASK_LIMIT)  # as on the modern wire: names the field
 
     async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         check_step_name(self._flow, name)
