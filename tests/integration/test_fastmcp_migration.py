@@ -9,6 +9,7 @@ served by a real uvicorn, called inline (`fastmcp.Client`) and as a durable task
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -212,10 +213,15 @@ async def test_a_sampling_tool_asks_the_user_across_rounds_and_runs_once() -> No
     holder: dict[str, Context | None] = {"ctx": None}
     looked_up: Counter[str] = Counter()
 
+    background: list[asyncio.Task[None]] = []
+
     async def ask_questions(questions: list[str]) -> str:
         ctx = holder["ctx"]
         assert ctx is not None
         looked_up["asked"] += 1
+        # A task the tool leaves running (an HTTP client's reader, say) is its own, not the flow's:
+        # the round neither waits for it nor cancels it.
+        background.append(asyncio.create_task(asyncio.sleep(60)))
         answers = [await ctx.elicit(question, response_type=str) for question in questions]
         return "; ".join(f"{a.data}" for a in answers if isinstance(a, AcceptedElicitation))
 
@@ -272,6 +278,9 @@ async def test_a_sampling_tool_asks_the_user_across_rounds_and_runs_once() -> No
         )
         async with task:
             tasked = await task.call_tool("research", {"query": "cars"})
+    assert background and not any(task.done() for task in background)
+    for task in background:
+        task.cancel()
     expected = "cars [2020s; EU] (clarified: True)"
     assert inline.content[0].text == expected  # type: ignore[union-attr]
     assert not tasked.is_error, tasked

@@ -35,7 +35,7 @@ from mrtr._engine.asks import (
     required_capability,
     supports,
 )
-from mrtr._engine.branches import outside_branch
+from mrtr._engine.branches import asking_from, current_branch, outside_branch
 from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
 from mrtr._engine.steps import StepInfo, arg_digest, call_step, to_journal
@@ -190,12 +190,14 @@ class JournalDriver:
     async def inline_step(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> Any:
-        """A step whose function runs in the flow itself, so it may ask (see `FlowContext.inline_step`).
+        """A step whose function may ask (see `FlowContext.inline_step`).
 
         Until it returns, each round runs it again (its asks answered from the journal, as the
         flow's own are); once it returns, its value is journaled and replayed as a step's.
-        It runs in a branch of its own, made on every round whether it runs or is replayed,
-        so its asks and steps never take the numbers of the flow's own.
+        It runs in a task and branch of its own, made on every round whether it runs or is
+        replayed, so its asks and steps never take the numbers of the flow's own; its function
+        runs outside the flow's branches, as a step's does (tasks it starts, an HTTP client's,
+        are not the flow's), and asks from that branch.
         """
         replay = self._replay
         branch = replay.branch()
@@ -217,7 +219,10 @@ class JournalDriver:
             if self._checkpoint is not None:
                 with outside_branch():
                     await self._checkpoint.durable()  # every finished step is stored before this one runs
-            result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
+            here = current_branch.get()
+            assert here is not None  # this task's own branch, made by the flow's task factory
+            with asking_from(here):
+                result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
             value = to_journal(key, result, fn)
             replay.record_step(key, digest, value)
             if self._checkpoint is not None:

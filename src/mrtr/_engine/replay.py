@@ -28,7 +28,7 @@ from mcp_types import ClientCapabilities
 from mrtr._engine import journal as journal_codec
 from mrtr._engine import quiescence
 from mrtr._engine.asks import MAX_REJECTED, AnswerRejected, Ask, BadAnswer
-from mrtr._engine.branches import Branch, current_branch, outside_branch
+from mrtr._engine.branches import Branch, asking_branch, current_branch, outside_branch
 from mrtr._engine.journal import Journal, embedded_length, entry_size
 from mrtr._engine.questions import question_of
 from mrtr._errors import FlowDefinitionError, FlowSuspended, NondeterminismError, StateTooLarge
@@ -155,6 +155,8 @@ class Replay:
         if self.suspended:
             raise FlowSuspended(self.flow)
         branch = current_branch.get()
+        if branch is None:
+            branch = asking_branch.get()  # an inline step's function (`FlowContext.inline_step`)
         if branch is None or branch.replay is not self or branch.detached:
             raise FlowDefinitionError(
                 f"flow {self.flow!r}: ctx was used outside the flow's own tasks (inside a step's function, a "
