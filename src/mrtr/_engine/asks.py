@@ -614,7 +614,8 @@ def described_form(schema: JSONObject, where: str) -> JSONObject:
             continue
         items = prop.get("items")
         field_props: JSONObject = items if isinstance(items, dict) else {}
-        unknown = sorted((set(prop) | set(field_props)) - _FORM_KEYWORDS - {"properties", "required"})
+        keywords = (set(prop) | set(field_props)) - _FORM_KEYWORDS - {"properties", "required"}
+        unknown = sorted(k for k in keywords if not k.startswith("x-"))  # `x-...`: a vendor's hint, not a constraint
         if unknown:
             raise TypeError(
                 f"{where}: field {name!r} has the constraint {unknown[0]!r}, which no elicitation form can carry "
