@@ -389,3 +389,17 @@ def test_a_constraint_no_form_can_carry_is_refused_at_registration() -> None:
 
     with pytest.raises(mrtr.FlowDefinitionError, match="field 'user' has the constraint 'not'"):
         flows.tool()(create)
+
+
+async def test_a_task_flow_without_a_context_reports_progress_through_the_flows_own() -> None:
+    """No context parameter and no step: the whole call is one step, its `Progress` still reports."""
+    mcp, flows = new_server("fm-progress-only")
+
+    @flows.tool(task="optional")
+    async def crunch(n: int, progress: Progress = Progress()) -> str:  # noqa: B008
+        await progress.set_total(n)
+        for _ in range(n):
+            await progress.increment()
+        return f"crunched {progress.current}/{progress.total}"
+
+    assert await both_ways(mcp, [("crunch", {"n": 3})], lambda _: {}) == [("crunched 3/3", "crunched 3/3")]
