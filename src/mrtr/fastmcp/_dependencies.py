@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 from fastmcp.server.dependencies import Progress, resolve_dependencies
 from uncalled_for import get_dependency_parameters
 
@@ -155,9 +155,8 @@ def _resolver(
 
 def _reporter(given: Any, context_for: Callable[[FlowContext], Any]) -> _Reports:
     """The flow's own FastMCP context; one made for it when the flow takes `FlowContext` or none."""
-    if given is not None and hasattr(given, "report_progress"):
-        reporter: _Reports = given
-        return reporter
+    if isinstance(given, Context):  # `mrtr.fastmcp.FlowsContext`: the flow's own
+        return given
     made: _Reports = context_for(given if isinstance(given, FlowContext) else current_flow())
     return made
 
