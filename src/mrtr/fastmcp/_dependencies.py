@@ -16,7 +16,7 @@ round, each replay, each task run, with FastMCP's own resolver (`Depends`, `Curr
   `ctx: Context | None = Depends(OptionalContext)`): it is the flow's context
   (`mrtr.fastmcp.FlowsContext`), in a task as inline;
 - `Progress()`: `set_total`, `increment` and `set_message` report through the flow's context
-  (`ctx.report_progress`): progress notifications inline, the task's progress and status in a
+  (`ctx.report_progress`): progress notifications inline, the task's status message in a
   durable task.
 
 A durable task run by a worker that adopted it has no HTTP request: there `CurrentHeaders()` is
