@@ -182,6 +182,7 @@ class _SDKHost(Host):
     """The SDK's `MCPServer` as the host core sees it."""
 
     kind = "MCPServer"
+    bus_option = "MCPServer(subscriptions=...)"
     server: MCPServer[Any]
 
     def state_security(self) -> RequestStateSecurity | None:

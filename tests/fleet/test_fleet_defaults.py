@@ -103,6 +103,20 @@ def test_a_redis_store_brings_a_bus_on_its_own_broker_and_says_so(caplog: pytest
     assert bus.url == REDIS_URL and bus.channel == f"{namespace}:bus", "the broker and namespace of the store"
     (line,) = [r for r in caplog.records if r.name == "mrtr.fleet" and "bus" in r.getMessage()]
     assert line.levelno == logging.INFO and "fleet bus" in line.getMessage() and bus.channel in line.getMessage()
+    assert "pass MCPServer(subscriptions=...) to choose another" in line.getMessage(), "as docs/guides/fleet.md"
+
+
+def test_the_fleet_bus_line_names_the_option_a_fastmcp_server_takes(caplog: pytest.LogCaptureFixture) -> None:
+    from fastmcp import FastMCP
+
+    import mrtr.fastmcp
+
+    mcp: FastMCP[Any] = FastMCP("defaults", request_state_security=RequestStateSecurity(keys=[secrets.token_bytes(32)]))
+    namespace = f"mrtr_defaults_{secrets.token_hex(4)}"
+    with caplog.at_level(logging.INFO, logger="mrtr.fleet"):
+        mrtr.fastmcp.Flows(mcp, store=mrtr.open_store(REDIS_URL, namespace=namespace))
+    (line,) = [r for r in caplog.records if r.name == "mrtr.fleet" and "fleet bus" in r.getMessage()]
+    assert "pass Flows(bus=...) to choose another" in line.getMessage()  # FastMCP takes no bus of its own
 
 
 def test_a_postgres_store_brings_the_bus_open_bus_gives_for_its_namespace() -> None:

@@ -411,8 +411,8 @@ async def test_elicit_without_a_response_type_asks_an_empty_form_and_warns() -> 
             shipped = await client.call_tool("confirm", {"what": "ship"})
             bare = await client.call_tool("confirm", {"what": "go"})
             deleted = await client.call_tool("confirm", {"what": "delete"})
-    assert shipped.content[0].text == "ship: accepted {}"  # type: ignore[union-attr]
-    assert bare.content[0].text == "go: accepted {}"  # type: ignore[union-attr]  # accepted without content
+    assert shipped.content[0].text == "ship: accepted None"  # type: ignore[union-attr]
+    assert bare.content[0].text == "go: accepted None"  # type: ignore[union-attr]  # accepted without content
     assert deleted.content[0].text == "delete: decline"  # type: ignore[union-attr]
     assert schemas and all(schema == {"type": "object", "properties": {}} for schema in schemas)
     deprecations = [w for w in caught if issubclass(w.category, FastMCPDeprecationWarning)]

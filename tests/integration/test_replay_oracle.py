@@ -42,6 +42,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 import mrtr
+from mrtr._engine.asks import MAX_REJECTED
 from tests.support.flowkit import Driver, connect, manual_client, new_server, text_of
 from tests.support.oracle_programs import (
     Ask,
@@ -117,6 +118,8 @@ async def drive(
     """
     reference = await reference_run(program)
     runs: Counter[str] = Counter()
+    refused: Counter[str] = Counter()
+    """Unfit answers in a row per key: the engine stops a call at `MAX_REJECTED`."""
     unfit = 0
     async with open_client(runs, False) as home:
         call = Driver(home, "program")
@@ -129,6 +132,12 @@ async def drive(
             responses = answers_for(call.asked, keys)
             forms = [key for key in keys if isinstance(call.asked[key], t.ElicitRequest)]
             spoiled = forms[0] if forms and spoil is not None and spoil() else None
+            if spoiled is not None and refused[spoiled] >= MAX_REJECTED - 1:
+                spoiled = None  # one more would end the call (`AnswerRejected`), by design: answer this one
+            refused.update(key for key in responses if key == spoiled)
+            for key in responses:
+                if key != spoiled:
+                    refused[key] = 0
             if spoiled is not None:
                 responses[spoiled] = UNFIT
                 unfit += 1

@@ -89,6 +89,28 @@ class MalformedAnswer(MCPError):
         self.field = field
 
 
+MAX_REJECTED = 3
+"""Answers in a row a form may refuse before the call stops (`AnswerRejected`): a client that
+cannot see a field's constraint (a host that drops schema keywords, an automated answerer)
+sends the same kind of answer again, and would otherwise be asked until the round cap."""
+
+
+class AnswerRejected(MCPError):
+    """A form's answer was refused `MAX_REJECTED` times in a row: -32602 naming the question and why.
+
+    The reason names the field and its constraint ("Code must match pattern '^[A-Z]{3}$'"),
+    as each re-ask did; `data` carries the `inputKey`, the reason and the count.
+    """
+
+    def __init__(self, key: str, reason: str, attempts: int) -> None:
+        super().__init__(
+            code=INVALID_PARAMS,
+            message=f"the answer to {key!r} was refused {attempts} times in a row: {reason}",
+            data={"reason": "answer_refused", "inputKey": key, "why": reason, "attempts": attempts},
+        )
+        self.key = key
+
+
 _EXPECTED: dict[str, str] = {
     "content": (
         "a text, image, audio, tool_use or tool_result content block, or a list of them "
@@ -227,7 +249,9 @@ class Ask:
             # Journal the fields the form asked for: junk the client added stays out. Content
             # with no field beyond the form's (the usual case) is journaled as it came.
             content = result.content
-            if not content.keys() <= self._fields:
+            # An adapter's empty form (FastMCP's `response_type=None`) keeps what came: the adapter
+            # judges a non-empty answer itself, as FastMCP 3.x did ("expected an empty response").
+            if not content.keys() <= self._fields and (self._fields or self.validator is None):
                 if isinstance(validated, BaseModel):
                     content = validated.model_dump(mode="json", by_alias=True, exclude_unset=True)
                 else:
@@ -546,7 +570,73 @@ def render_form_schema(schema: type[BaseModel]) -> JSONObject:
             raise TypeError(
                 f"{schema.__name__}.{name} renders as {prop!r}, which no elicitation form can show; {SUPPORTED_FIELDS}"
             ) from None
-    return rendered
+    return described_form(rendered, schema.__name__)
+
+
+_CONSTRAINT_WORDS: dict[str, str] = {
+    "pattern": "must match the pattern {}",
+    "minLength": "at least {} characters",
+    "maxLength": "at most {} characters",
+    "minimum": "at least {}",
+    "maximum": "at most {}",
+    "exclusiveMinimum": "more than {}",
+    "exclusiveMaximum": "less than {}",
+    "multipleOf": "a multiple of {}",
+    "minItems": "choose at least {}",
+    "maxItems": "choose at most {}",
+}
+"""Constraints a form field may carry, and how its description says them to the person."""
+
+_FORM_KEYWORDS = frozenset(
+    {"type", "title", "description", "default", "format", "enum", "enumNames", "oneOf", "anyOf", "const", "items"}
+    | {"examples", "uniqueItems", "deprecated", "readOnly", "writeOnly", "$comment"}
+    | set(_CONSTRAINT_WORDS)
+)
+"""Every keyword a form field may hold: the spec's own, constraints said in words, and annotations."""
+
+
+def described_form(schema: JSONObject, where: str) -> JSONObject:
+    """`schema` with each field's constraints also said in its description ("Code (must match the
+    pattern ^[A-Z]{3}$)"), so a person sees them even through a host that drops schema keywords
+    (the spec's form fields carry no `pattern`, and some hosts drop the rest); the keywords stay.
+
+    Raises:
+        TypeError: A field holds a keyword no form can carry or say (`not`, `allOf`, `if`...):
+            the answer could never be checked by the person who gives it.
+    """
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return schema
+    described: JSONObject = {}
+    for name, prop in properties.items():
+        if not isinstance(prop, dict):
+            described[name] = prop
+            continue
+        items = prop.get("items")
+        field_props: JSONObject = items if isinstance(items, dict) else {}
+        keywords = (set(prop) | set(field_props)) - _FORM_KEYWORDS - {"properties", "required"}
+        unknown = sorted(k for k in keywords if not k.startswith("x-"))  # `x-...`: a vendor's hint, not a constraint
+        if unknown:
+            raise TypeError(
+                f"{where}: field {name!r} has the constraint {unknown[0]!r}, which no elicitation form can carry "
+                f"or show to the person answering; check it after the answer instead ({SUPPORTED_FIELDS})"
+            )
+        words = [_CONSTRAINT_WORDS[k].format(_shown(prop[k])) for k in _CONSTRAINT_WORDS if k in prop]
+        words += [_CONSTRAINT_WORDS[k].format(_shown(field_props[k])) for k in _CONSTRAINT_WORDS if k in field_props]
+        if not words:
+            described[name] = prop
+            continue
+        said = "; ".join(words)
+        text = prop.get("description")
+        if isinstance(text, str) and said in text:
+            described[name] = prop
+            continue
+        described[name] = prop | {"description": f"{text} ({said})" if text else said[0].upper() + said[1:]}
+    return schema | {"properties": described}
+
+
+def _shown(value: Any) -> str:
+    return format(value, "g") if isinstance(value, float) else str(value)
 
 
 def _inline(prop: JSONObject, definitions: JSONObject) -> JSONObject:
@@ -600,6 +690,9 @@ __all__ = [
     "SUPPORTED_FIELDS",
     "Ask",
     "AskKind",
+    "MAX_REJECTED",
+    "AnswerRejected",
+    "described_form",
     "BadAnswer",
     "Capability",
     "FormAnswer",

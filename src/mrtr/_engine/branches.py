@@ -53,6 +53,10 @@ class Branch:
 
 current_branch: contextvars.ContextVar[Branch | None] = contextvars.ContextVar("mrtr_branch", default=None)
 
+asking_branch: contextvars.ContextVar[Branch | None] = contextvars.ContextVar("mrtr_asking_branch", default=None)
+"""The branch an inline step's function asks from (`FlowContext.inline_step`): it runs outside the
+flow's branches, as a step's does (the tasks it starts are not the flow's), yet may ask."""
+
 
 @contextlib.contextmanager
 def outside_branch() -> Iterator[None]:
@@ -62,9 +66,23 @@ def outside_branch() -> Iterator[None]:
     neither consume the branch's child numbering nor be counted when the round settles.
     """
     token = current_branch.set(None)
+    asking = asking_branch.set(None)
     try:
         yield
     finally:
+        asking_branch.reset(asking)
+        current_branch.reset(token)
+
+
+@contextlib.contextmanager
+def asking_from(branch: Branch) -> Iterator[None]:
+    """Run an inline step's function outside the branch (as a step's), its asks made from `branch`."""
+    token = current_branch.set(None)
+    asking = asking_branch.set(branch)
+    try:
+        yield
+    finally:
+        asking_branch.reset(asking)
         current_branch.reset(token)
 
 
@@ -114,6 +132,8 @@ def _flow_task(
 __all__ = [
     "Branch",
     "FlowRun",
+    "asking_branch",
+    "asking_from",
     "current_branch",
     "install",
     "outside_branch",

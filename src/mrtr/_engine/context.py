@@ -176,6 +176,12 @@ class Driver(Protocol):
         """The step's result as JSON (journaled, or freshly computed and journaled)."""
         ...
 
+    async def inline_step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """A step whose function runs in the flow and may ask (`FlowContext.inline_step`)."""
+        ...
+
     def patched(self, patch_id: str) -> bool:
         """Whether this run takes the new path of a code change named `patch_id`."""
         ...
@@ -514,6 +520,19 @@ class FlowContext:
                 if type(value) is CoroutineType:
                     _handed_a_coroutine(name, value)
         value = await self._driver.step(name, fn, args, kwargs)
+        return typed_result(name, fn, value)
+
+    @tracked
+    async def inline_step(self, name: str, fn: Callable[..., Awaitable[Any]], /, *args: Any, **kwargs: Any) -> Any:
+        """A step whose function may ask: it runs inside the flow, not beside it.
+
+        For code that must call `ctx` (an adapter's sampling tool that elicits): until `fn`
+        returns, every round runs it again, its asks answered from the journal as the flow's
+        own are (so what it does before its last ask happens again each round: keep that to
+        reading, or wrap it in `ctx.step`); once it returns, its value is journaled and every
+        later round gets it back without running `fn`, as a step's.
+        """
+        value = await self._driver.inline_step(name, fn, args, kwargs)
         return typed_result(name, fn, value)
 
     def patched(self, patch_id: str) -> bool:

@@ -8,6 +8,7 @@ server-to-client requests and just runs steps.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -17,7 +18,6 @@ from typing import Any, Literal, Protocol, TypeVar, cast
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from mcp_types import (
-    INVALID_PARAMS,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
     CreateMessageResultWithTools,
     ElicitResult,
@@ -25,8 +25,17 @@ from mcp_types import (
 )
 from pydantic import ValidationError
 
-from mrtr._engine.asks import Ask, BadAnswer, Capability, malformed, required_capability, supports
-from mrtr._engine.branches import outside_branch
+from mrtr._engine.asks import (
+    MAX_REJECTED,
+    AnswerRejected,
+    Ask,
+    BadAnswer,
+    Capability,
+    malformed,
+    required_capability,
+    supports,
+)
+from mrtr._engine.branches import asking_branch, asking_from, current_branch, outside_branch
 from mrtr._engine.progress import ProgressSink
 from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
@@ -39,7 +48,7 @@ _State = TypeVar("_State", bound=Mapping[str, object])
 
 logger = logging.getLogger("mrtr.drivers")
 
-_LEGACY_REASK_LIMIT = 3
+_LEGACY_REASK_LIMIT = MAX_REJECTED
 
 
 class BecomeTask(BaseException):
@@ -120,8 +129,14 @@ class JournalDriver:
         return supports(self._replay.capabilities, capability)
 
     def replaying(self) -> bool:
-        """Whether the calling branch is still before the journal's frontier (what it does, it did before)."""
+        """Whether the calling branch is still before the journal's frontier (what it does, it did before).
+
+        Inside a step's function (no branch: FastMCP's `Progress` in a task that is one step as a
+        whole, say) the run is past the frontier by definition: a step's function runs only when new.
+        """
         replay = self._replay
+        if current_branch.get() is None and asking_branch.get() is None:
+            return False
         return not replay.at_frontier(replay.branch())
 
     async def ask(self, ask: Ask) -> tuple[str, Any]:
@@ -187,6 +202,50 @@ class JournalDriver:
             replay.step_ended()
         logger.debug("flow %s: step %r ran and was journaled", replay.flow, key)
         return value
+
+    async def inline_step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """A step whose function may ask (see `FlowContext.inline_step`).
+
+        Until it returns, each round runs it again (its asks answered from the journal, as the
+        flow's own are); once it returns, its value is journaled and replayed as a step's.
+        It runs in a task and branch of its own, made on every round whether it runs or is
+        replayed, so its asks and steps never take the numbers of the flow's own; its function
+        runs outside the flow's branches, as a step's does (tasks it starts, an HTTP client's,
+        are not the flow's), and asks from that branch.
+        """
+        replay = self._replay
+        branch = replay.branch()
+        check_step_name(replay.flow, name)
+        if self._probe:
+            raise BecomeTask
+        key = step_key(branch, name)
+        digest = arg_digest(args, kwargs)
+
+        async def run() -> Any:
+            found, value = replay.recorded_step(key, digest)
+            if found:
+                self.steps_replayed += 1
+                return value
+            if self._dry_run:
+                self.would_run.append(key)
+                await replay.park(key, None)
+            self.shed_point()
+            if self._checkpoint is not None:
+                with outside_branch():
+                    await self._checkpoint.durable()  # every finished step is stored before this one runs
+            here = current_branch.get()
+            assert here is not None  # this task's own branch, made by the flow's task factory
+            with asking_from(here):
+                result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
+            value = to_journal(key, result, fn)
+            replay.record_step(key, digest, value)
+            if self._checkpoint is not None:
+                self._checkpoint.after_step()
+            return value
+
+        return await asyncio.get_running_loop().create_task(run())
 
     def patched(self, patch_id: str) -> bool:
         replay = self._replay
@@ -297,6 +356,7 @@ class LiveDriver:
         result_type = {"sample": CreateMessageResultWithTools, "roots": ListRootsResult}.get(ask.kind, ElicitResult)
         metadata = ServerMessageMetadata(related_request_id=self._wire.request_id)
         version = self._wire.session.protocol_version
+        reason = "the answer is not a valid elicitation result"
         for _ in range(_LEGACY_REASK_LIMIT):
             logger.debug("flow %s: asking %r over the legacy session", self._flow, key)
             try:
@@ -309,9 +369,10 @@ class LiveDriver:
                 return key, ask.accept(
                     result.model_dump(mode="json", by_alias=True, exclude_none=True), key=key, version=version
                 )
-            except BadAnswer:
+            except BadAnswer as exc:
+                reason = str(exc)
                 continue
-        raise MCPError(code=INVALID_PARAMS, message=f"The client answered {_LEGACY_REASK_LIMIT} times off-schema")
+        raise AnswerRejected(key, reason, _LEGACY_REASK_LIMIT)  # as on the modern wire: names the field
 
     async def step(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         check_step_name(self._flow, name)
@@ -319,6 +380,16 @@ class LiveDriver:
         key = name if n == 1 else f"{name}#{n}"
         result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
         logger.debug("flow %s: step %r ran (legacy session)", self._flow, key)
+        return to_journal(key, result, fn)
+
+    async def inline_step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """A live run asks in place: the function simply runs, in the flow."""
+        check_step_name(self._flow, name)
+        n = self._step_counts[name] = self._step_counts.get(name, 0) + 1
+        key = name if n == 1 else f"{name}#{n}"
+        result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
         return to_journal(key, result, fn)
 
     def patched(self, patch_id: str) -> bool:

@@ -53,7 +53,7 @@ def _loads(text: str | bytes) -> Any:
         return json.loads(text)
 
 
-_KNOWN = frozenset("vftnaspmowrq")
+_KNOWN = frozenset("vftnaspmowrqb")
 
 
 class JournalFormatError(ValueError):
@@ -102,6 +102,8 @@ class Journal:
     """explicit ask key -> the concurrent branch that asked it (derived keys carry theirs)."""
     reworded: int = 0
     """Rounds in a row whose answer went unused because the flow asked a different question."""
+    rejected: dict[str, int] = field(default_factory=dict)
+    """wire key -> answers in a row the question refused (a form answer off its schema); see `MAX_REJECTED`."""
     fork_from: str | None = None
     """A step key an operator forked the task from (`TaskAdmin.rerun(from_step=)`): when the run
     reaches it, the answers it has not used yet were given after that step, and are dropped
@@ -141,6 +143,8 @@ class Journal:
             wire["o"] = self.origins
         if self.reworded:
             wire["w"] = self.reworded
+        if self.rejected:
+            wire["b"] = dict(self.rejected)
         if self.fork_from is not None:
             wire["r"] = self.fork_from
         if self.questions:
@@ -171,6 +175,7 @@ class Journal:
                 markers={str(m) for m in markers} if markers else set(),
                 origins={str(k): str(v) for k, v in origins.items()} if origins else {},
                 reworded=int(wire.get("w", 0)),
+                rejected={str(k): int(n) for k, n in wire["b"].items()} if wire.get("b") else {},
                 fork_from=None if wire.get("r") is None else str(wire["r"]),
                 questions=cast(dict[str, QuestionNote], {str(k): dict(v) for k, v in questions.items()})
                 if questions

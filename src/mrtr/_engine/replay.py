@@ -27,8 +27,8 @@ from mcp_types import ClientCapabilities
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine import quiescence
-from mrtr._engine.asks import Ask, BadAnswer
-from mrtr._engine.branches import Branch, current_branch, outside_branch
+from mrtr._engine.asks import MAX_REJECTED, AnswerRejected, Ask, BadAnswer
+from mrtr._engine.branches import Branch, asking_branch, current_branch, outside_branch
 from mrtr._engine.journal import Journal, embedded_length, entry_size
 from mrtr._engine.questions import question_of
 from mrtr._errors import FlowDefinitionError, FlowSuspended, NondeterminismError, StateTooLarge
@@ -155,6 +155,8 @@ class Replay:
         if self.suspended:
             raise FlowSuspended(self.flow)
         branch = current_branch.get()
+        if branch is None:
+            branch = asking_branch.get()  # an inline step's function (`FlowContext.inline_step`)
         if branch is None or branch.replay is not self or branch.detached:
             raise FlowDefinitionError(
                 f"flow {self.flow!r}: ctx was used outside the flow's own tasks (inside a step's function, a "
@@ -212,9 +214,16 @@ class Replay:
         try:
             accepted = ask.accept(self._incoming[key], key=key)  # a malformed sampling/roots answer raises
         except BadAnswer as exc:
+            refused = journal.rejected[key] = journal.rejected.get(key, 0) + 1
+            self._size = None
+            if refused >= MAX_REJECTED:  # the client cannot give what the form needs: say so, not the round cap
+                logger.info("flow %s: %r refused %d times in a row, giving up: %s", self.flow, key, refused, exc)
+                raise AnswerRejected(key, str(exc), refused) from None
             logger.info("flow %s: re-asking %r: %s", self.flow, key, exc)
             self.reasked[key] = str(exc)
             return None
+        if journal.rejected.pop(key, None) is not None:
+            self._size = None
         if not self._admit(self.journal.answers, key, (ask.digest, accepted)):
             reason = "the answer is too large to carry to the next round"
             logger.info("flow %s: re-asking %r: %s", self.flow, key, reason)

@@ -40,6 +40,8 @@ class Host:
 
     kind = "server"
     """How the framework's server is built, for messages: `"MCPServer"`, `"FastMCP"`."""
+    bus_option = "Flows(bus=...)"
+    """Where this host's user gives a bus of their own, for messages (`MCPServer(subscriptions=...)` on the SDK's)."""
 
     def __init__(self, server: Any) -> None:
         self.server = server

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import textwrap
 import types
 import typing
@@ -44,9 +45,18 @@ def context_param(
     hints = typing.get_type_hints(fn)
     signature = inspect.signature(fn)
     accepted = [FlowContext] if host_context is None else [FlowContext, host_context]
-    for name, annotation in hints.items():
-        if name != "return" and inspect.isclass(annotation) and issubclass(annotation, tuple(accepted)):
-            return name
+    found = [
+        name
+        for name, annotation in hints.items()
+        if name != "return" and context_class(annotation, tuple(accepted), flow, name) is not None
+    ]
+    if len(found) > 1:
+        raise FlowDefinitionError(
+            f"flow {flow!r}: parameters {found[0]!r} and {found[1]!r} are both contexts; a flow takes one context "
+            "parameter (the same object serves every use)"
+        )
+    if found:
+        return found[0]
     for param in signature.parameters.values():
         annotation = hints.get(param.name)
         if inspect.isclass(annotation) and issubclass(annotation, Context):
@@ -67,6 +77,44 @@ def context_param(
         f"flow {flow!r} has no FlowContext parameter; add `ctx: mrtr.FlowContext` to its signature "
         "(a function that never asks or steps is a plain tool: register it with the server's own decorator)"
     )
+
+
+def context_class(annotation: Any, accepted: tuple[type, ...], flow: str, param: str) -> type | None:
+    """The context class `annotation` names, in every spelling FastMCP 3.x served: `Context`,
+    `Context | None`, `Optional[Context]` (each maybe in `Annotated[...]`). None: not a context.
+
+    A context is always given, so the `None` of an Optional never happens: every spelling gets
+    the same object (FastMCP 3.x's `Depends(OptionalContext)` or `CurrentContext()` default included).
+
+    Raises:
+        FlowDefinitionError: The annotation mentions a context in a shape mrtr cannot serve
+            (`Context | str`, `list[Context]`...), named in the message.
+    """
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if inspect.isclass(annotation) and not typing.get_args(annotation):
+        return annotation if issubclass(annotation, accepted) else None
+    if not _mentions(annotation, accepted):
+        return None
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        if len(members) == 1 and inspect.isclass(members[0]) and issubclass(members[0], accepted):
+            return members[0]
+    raise FlowDefinitionError(
+        f"flow {flow!r}: parameter {param!r} is annotated {_shown(annotation)}, a context shape mrtr cannot serve; "
+        "annotate it with the context class alone, or Optional (`Context`, `Context | None`, `Optional[Context]`)"
+    )
+
+
+def _mentions(annotation: Any, accepted: tuple[type, ...]) -> bool:
+    if inspect.isclass(annotation) and not typing.get_args(annotation):
+        return issubclass(annotation, accepted)
+    return any(_mentions(arg, accepted) for arg in typing.get_args(annotation))
+
+
+def _shown(annotation: Any) -> str:
+    text = repr(annotation).replace("typing.", "")
+    return re.sub(r"[\w.]+\.(\w+)", r"\1", text) if "<class" not in text else getattr(annotation, "__name__", text)
 
 
 def _spelled(kind: type) -> str:
@@ -107,7 +155,13 @@ def check_elicit_schemas(fn: Callable[..., Any], flow: str, ctx_param: str) -> N
             raise FlowDefinitionError(f"{where}: {exc}") from None
 
 
-def _elicit_schemas(fn: Callable[..., Any], ctx_param: str) -> Iterator[tuple[int, object]]:
+def elicit_schemas(fn: Callable[..., Any], ctx_param: str, keyword: str = "schema") -> Iterator[tuple[int, object]]:
+    """`(line, value)` of each `ctx.elicit(message, X)` (or `keyword=X`) whose `X` is known at registration."""
+    return _elicit_schemas(fn, ctx_param, keyword)
+
+
+def _elicit_schemas(fn: Callable[..., Any], ctx_param: str, keyword: str = "schema") -> Iterator[tuple[int, object]]:
+    fn = inspect.unwrap(fn)  # a host's wrapper (FastMCP's dependencies resolved per run): the flow's own source
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         tree = ast.parse(source)
@@ -128,7 +182,7 @@ def _elicit_schemas(fn: Callable[..., Any], ctx_param: str) -> Iterator[tuple[in
         ):
             continue
         argument = (
-            node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "schema"), None)
+            node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == keyword), None)
         )
         schema = _UNKNOWN if argument is None else _evaluate(argument, names)
         if schema is not _UNKNOWN:
@@ -158,4 +212,4 @@ def _evaluate(node: ast.expr, names: dict[str, Any]) -> object:
     return _UNKNOWN
 
 
-__all__ = ["calls_flow_api", "check_elicit_schemas", "context_param"]
+__all__ = ["calls_flow_api", "check_elicit_schemas", "context_class", "context_param", "elicit_schemas"]

@@ -36,7 +36,7 @@ from mrtr._engine.spec import FlowSpec, Limits
 from mrtr._errors import FlowDefinitionError
 from mrtr._guard import GUARD_OUTAGES, ReplayGuard, open_guard
 from mrtr._host import call, fleet
-from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_param
+from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_class, context_param
 from mrtr._host.options import HostOptions, ToolOptions
 from mrtr._host.registration import checked_capabilities, flow_limits, one_step
 from mrtr._host.versions import ServedVersions, served_versions
@@ -192,8 +192,8 @@ class HostCore:
         ctx_param = context_param(fn, name, host_context=host_context, task=task != "never")
         wrap_context = None
         if ctx_param is not None and host_context is not None:
-            annotation = typing.get_type_hints(fn).get(ctx_param)
-            if isinstance(annotation, type) and not issubclass(annotation, FlowContext):
+            kind = context_class(typing.get_type_hints(fn).get(ctx_param), (FlowContext, host_context), name, ctx_param)
+            if kind is not None and not issubclass(kind, FlowContext):
                 wrap_context = wrap_host_context
         limits = flow_limits(
             fn,

@@ -174,10 +174,11 @@ def choose_bus(
         return None, False
     logger.info(
         "mrtr: the task store is shared (%s), so listen streams and task notifications ride a fleet bus on the "
-        "same broker (%s %r); pass Flows(bus=...) to choose another",
+        "same broker (%s %r); pass %s to choose another",
         where,
         type(bus).__name__,
         bus.channel,
+        host.bus_option,
     )
     return bus, True
 

@@ -103,6 +103,8 @@ def entry_point(
         params.append(param.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=annotation))
     params.extend(extra)
     returns = hints.get("return", signature.return_annotation)
+    if returns is type(None):  # `-> None` as written: frameworks read None as "no output schema", NoneType not
+        returns = None
 
     async def entry(**kwargs: Any) -> Any:
         return await run(kwargs)

@@ -8,8 +8,9 @@ them only the question and patterns match.
 
     target: {environment: staging}          # accept with this content
     "Add a service*": {service: "", done: true}
-    approve_api: decline                    # or cancel; or {action: decline}
+    approve_api: decline                    # or cancel, :decline, :cancel; or {action: decline}
     risk: "Low: a config-only change."      # a sampling completion
+    plan: {content: [{type: tool_use, id: t1, name: search, input: {q: x}}], stopReason: toolUse}
     console_login: accept                   # a URL-mode elicitation: consent
 """
 
@@ -100,9 +101,11 @@ def _is_action(value: object) -> TypeGuard[Action]:
 
 
 def elicit_result(value: Any, where: str) -> t.ElicitResult:
-    """An answers-file value as an `ElicitResult`."""
+    """An answers-file value as an `ElicitResult`; `:decline` and `:cancel` (the prompt's spellings) too."""
     if value is True:
         return t.ElicitResult(action="accept")
+    if isinstance(value, str) and value.startswith(":") and _is_action(value[1:]):
+        value = value[1:]
     if _is_action(value):
         return t.ElicitResult(action=value)
     if isinstance(value, dict):
@@ -119,19 +122,56 @@ def sampling_result(text: str) -> t.CreateMessageResult:
     return t.CreateMessageResult(role="assistant", content=t.TextContent(type="text", text=text), model=SAMPLING_MODEL)
 
 
+SamplingAnswer = t.CreateMessageResult | t.CreateMessageResultWithTools
+
+
+def structured_sampling_result(value: Any, where: str) -> SamplingAnswer:
+    """A model's whole answer given as JSON (`json:COMMAND`'s stdout, or an answers-file mapping):
+    `{"content": ..., "stopReason": ...}`, `role` and `model` optional. A list of content blocks
+    (`tool_use` among them) makes it a tools-mode answer."""
+    if not isinstance(value, dict) or "content" not in value:
+        raise UsageError(f"answer for {where} must be the completion text, or a mapping with 'content'")
+    data = {"role": "assistant", "model": SAMPLING_MODEL} | value
+    tools_mode = isinstance(data["content"], list)
+    try:
+        if tools_mode:
+            return t.CreateMessageResultWithTools.model_validate(data)
+        return t.CreateMessageResult.model_validate(data)
+    except ValueError as exc:
+        raise UsageError(f"answer for {where} is not a sampling result: {_first_line(exc)}") from None
+
+
+def sampling_request_json(params: t.CreateMessageRequestParams) -> str:
+    """What `json:COMMAND` reads on stdin: the request's params as the wire spells them (tools included)."""
+    return json.dumps(params.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def command_answer(out: str, where: str) -> SamplingAnswer:
+    """`json:COMMAND`'s stdout: a JSON object (a whole result, maybe `tool_use`) or plain completion text."""
+    stripped = out.strip()
+    if stripped.startswith("{"):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            return sampling_result(stripped)
+        return structured_sampling_result(value, where)
+    return sampling_result(stripped)
+
+
 def prompt_text(params: t.CreateMessageRequestParams) -> str:
     """The last user message's text: what `echo`, `cmd:` and answers files key on."""
     return last_user_text(params.model_dump(mode="json", by_alias=True, exclude_none=True).get("messages"))
 
 
 def check_sampling_mode(mode: str) -> str:
-    if mode in ("echo", "ask", "none") or (mode.startswith("cmd:") and mode[4:].strip()):
+    if mode in ("echo", "ask", "none") or (mode.startswith(("cmd:", "json:")) and mode.partition(":")[2].strip()):
         return mode
-    raise UsageError(f"--sampling must be echo, ask, none or cmd:COMMAND, not {mode!r}")
+    raise UsageError(f"--sampling must be echo, ask, none, cmd:COMMAND or json:COMMAND, not {mode!r}")
 
 
 async def run_command(command: str, prompt: str) -> str:
-    """`--sampling cmd:...`: the prompt on the command's stdin, its stdout is the completion."""
+    """`--sampling cmd:...`: the prompt on the command's stdin, its stdout is the completion
+    (`json:...`: the request as JSON in, a result or text out)."""
     argv = shlex.split(command)
     try:
         process = await asyncio.create_subprocess_exec(
@@ -164,11 +204,15 @@ __all__ = [
     "SAMPLING_MODEL",
     "Action",
     "AnswerBook",
+    "SamplingAnswer",
     "check_sampling_mode",
+    "command_answer",
     "elicit_result",
     "load_answers",
     "prompt_text",
     "root_of",
     "run_command",
+    "sampling_request_json",
     "sampling_result",
+    "structured_sampling_result",
 ]

@@ -155,7 +155,13 @@ def call(
     answers: Annotated[
         Path | None, typer.Option(help="JSON/YAML answers by key or question, for non-interactive runs")
     ] = None,
-    sampling: Annotated[str, typer.Option(help="Answer sampling: echo | ask | cmd:COMMAND | none")] = "ask",
+    sampling: Annotated[
+        str,
+        typer.Option(
+            help="Answer sampling: echo | ask | cmd:COMMAND (prompt text in, completion out) | json:COMMAND "
+            "(the request as JSON in, tools included; a result JSON, tool_use allowed, or text out) | none"
+        ),
+    ] = "ask",
     root: Annotated[list[str] | None, typer.Option("--root", help="A root (path or URI) to offer (repeatable)")] = None,
     tasks: Annotated[bool, typer.Option("--tasks/--no-tasks", help="Declare the tasks extension")] = True,
     legacy: Annotated[bool, typer.Option(help="Speak 2025-11-25 (initialize handshake) instead")] = False,

@@ -32,13 +32,17 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from mrtr._wire import JSONObject
 from mrtr.cli._answers import (
     AnswerBook,
+    SamplingAnswer,
     check_sampling_mode,
+    command_answer,
     elicit_result,
     load_answers,
     prompt_text,
     root_of,
     run_command,
+    sampling_request_json,
     sampling_result,
+    structured_sampling_result,
 )
 from mrtr.cli._errors import EXIT_OK, EXIT_TOOL_ERROR, Abandoned, CliError, UsageError
 from mrtr.cli._forms import CANCEL, FormRenderer, problems
@@ -129,7 +133,7 @@ class CallSession:
         except CliError as exc:
             raise self._refused(exc) from None
 
-    async def on_sample(self, context: Any, params: t.CreateMessageRequestParams) -> t.CreateMessageResult:
+    async def on_sample(self, context: Any, params: t.CreateMessageRequestParams) -> SamplingAnswer:
         if context is None:
             return await self.sample(params, legacy=False)
         try:
@@ -158,12 +162,18 @@ class CallSession:
             return self.form.ask_url(params, key)
         return self.form.ask_form(params, key)
 
-    async def sample(self, params: t.CreateMessageRequestParams, legacy: bool = False) -> t.CreateMessageResult:
+    async def sample(self, params: t.CreateMessageRequestParams, legacy: bool = False) -> SamplingAnswer:
         text = prompt_text(params)
         key = self.view.key_for("sampling/createMessage", text)
         # An explicit --sampling echo|cmd:... answers sampling; a `*` pattern meant for questions
         # that happens to match the prompt must not override it (an exact key or prompt still does).
         found, value = self._scripted(key, text, patterns=self.sampling in ("ask", "none"))
+        if found and isinstance(value, dict) and "content" in value:  # a whole result: tool_use blocks, say
+            result = structured_sampling_result(value, repr(key or text))
+            self.console.print(
+                f"[dim]  answers file → {escape(key or 'sampling')}: {result.stop_reason or 'answer'}[/]"
+            )
+            return result
         if found:
             completion = value.get("text") if isinstance(value, dict) else value
             if not isinstance(completion, str):
@@ -173,6 +183,14 @@ class CallSession:
         if self.sampling == "echo":
             self.console.print(f"[dim]  sampling (echo) → {escape(text[:60])}[/]")
             return sampling_result(text)
+        if self.sampling.startswith("json:"):
+            answer = command_answer(await run_command(self.sampling[5:], sampling_request_json(params)), repr(key))
+            blocks = answer.content if isinstance(answer.content, list) else [answer.content]
+            calls = [b.name for b in blocks if isinstance(b, t.ToolUseContent)]
+            texts = [b.text for b in blocks if isinstance(b, t.TextContent)]
+            shown = f"tool_use {', '.join(calls)}" if calls else " ".join(texts)
+            self.console.print(f"[dim]  sampling (json) → {escape(shown[:60])}[/]")
+            return answer
         if self.sampling.startswith("cmd:"):
             completion = await run_command(self.sampling[4:], text)
             self.console.print(f"[dim]  sampling (cmd) → {escape(completion[:60])}[/]")
@@ -329,6 +347,7 @@ async def run_call(request: CallRequest, console: Console, out: Console, interac
         on_result=(lambda method, result: session.view.observe_result(result, method)) if http is not None else None,
         elicitation_callback=session.on_elicit,
         sampling_callback=None if session.sampling == "none" else session.on_sample,
+        sampling_tools=session.sampling.startswith("json:"),  # the command sees the tools, may answer tool_use
         roots=session.list_roots if request.roots else None,
         mode="legacy" if request.legacy else "auto",
         max_rounds=request.max_rounds,

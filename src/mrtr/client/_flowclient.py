@@ -49,9 +49,11 @@ from mrtr.client._transport import (
 )
 
 ElicitHandler = Callable[[t.ElicitRequestParams], Awaitable[t.ElicitResult]]
-SampleHandler = Callable[[t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
+SampleHandler = Callable[
+    [t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult | t.CreateMessageResultWithTools]
+]
 RootsHandler = Callable[[], Awaitable[Sequence[t.Root] | t.ListRootsResult]]
-Answer = t.ElicitResult | t.CreateMessageResult | t.ListRootsResult
+Answer = t.ElicitResult | t.CreateMessageResult | t.CreateMessageResultWithTools | t.ListRootsResult
 """A handler's answer to one ask, sent back as its wire JSON (`inputResponses`)."""
 
 
@@ -67,7 +69,9 @@ class CarrierParams(TypedDict, total=False):
 
 # The callbacks of `mcp.Client`, accepted as they are.
 McpElicitCallback = Callable[[Any, t.ElicitRequestParams], Awaitable[t.ElicitResult]]
-McpSampleCallback = Callable[[Any, t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult]]
+McpSampleCallback = Callable[
+    [Any, t.CreateMessageRequestParams], Awaitable[t.CreateMessageResult | t.CreateMessageResultWithTools]
+]
 McpRootsCallback = Callable[[Any], Awaitable[t.ListRootsResult]]
 
 
@@ -165,6 +169,12 @@ class FlowClient:
     before the session reads it: for wire displays such as `mrtr call`'s."""
     listen: bool = True
     """Follow tasks by listening for `notifications/tasks` where the server offers it (else poll)."""
+    sampling_tools: bool = False
+    """Declare the client's `sampling.tools` capability: the server may then send `tools` (and
+    `toolChoice`) with its sampling requests (FastMCP's `ctx.sample(tools=..., result_type=...)`,
+    mrtr's `ctx.sample(tools=...)`), and `sample` may answer with `tool_use` blocks: a
+    `CreateMessageResultWithTools` whose `stopReason` is `"toolUse"`. Without it, a server that
+    samples with tools fails the call with -32021, naming the capability."""
     client_options: dict[str, Any] = field(default_factory=dict)
     """Extra options for `mcp.Client` (stdio, in-process, legacy HTTP) or `ClientSession` (2026-07-28 HTTP)."""
     _client: Client | None = field(init=False, default=None)
@@ -196,6 +206,8 @@ class FlowClient:
                 "resends after a 502 or a reset, and a failed server/discover taken for a legacy server. Give the "
                 "URL and your HTTP client instead: FlowClient(url, http_client=httpx2.AsyncClient(...), auth=...)"
             )
+        if self.sampling_tools and self.sample is None:
+            raise ValueError("sampling_tools=True declares tool use in sampling: give sample= (or sampling_callback=)")
         if (self.http_client is not None or self.auth is not None) and not isinstance(self.server, str):
             raise TypeError("http_client= and auth= apply to a server URL (HTTP), not to stdio or in-process servers")
 
@@ -249,6 +261,14 @@ class FlowClient:
             self._task_extension = TasksClient(self._answer, on_status=self.on_task, listen=self.listen)
         return [self._task_extension]
 
+    def _options(self) -> dict[str, Any]:
+        """`client_options`, with `sampling_capabilities` declaring tools when `sampling_tools` asks for it."""
+        options = dict(self.client_options)
+        if self.sampling_tools:
+            given = options.get("sampling_capabilities") or t.SamplingCapability()
+            options["sampling_capabilities"] = given.model_copy(update={"tools": t.SamplingToolsCapability()})
+        return options
+
     def _callbacks(self) -> dict[str, Any]:
         return {
             "elicitation_callback": self._on_elicit if self.elicit else None,
@@ -257,7 +277,7 @@ class FlowClient:
         }
 
     async def _open_sdk(self, stack: AsyncExitStack, mode: str) -> None:
-        options = dict(self.client_options)
+        options = self._options()
         options["extensions"] = [*options.get("extensions", ()), *self._extensions()]
         options.setdefault("read_timeout_seconds", self.timeout)
         server = self.server
@@ -293,7 +313,7 @@ class FlowClient:
                 on_result=self.on_result,
             )
         )
-        options = dict(self.client_options)
+        options = self._options()
         extensions = [*options.pop("extensions", ()), *self._extensions()]
         prior_discover = options.pop("prior_discover", None)
         for client_only in ("read_timeout_seconds", "cache", "raise_exceptions", "input_required_max_rounds"):
@@ -483,7 +503,7 @@ class FlowClient:
 
     async def _on_sample(
         self, context: ClientRequestContext, params: t.CreateMessageRequestParams
-    ) -> t.CreateMessageResult:
+    ) -> t.CreateMessageResult | t.CreateMessageResultWithTools:
         if self.sampling_callback is not None:
             return await self.sampling_callback(context, params)
         assert self.sample is not None

@@ -15,8 +15,9 @@ An answer that does not fit is asked again, as for any mrtr form.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar, overload
 
@@ -33,11 +34,24 @@ from fastmcp.server.elicitation import (
 )
 from mcp_types import ModelPreferences, Root, SamplingMessage
 
+from mrtr._engine.asks import described_form
 from mrtr._engine.context import FlowContext, tracked_by_flow
 from mrtr.fastmcp import _sampling as sampling
 from mrtr.fastmcp._sampling import SampleStep, SamplingResult, SamplingTool, SamplingTools, ToolChoiceOption
 
 ResultT = TypeVar("ResultT")
+
+
+def form_config(response_type: Any, title: str | None = None, description: str | None = None) -> ElicitConfig:
+    """FastMCP's own form for `response_type`, each field's constraints also said in its description
+    (`mrtr._engine.asks.described_form`); a constraint no form can carry is a `TypeError`."""
+    config = parse_elicit_response_type(response_type, title, description)
+    where = getattr(response_type, "__name__", None) or repr(response_type)
+    return dataclasses.replace(config, schema=described_form(config.schema, where))
+
+
+def _anything(content: Any) -> None:
+    """Every answer is journaled as given: an empty form's answer is judged after, as 3.x judged it."""
 
 
 class FlowsContext(Context):
@@ -66,7 +80,8 @@ class FlowsContext(Context):
         """Ask the user, as FastMCP 3.x's `ctx.elicit` did; refusals are returned, not raised.
 
         `response_type=None` (3.x's deprecated bare confirmation, refused by FastMCP 4) asks an
-        empty form: accepted, the data is `{}`. It warns as 3.x did.
+        empty form: accepted, the data is None; a non-empty answer fails the call with 3.x's
+        "Elicitation expected an empty response" (it is not asked again). It warns as 3.x did.
         """
         if response_type is None:
             if fastmcp.settings.deprecation_warnings:
@@ -80,11 +95,17 @@ class FlowsContext(Context):
             if response_title is not None or response_description is not None:
                 raise TypeError("response_title and response_description label a field; response_type=None has none")
             config = ElicitConfig(schema={"type": "object", "properties": {}}, response_type=None, is_raw=False)
+            validate: Callable[[Any], object] = _anything  # 3.x fails a non-empty answer, below: never asks again
         else:
-            config = parse_elicit_response_type(response_type, response_title, response_description)
-        answer = await self._mrtr_flow.ask_form(message, config.schema, partial(handle_elicit_accept, config))
+            config = form_config(response_type, response_title, response_description)
+            validate = partial(handle_elicit_accept, config)
+        answer = await self._mrtr_flow.ask_form(message, config.schema, validate)
         if answer.get("action") == "accept":
-            return handle_elicit_accept(config, answer.get("content") or {})
+            # 3.x's own checks: a non-empty answer to an empty form is "Elicitation expected an empty response"
+            accepted = handle_elicit_accept(config, answer.get("content") or {})
+            if response_type is None:  # a bare confirmation carries no data: None, as a 3.x tool returned it
+                return AcceptedElicitation[Any](data=None)
+            return accepted
         if answer.get("action") == "decline":
             return DeclinedElicitation()
         return CancelledElicitation()

@@ -27,7 +27,7 @@ from fastmcp.tools import FunctionTool, ToolResult
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, SubscriptionBus
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult
+from mcp_types import CallToolRequestParams, CallToolResult, InputRequiredResult, ToolExecution
 from starlette.applications import Starlette
 from typing_extensions import Unpack
 
@@ -38,6 +38,7 @@ from mrtr._errors import FlowDefinitionError, InputRefused
 from mrtr._host.adapter import Host, Running
 from mrtr._host.base import BaseFlows
 from mrtr._host.call import Refused, Rejected, Unavailable, Value
+from mrtr._host.checks import context_param, elicit_schemas
 from mrtr._host.core import HostCore
 from mrtr._host.instance import InstanceHeader
 from mrtr._host.options import FlowsOptions, HostOptions, ToolOptions, flow_options
@@ -45,7 +46,8 @@ from mrtr._host.registration import entry_point, refused_as_client_error, reject
 from mrtr._wire import TASKS_EXTENSION
 from mrtr.fastmcp import _internals as internals
 from mrtr.fastmcp._client_errors import QuietClientError, quiet_prompt_error, quiet_tool_error
-from mrtr.fastmcp._context import FlowsContext
+from mrtr.fastmcp._context import FlowsContext, form_config
+from mrtr.fastmcp._dependencies import with_dependencies
 from mrtr.fastmcp._tasks import FastMCPTasks, TaskStartedResult, serve_listen
 from mrtr.tasks._extension import TasksExtension
 from mrtr.tasks._listen import ListenHandler
@@ -110,9 +112,12 @@ class Flows(BaseFlows):
             fastmcp_options["meta"] = dict(fastmcp_options.get("meta") or {}) | {"ui": True if app is True else app}
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow)
-            entry = self._entry(fn, spec, _refused_as_tool_error)
+            body = self._resolving(fn, name, flow)
+            spec = self._spec(body, name, flow)
+            entry = self._entry(body, spec, _refused_as_tool_error)
             tool = FunctionTool.from_function(entry, name=spec.name, **fastmcp_options)
+            if spec.task != "never" and tool.execution is None:  # tools/list says a task may answer, as FastMCP's do
+                tool.execution = ToolExecution(task_support=spec.task)
             self.mcp.add_tool(tool)
             if spec.task != "never":  # a task's result is converted by FastMCP, exactly as the call's would be
                 self._core.register_task(spec, functools.partial(_tool_result, tool))
@@ -127,8 +132,9 @@ class Flows(BaseFlows):
         flow, fastmcp_options = flow_options("prompt", options, _FASTMCP_KEYWORDS["prompt"])
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow)
-            self.mcp.prompt(self._entry(fn, spec, refused_as_client_error(spec)), name=spec.name, **fastmcp_options)
+            body = self._resolving(fn, name, flow)
+            spec = self._spec(body, name, flow)
+            self.mcp.prompt(self._entry(body, spec, refused_as_client_error(spec)), name=spec.name, **fastmcp_options)
             return fn
 
         return decorator
@@ -140,9 +146,10 @@ class Flows(BaseFlows):
         flow, fastmcp_options = flow_options("resource", options, _FASTMCP_KEYWORDS["resource"])
 
         def decorator(fn: F) -> F:
-            spec = self._spec(fn, name, flow)
+            body = self._resolving(fn, name, flow)
+            spec = self._spec(body, name, flow)
             self.mcp.resource(uri, name=spec.name, **fastmcp_options)(
-                self._entry(fn, spec, refused_as_client_error(spec))
+                self._entry(body, spec, refused_as_client_error(spec))
             )
             return fn
 
@@ -150,9 +157,22 @@ class Flows(BaseFlows):
 
     # -- internals --------------------------------------------------------------------------
 
+    def _resolving(self, fn: Callable[..., Any], name: str | None, flow: ToolOptions) -> Callable[..., Any]:
+        """`fn` with its FastMCP dependency parameters resolved on each run (see `._dependencies`)."""
+        try:
+            ctx_param = context_param(
+                fn, name or fn.__name__, host_context=Context, task=flow.get("task", "never") != "never"
+            )
+        except FlowDefinitionError:
+            return fn  # refused by the host core's checks, with the same message
+        return with_dependencies(fn, ctx_param, self.mcp, functools.partial(_fastmcp_context, self.mcp))
+
     def _spec(self, fn: Callable[..., Any], name: str | None, flow: ToolOptions) -> FlowSpec:
         wrap = functools.partial(_fastmcp_context, self.mcp)
-        return self._core.spec(fn, name, flow, host_context=Context, wrap_host_context=wrap)
+        spec = self._core.spec(fn, name, flow, host_context=Context, wrap_host_context=wrap)
+        if spec.ctx_param is not None and spec.wrap_context is not None:
+            _check_response_types(fn, spec)
+        return spec
 
     def _entry(
         self, fn: Callable[..., Any], spec: FlowSpec, refused: Callable[[InputRefused], Exception]
@@ -253,6 +273,19 @@ class _FastMCPHost(Host):
             )
         serve_listen(self.server, listen)  # FastMCP serves no `subscriptions/listen` of its own
         self.server.add_extension(FastMCPTasks(extension, running))  # its lifespan runs the worker and the bus
+
+
+def _check_response_types(fn: Callable[..., Any], spec: FlowSpec) -> None:
+    """Build the form of every `ctx.elicit(..., response_type=X)` the source names, so a form no
+    client can show, or a constraint no form can carry, fails at registration, not at the first ask."""
+    assert spec.ctx_param is not None
+    for line, response_type in elicit_schemas(fn, spec.ctx_param, keyword="response_type"):
+        if response_type is None or isinstance(response_type, dict | list):
+            continue  # an empty form, or FastMCP's raw shorthand: checked when asked
+        try:
+            form_config(response_type)
+        except TypeError as exc:
+            raise FlowDefinitionError(f"flow {spec.name!r}, line {line}: {exc}") from None
 
 
 def _fastmcp_context(mcp: FastMCP[Any], flow: FlowContext) -> FlowsContext:

@@ -7,6 +7,9 @@ expects, not deep in a request.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fastmcp import Context, FastMCP
@@ -71,6 +74,29 @@ def lowlevel_server(mcp: FastMCP[Any]) -> Any:
     return lowlevel
 
 
+@contextmanager
+def serving(mcp: FastMCP[Any]) -> Iterator[None]:
+    """FastMCP's current-server variable set to `mcp` while dependencies resolve, if nothing set it.
+
+    A request sets it; a durable task's run on a worker has no request, and FastMCP's
+    `CurrentFastMCP()` (and other dependencies reading the server) need it.
+    """
+    from fastmcp.server import dependencies
+
+    current = getattr(dependencies, "_current_server", None)
+    if current is None:
+        raise FastMCPChanged("fastmcp.server.dependencies._current_server (the server dependencies resolve for)")
+    ref = current.get()
+    if ref is not None and ref() is not None:
+        yield
+        return
+    token = current.set(weakref.ref(mcp))
+    try:
+        yield
+    finally:
+        current.reset(token)
+
+
 def add_request_handler(mcp: FastMCP[Any], method: str, params_type: Any, handler: Any) -> None:
     """Serve a spec method FastMCP does not serve, through the SDK's public `Server.add_request_handler`
     on the low-level server FastMCP wraps (`FastMCP._mcp_server`). Extension `MethodBinding`s
@@ -89,5 +115,6 @@ __all__ = [
     "has_extension",
     "lowlevel_server",
     "request_wire",
+    "serving",
     "state_security",
 ]

@@ -54,6 +54,7 @@ from mcp_types import Tool as WireTool
 from pydantic import TypeAdapter, ValidationError
 
 from mrtr._engine.context import FlowContext
+from mrtr._errors import FlowError
 from mrtr._wire import JSONObject
 from mrtr.fastmcp import _internals as internals
 
@@ -129,7 +130,10 @@ class SamplingTool:
     sequential: bool = False
     """Run every tool of a batch that contains this one, one at a time (shared state, files...)."""
     pure: bool = field(default=False, repr=False)
-    """No side effect and a deterministic value (the synthetic `final_response`): run inline, not as a step."""
+    """No side effect and a deterministic value (the synthetic `final_response`): nothing is journaled for its
+    calls, it simply runs again on every round. Without it (the default) a call runs in the flow, may ask
+    (`ctx.elicit`, `ctx.sample`, `ctx.list_roots`) across rounds, and is journaled once it returns, so it
+    does not run again. It changes only what is journaled: a tool that asks works either way."""
 
     @classmethod
     def from_function(
@@ -420,8 +424,8 @@ async def _run_call(
         return _result(call, f"Error: Unknown tool '{call.name}'", error=True)
     if tool.pure:
         outcome = await run_tool(tool, call.input, mask)
-    else:
-        outcome = await flow.step(step_name(tool.name), run_tool, tool, call.input, mask)
+    else:  # in the flow, so the tool may ask (ctx.elicit, ctx.sample, ctx.list_roots); journaled once it returns
+        outcome = await flow.inline_step(step_name(tool.name), run_tool, tool, call.input, mask)
     return _result(call, outcome["text"], error=outcome["error"])
 
 
@@ -448,6 +452,8 @@ async def run_tool(tool: SamplingTool, arguments: Mapping[str, Any], mask: bool)
     """
     try:
         value = await _call(tool.fn, arguments)
+    except FlowError:
+        raise  # the flow's own mistake (a reused key, a journal that diverged): not the model's to hear
     except ToolError as exc:
         logger.info("sampling tool %r raised ToolError: %s", tool.name, exc)
         return {"text": str(exc), "error": True}

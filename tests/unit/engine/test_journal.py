@@ -39,7 +39,9 @@ def test_every_field_this_version_writes_is_read_back_as_that_field() -> None:
     journal.markers.add("v2")
     journal.origins["k1"] = "0"
     journal.reworded = 1
+    journal.rejected["k1"] = 2
     again = codec.decode(codec.encode(journal))
+    assert again.rejected == {"k1": 2}
     assert again.extras == {}
     again.origins["k2"] = "1.0"
     assert codec.decode(codec.encode(again)).origins == {"k1": "0", "k2": "1.0"}
