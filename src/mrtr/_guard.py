@@ -12,7 +12,8 @@ any flow code runs:
   (a shed round hands out a new state for the same `rounds`: it is a new round).
 - The first arrival *claims* it atomically, recording a digest of its `inputResponses` and
   an in-flight lease (on the ledger's clock) that it renews while the round runs.
-- Other answers for a claimed round are a fork: -32602, `reason: "request_state_forked"`.
+- Other answers for a claimed round are a fork: -32602, `reason: "request_state_forked"`,
+  unless they are a client going "Back" where that is safe (below).
 - The same answers again (a client retrying after a lost response) get the stored outcome
   of the first run, so no step runs twice; past `max_outcome_bytes` the outcome is not kept
   and the resend gets -32602, `reason: "request_state_consumed"`.
@@ -25,6 +26,20 @@ any flow code runs:
 - Entries expire with the flow's deadline or the state's TTL, whichever comes first.
 
 A round with no `requestState` (a flow's first) starts a new flow and is not guarded.
+
+"Back" (a wizard's previous page: an earlier round's `requestState` sent again with other
+answers) takes the new answers when nothing would run twice: the round finished, no step
+finished in it nor in any round after it on its branch, and none of those rounds is still
+running (one that is: the re-answer waits for it, as a resend does) or died unfinished. The
+ledger links each round to the round its outcome handed out, and marks every later round of
+the branch left behind superseded: their states are refused, -32602, `reason:
+"request_state_superseded"`, so the flow still has one branch. A re-answer after a step
+finished stays a fork. A ledger without `rewind_round` (`RoundRewinding`), or
+`ReplayGuard(back=False)`, refuses every re-answer as a fork.
+
+On the hot path a round costs one ledger round trip: its claim. Its outcome is recorded in the
+background once the round has answered (a resend arriving before that waits for it, as for a
+round still running); `close()` waits for those writes.
 """
 
 from __future__ import annotations
@@ -48,6 +63,7 @@ from mrtr._engine.spec import TaskStarted
 from mrtr._errors import Cancelled, Declined, FlowError, InputRefused, StoreUnavailable
 from mrtr._telemetry import tracing
 from mrtr._wire import CreateTaskResult
+from mrtr.stores._abilities import can_rewind_rounds
 
 if TYPE_CHECKING:
     from mrtr._engine.journal import Journal
@@ -61,6 +77,7 @@ _OUTCOME = "mrtr/round-outcome/v1"
 FORKED = "request_state_forked"
 CONSUMED = "request_state_consumed"
 IN_FLIGHT = "request_state_in_flight"
+SUPERSEDED = "request_state_superseded"
 UNAVAILABLE = "replay_guard_unavailable"
 
 logger = logging.getLogger("mrtr.guard")
@@ -80,6 +97,8 @@ class ReplayGuard:
         max_outcome_bytes: Largest outcome kept for resends (JSON bytes).
         state_ttl: Seconds a round's state is accepted at all (the SDK's
             `RequestStateSecurity.ttl`); `Flows` fills it in from the server.
+        back: Whether a client may re-answer an earlier round when no step finished since
+            ("Back", see the module docstring); False refuses every re-answer as a fork.
 
     The outcome kept for resends is the flow's answer (its result, its next asks): with
     `seal` set (`Flows` gives the server's key ring unless `seal_at_rest=False`), it is
@@ -94,6 +113,7 @@ class ReplayGuard:
         max_wait: float = 30.0,
         max_outcome_bytes: int = 64 * 1024,
         state_ttl: float | None = None,
+        back: bool = True,
     ) -> None:
         if lease <= 0 or max_wait < 0:
             raise ValueError("lease must be positive and max_wait not negative")
@@ -106,6 +126,9 @@ class ReplayGuard:
         """Seals the outcomes kept for resends (`mrtr.stores.RecordSeal`); None: kept as plain JSON."""
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._claims = 0
+        self.back = back and can_rewind_rounds(ledger)
+        self._rewinds = can_rewind_rounds(ledger)
+        self._writes: set[asyncio.Task[None]] = set()
 
     async def __call__(self, round: Round, call_next: CallNext) -> Any:
         """The round policy (`mrtr._engine.round`): a round that brings state runs at most once."""
@@ -132,6 +155,7 @@ class ReplayGuard:
         if outcome is not None:
             body.close()
             return _replayed(spec, outcome)
+        steps = len(journal.steps)
         renewing = asyncio.get_running_loop().create_task(self._renew(round_id))
         try:
             value = await body
@@ -140,12 +164,22 @@ class ReplayGuard:
         except StoreUnavailable:
             raise  # not an outcome: the retry it asks for takes the round over once the lease lapses
         except BaseException as exc:
-            await self._finish(round_id, _error_outcome(spec, exc))
+            self._record(round_id, _error_outcome(spec, exc), None, len(journal.steps) > steps)
             raise
         finally:
             renewing.cancel()
-        await self._finish(round_id, _value_outcome(value))
+        next_round = None
+        if type(value) is InputRequiredResult and value.request_state:
+            next_round = f"{journal.flow_id}:{journal.rounds}:{_digest(value.request_state)[:22]}"
+        stepped = len(journal.steps) > steps or isinstance(value, TaskStarted)
+        self._record(round_id, _value_outcome(value), next_round, stepped)
         return value
+
+    def _record(self, round_id: str, outcome: dict[str, Any], next_round: str | None, stepped: bool) -> None:
+        """Record a round's outcome off the hot path: the round answers without waiting for it."""
+        write = asyncio.get_running_loop().create_task(self._finish(round_id, outcome, next_round, stepped))
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
 
     async def _claim(self, spec: FlowSpec, journal: Journal, round_id: str, digest: str) -> dict[str, Any] | None:
         now = time.time()
@@ -161,6 +195,8 @@ class ReplayGuard:
         for _ in range(10_000):  # bounded by `max_wait` in practice
             try:
                 verdict, stored = await self.ledger.claim_round(round_id, digest, self.owner, self.lease, expires_at)
+                if verdict == "forked" and self.back:
+                    verdict, stored = await self._go_back(round_id, digest, expires_at)
             except StoreUnavailable as exc:  # fail closed, precisely: no round runs unguarded
                 raise StoreUnavailable(exc.store, exc.detail, reason=UNAVAILABLE, flow=spec.name) from exc
             except Exception as exc:  # a ledger of another kind: fail closed all the same
@@ -172,6 +208,10 @@ class ReplayGuard:
                 return None
             if verdict == "forked":
                 raise _refused(spec, FORKED, "this round was already answered differently; the flow cannot fork")
+            if verdict == "superseded":
+                raise _refused(
+                    spec, SUPERSEDED, "an earlier round of this flow was answered again since; continue from there"
+                )
             if verdict == "done":
                 return self._open(round_id, stored) if stored else {"k": "consumed"}
             if verdict == "busy":
@@ -181,6 +221,17 @@ class ReplayGuard:
                 await asyncio.sleep(min(delay, remaining))
                 delay = min(delay * 2, 0.25)
         raise _refused(spec, IN_FLIGHT, "this round is still being served by another request; retry shortly")
+
+    async def _go_back(self, round_id: str, digest: str, expires_at: float) -> tuple[str, str | None]:
+        """Other answers for a claimed round: "Back", where no step finished since (module docstring)."""
+        ledger = self.ledger
+        assert can_rewind_rounds(ledger)
+        verdict, _ = await ledger.rewind_round(round_id, digest, self.owner, self.lease, expires_at)
+        if verdict == "claimed":
+            logger.info("replay guard: round %s answered again (Back); the rounds after it are superseded", round_id)
+        if verdict in ("same", "retry"):
+            return "retry", None  # claim it as usual on the next pass
+        return verdict, None
 
     async def _renew(self, round_id: str) -> None:
         interval = self.lease / 3
@@ -192,15 +243,22 @@ class ReplayGuard:
             except StoreUnavailable:
                 continue  # logged once per burst by the store; the next beat tries again
 
-    async def _finish(self, round_id: str, outcome: dict[str, Any]) -> None:
+    async def _finish(
+        self, round_id: str, outcome: dict[str, Any], next_round: str | None = None, stepped: bool = False
+    ) -> None:
         text = json.dumps(outcome, separators=(",", ":"))
         if len(text.encode()) > self.max_outcome_bytes:
             text = '{"k":"consumed"}'
         codec = None if self.seal is None else self.seal.codec
         if codec is not None:
             text = codec.seal(json.dumps({"k": _OUTCOME, "r": round_id, "o": text}, separators=(",", ":")).encode())
+        ledger = self.ledger
         try:
-            await self.ledger.finish_round(round_id, self.owner, text)
+            if self._rewinds:
+                assert can_rewind_rounds(ledger)
+                await ledger.finish_round_linked(round_id, self.owner, text, next_round, stepped)
+            else:
+                await ledger.finish_round(round_id, self.owner, text)
         except StoreUnavailable:
             pass  # the round ran: answer it (logged once per burst by the store); a resend waits out the lease
         except Exception:
@@ -225,7 +283,13 @@ class ReplayGuard:
             logger.warning("replay guard: the kept outcome of round %s does not open; its resend is refused", round_id)
             return {"k": "consumed"}
 
+    async def drain(self) -> None:
+        """Wait for the outcomes still being recorded (a round answers before its outcome is kept)."""
+        while self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)
+
     async def close(self) -> None:
+        await self.drain()
         await self.ledger.close()
 
 
@@ -308,6 +372,7 @@ __all__ = [
     "CONSUMED",
     "FORKED",
     "IN_FLIGHT",
+    "SUPERSEDED",
     "UNAVAILABLE",
     "ReplayGuard",
     "open_guard",

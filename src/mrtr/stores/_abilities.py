@@ -10,6 +10,9 @@ guard (`has_clock(store)`, `is_shared(store)`, ...), never by probing for an att
 - `BatchLoading`: `load_many(ids, now)`, many records in one round trip (`load_many` below
   reads any store, a few ids at a time where it cannot batch);
 - `RoundLedger`: where the replay guard (`mrtr._guard`) records rounds;
+- `RoundRewinding`: a ledger that links each round to the next and lets a client re-answer an
+  earlier round ("Back") when no step finished since (`rewind_round`); without it, every
+  re-answer is a fork and refused;
 - `SharedStore`: a store every instance of a fleet reaches (Redis, PostgreSQL; a SQLite file
   is one host's): all of the above, a fleet bus on the same broker (`fleet_bus()`) and where
   it is, password redacted, for logs (`where`).
@@ -77,7 +80,9 @@ class RoundLedger(Protocol):
         - `("forked", None)`: claimed with another digest;
         - `("done", outcome)`: finished with the same digest;
         - `("busy", None)`: in flight with the same digest under a live lease;
-        - `("retry", None)`: it vanished mid-call; claim again.
+        - `("retry", None)`: it vanished mid-call; claim again;
+        - `("superseded", None)`: only from a `RoundRewinding` ledger: the round belongs to a
+          branch a client left by re-answering an earlier round.
         """
         ...
 
@@ -90,6 +95,39 @@ class RoundLedger(Protocol):
     async def purge_rounds(self) -> int: ...
 
     async def close(self) -> None: ...
+
+
+class RoundRewinding(RoundLedger, Protocol):
+    """A round ledger that knows which round each round led to, so that a client may go "Back".
+
+    `finish_round_linked` records, with the outcome, the round the outcome hands out next
+    (`next_round`, None for a final answer) and whether a step finished during the round
+    (`stepped`). `rewind_round` then lets other answers take an earlier, finished round over
+    when neither it nor any round after it on its branch finished a step, and marks every
+    later round of the branch left behind superseded (a claim of one: `"superseded"`).
+    """
+
+    async def finish_round_linked(
+        self, round_id: str, owner: str, outcome: str, next_round: str | None, stepped: bool
+    ) -> bool:
+        """`finish_round`, also recording the link to `next_round` and whether a step finished."""
+        ...
+
+    async def rewind_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        """Re-answer a finished round with `digest`, atomically, returning one of:
+
+        - `("claimed", None)`: taken over by `owner` with the new digest; every later round of
+          the branch it led to is superseded;
+        - `("forked", None)`: a step finished in it or after it on its branch, or a run of it
+          or of a later round died unfinished (a step may have run): the fork stays refused;
+        - `("busy", None)`: it or a later round of its branch is still running: try again;
+        - `("same", None)`: it already carries `digest`: claim it as usual;
+        - `("superseded", None)`: it is itself on a branch left behind;
+        - `("retry", None)`: it vanished (expired): claim it as usual.
+        """
+        ...
 
 
 class SharedStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundLedger, Protocol):
@@ -131,6 +169,11 @@ def has_load_many(store: object) -> TypeIs[BatchLoading]:
     return _offers(store, "load_many")
 
 
+def can_rewind_rounds(store: object) -> TypeIs[RoundRewinding]:
+    """Whether the replay guard can let a client re-answer an earlier round in `store` (`RoundRewinding`)."""
+    return all(_offers(store, name) for name in _REWIND)
+
+
 def is_round_ledger(store: object) -> TypeIs[RoundLedger]:
     """Whether the replay guard can record rounds in `store` (`RoundLedger`)."""
     return all(_offers(store, name) for name in _LEDGER)
@@ -143,6 +186,7 @@ def is_shared(store: object) -> TypeIs[SharedStore]:
 
 _TASKS = ("create", "load", "save", "claimable", "purge_expired", "list_tasks", "count_by_status", "flows")
 _LEDGER = ("claim_round", "renew_round", "finish_round", "purge_rounds", "close")
+_REWIND = (*_LEDGER, "finish_round_linked", "rewind_round")
 _SHARED = (*_TASKS, *_LEDGER, "count_expired", "clock", "next_wake", "load_many", "fleet_bus", "where")
 
 
@@ -190,12 +234,14 @@ __all__ = [
     "BatchLoading",
     "Clocked",
     "RoundLedger",
+    "RoundRewinding",
     "SharedStore",
     "WakeIndexed",
     "WrappedStore",
     "has_clock",
     "has_load_many",
     "has_next_wake",
+    "can_rewind_rounds",
     "is_round_ledger",
     "is_shared",
     "load_many",
