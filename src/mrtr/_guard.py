@@ -37,9 +37,13 @@ the branch left behind superseded: their states are refused, -32602, `reason:
 finished stays a fork. A ledger without `rewind_round` (`RoundRewinding`), or
 `ReplayGuard(back=False)`, refuses every re-answer as a fork.
 
-On the hot path a round costs one ledger round trip: its claim. Its outcome is recorded in the
-background once the round has answered (a resend arriving before that waits for it, as for a
-round still running); `close()` waits for those writes.
+On the hot path a round costs one ledger round trip, its claim, and the claim goes out while
+the round's replayed code runs: only the round's first side effect (a new step, a task started)
+waits for it (`Round.gate`). A run whose claim is refused is dropped, whatever it reached. The
+round's outcome is recorded after the round answered: at once when a step finished in it, else
+with the flow's next claim where the ledger can (`RoundPipelining`: Redis, one script), or on
+its own after `HOLD` seconds. A resend arriving before the outcome is recorded waits for it, as
+for a round still running; `close()` (and a server's shutdown) writes every outcome held.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.request_state import InvalidRequestState
@@ -63,7 +68,7 @@ from mrtr._engine.spec import TaskStarted
 from mrtr._errors import Cancelled, Declined, FlowError, InputRefused, StoreUnavailable
 from mrtr._telemetry import tracing
 from mrtr._wire import CreateTaskResult
-from mrtr.stores._abilities import can_rewind_rounds
+from mrtr.stores._abilities import can_pipeline_rounds, can_rewind_rounds
 
 if TYPE_CHECKING:
     from mrtr._engine.journal import Journal
@@ -81,6 +86,9 @@ SUPERSEDED = "request_state_superseded"
 UNAVAILABLE = "replay_guard_unavailable"
 
 logger = logging.getLogger("mrtr.guard")
+
+HOLD = 0.05
+"""Seconds the outcome of a round no step finished in waits for its flow's next claim to carry it."""
 
 _PURGE_EVERY = 256  # claims between sweeps of expired rounds (SQL ledgers; Redis expires keys itself)
 
@@ -129,13 +137,16 @@ class ReplayGuard:
         self.back = back and can_rewind_rounds(ledger)
         self._rewinds = can_rewind_rounds(ledger)
         self._writes: set[asyncio.Task[None]] = set()
+        self._pipelines = can_pipeline_rounds(ledger)
+        self._held: dict[str, _Held] = {}
+        """flow id -> the outcome of its last round, held for its next claim to carry."""
 
     async def __call__(self, round: Round, call_next: CallNext) -> Any:
         """The round policy (`mrtr._engine.round`): a round that brings state runs at most once."""
         if not round.state:  # a call's first round: nothing to replay
             return await call_next(round)
         assert round.journal is not None
-        return await self.guarded(round.spec, round.journal, round.state, round.answers, call_next(round))
+        return await self.guarded(round.spec, round.journal, round.state, round.answers, call_next(round), round)
 
     async def guarded(
         self,
@@ -144,42 +155,105 @@ class ReplayGuard:
         state: str,
         answers: Mapping[str, Any],
         body: Coroutine[Any, Any, Any],
+        round: Round | None = None,
     ) -> Any:
-        """Run `body` (one round of `spec`) at most once fleet-wide; see the module docstring."""
+        """Run `body` (one round of `spec`) at most once fleet-wide; see the module docstring.
+
+        With `round` (the request `body` serves), the claim goes out while `body` runs: the
+        engine holds the round's first side effect (`Round.gate`) until the claim is this
+        run's, and a run whose claim is refused is dropped, whatever it reached. Without it,
+        the claim is settled before `body` starts.
+        """
         round_id = f"{journal.flow_id}:{journal.rounds}:{_digest(state)[:22]}"
-        try:
-            outcome = await self._claim(spec, journal, round_id, _digest(_canonical(answers)))
-        except BaseException:
-            body.close()
-            raise
-        if outcome is not None:
-            body.close()
-            return _replayed(spec, outcome)
         steps = len(journal.steps)
-        renewing = asyncio.get_running_loop().create_task(self._renew(round_id))
+        claim = asyncio.get_running_loop().create_task(
+            self._claim(spec, journal, round_id, _digest(_canonical(answers)))
+        )
+        renewing: list[asyncio.Task[None] | asyncio.TimerHandle] = []
+        claim.add_done_callback(lambda done: self._start_renewing(done, round_id, renewing))
+        if round is not None:
+            round.gate = lambda: _hold(claim)
+        else:
+            await asyncio.wait([claim])
+        error: BaseException | None = None
         try:
-            value = await body
-        except asyncio.CancelledError:
-            raise  # this instance is going away mid-round: the lease lapses, a resend takes over
-        except StoreUnavailable:
-            raise  # not an outcome: the retry it asks for takes the round over once the lease lapses
-        except BaseException as exc:
-            self._record(round_id, _error_outcome(spec, exc), None, len(journal.steps) > steps)
-            raise
+            try:
+                value = await body
+            except asyncio.CancelledError:
+                claim.cancel()
+                raise  # this instance is going away mid-round: the lease lapses, a resend takes over
+            except BaseException as exc:
+                error = exc
+            outcome = await claim  # a refusal raises here: whatever the run reached is dropped
         finally:
-            renewing.cancel()
+            for task in renewing:
+                task.cancel()
+        if outcome is not None:
+            return _replayed(spec, outcome)
+        if error is not None:
+            if not isinstance(error, StoreUnavailable):
+                # (a store that did not answer is not an outcome: the retry it asks for takes
+                # the round over once the lease lapses)
+                failed = _error_outcome(spec, error)
+                self._record(round_id, lambda: failed, None, len(journal.steps) > steps)
+            raise error
         next_round = None
         if type(value) is InputRequiredResult and value.request_state:
             next_round = f"{journal.flow_id}:{journal.rounds}:{_digest(value.request_state)[:22]}"
         stepped = len(journal.steps) > steps or isinstance(value, TaskStarted)
-        self._record(round_id, _value_outcome(value), next_round, stepped)
+        self._record(round_id, lambda: _value_outcome(value), next_round, stepped)
         return value
 
-    def _record(self, round_id: str, outcome: dict[str, Any], next_round: str | None, stepped: bool) -> None:
-        """Record a round's outcome off the hot path: the round answers without waiting for it."""
+    def _start_renewing(
+        self, claim: asyncio.Task[Any], round_id: str, renewing: list[asyncio.Task[None] | asyncio.TimerHandle]
+    ) -> None:
+        """Once the round is this run's, renew its lease while the run goes on (most rounds end first)."""
+        if claim.cancelled() or claim.exception() is not None or claim.result() is not None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def renew() -> None:
+            renewing.append(loop.create_task(self._renew(round_id)))
+
+        renewing.append(loop.call_later(self.lease / 3, renew))
+
+    def _record(
+        self, round_id: str, outcome: Callable[[], dict[str, Any]], next_round: str | None, stepped: bool
+    ) -> None:
+        """Record a round's outcome off the hot path: the round answers without waiting for it.
+
+        The outcome of a round no step finished in, that hands out a next round, is held for
+        the flow's next claim to carry (`HOLD`); any other is written at once.
+        """
+        loop = asyncio.get_running_loop()
+        if self._pipelines and not stepped and next_round is not None:
+            flow = round_id.partition(":")[0]
+            earlier = self._held.pop(flow, None)
+            if earlier is not None:
+                earlier.timer.cancel()
+                self._write(earlier.round_id, earlier.outcome, earlier.next_round, False)
+            held = _Held(round_id, outcome, next_round, loop.call_later(HOLD, self._release, flow))
+            self._held[flow] = held
+            loop.call_soon(self._prepare, held)  # once the answer is on its way: the next claim finds it ready
+            return
+        self._write(round_id, outcome, next_round, stepped)
+
+    def _prepare(self, held: _Held) -> None:
+        if held.text is None:
+            held.text = self._outcome_text(held.round_id, held.outcome())
+
+    def _write(
+        self, round_id: str, outcome: Callable[[], dict[str, Any]], next_round: str | None, stepped: bool
+    ) -> None:
         write = asyncio.get_running_loop().create_task(self._finish(round_id, outcome, next_round, stepped))
         self._writes.add(write)
         write.add_done_callback(self._writes.discard)
+
+    def _release(self, flow: str) -> None:
+        """`HOLD` passed and no claim of the flow carried its held outcome: write it on its own."""
+        held = self._held.pop(flow, None)
+        if held is not None:
+            self._write(held.round_id, held.outcome, held.next_round, False)
 
     async def _claim(self, spec: FlowSpec, journal: Journal, round_id: str, digest: str) -> dict[str, Any] | None:
         now = time.time()
@@ -192,9 +266,17 @@ class ReplayGuard:
             await self.ledger.purge_rounds()
         give_up = time.monotonic() + self.max_wait
         delay = 0.02
+        held = self._held.pop(journal.flow_id, None)
         for _ in range(10_000):  # bounded by `max_wait` in practice
             try:
-                verdict, stored = await self.ledger.claim_round(round_id, digest, self.owner, self.lease, expires_at)
+                if held is not None:  # the flow's last outcome rides with this claim: one round trip
+                    held.timer.cancel()
+                    verdict, stored = await self._finish_and_claim(held, round_id, digest, expires_at)
+                    held = None
+                else:
+                    verdict, stored = await self.ledger.claim_round(
+                        round_id, digest, self.owner, self.lease, expires_at
+                    )
                 if verdict == "forked" and self.back:
                     verdict, stored = await self._go_back(round_id, digest, expires_at)
             except StoreUnavailable as exc:  # fail closed, precisely: no round runs unguarded
@@ -222,6 +304,18 @@ class ReplayGuard:
                 delay = min(delay * 2, 0.25)
         raise _refused(spec, IN_FLIGHT, "this round is still being served by another request; retry shortly")
 
+    async def _finish_and_claim(
+        self, held: _Held, round_id: str, digest: str, expires_at: float
+    ) -> tuple[str, str | None]:
+        ledger = self.ledger
+        assert can_pipeline_rounds(ledger)
+        self._prepare(held)
+        assert held.text is not None
+        text = held.text
+        return await ledger.finish_and_claim(
+            held.round_id, text, held.next_round, False, round_id, digest, self.owner, self.lease, expires_at
+        )
+
     async def _go_back(self, round_id: str, digest: str, expires_at: float) -> tuple[str, str | None]:
         """Other answers for a claimed round: "Back", where no step finished since (module docstring)."""
         ledger = self.ledger
@@ -244,14 +338,9 @@ class ReplayGuard:
                 continue  # logged once per burst by the store; the next beat tries again
 
     async def _finish(
-        self, round_id: str, outcome: dict[str, Any], next_round: str | None = None, stepped: bool = False
+        self, round_id: str, outcome: Callable[[], dict[str, Any]], next_round: str | None = None, stepped: bool = False
     ) -> None:
-        text = json.dumps(outcome, separators=(",", ":"))
-        if len(text.encode()) > self.max_outcome_bytes:
-            text = '{"k":"consumed"}'
-        codec = None if self.seal is None else self.seal.codec
-        if codec is not None:
-            text = codec.seal(json.dumps({"k": _OUTCOME, "r": round_id, "o": text}, separators=(",", ":")).encode())
+        text = self._outcome_text(round_id, outcome())
         ledger = self.ledger
         try:
             if self._rewinds:
@@ -264,6 +353,16 @@ class ReplayGuard:
         except Exception:
             # The round ran: answer it. A resend takes the round over once the lease lapses.
             logger.exception("replay guard: recording the outcome of round %s failed", round_id)
+
+    def _outcome_text(self, round_id: str, outcome: dict[str, Any]) -> str:
+        """An outcome as the ledger keeps it: JSON, sealed with `seal` where one is set."""
+        text = json.dumps(outcome, separators=(",", ":"))
+        if len(text.encode()) > self.max_outcome_bytes:
+            text = '{"k":"consumed"}'
+        codec = None if self.seal is None else self.seal.codec
+        if codec is not None:
+            text = codec.seal(json.dumps({"k": _OUTCOME, "r": round_id, "o": text}, separators=(",", ":")).encode())
+        return text
 
     def _open(self, round_id: str, stored: str) -> dict[str, Any]:
         """A stored outcome: plain JSON as before sealing, or sealed; one no key opens counts as not kept."""
@@ -284,13 +383,46 @@ class ReplayGuard:
             return {"k": "consumed"}
 
     async def drain(self) -> None:
-        """Wait for the outcomes still being recorded (a round answers before its outcome is kept)."""
+        """Write the outcomes held and wait for those still being recorded (a round answers first)."""
+        for flow in list(self._held):
+            held = self._held.pop(flow)
+            held.timer.cancel()
+            self._write(held.round_id, held.outcome, held.next_round, False)
         while self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
     async def close(self) -> None:
         await self.drain()
         await self.ledger.close()
+
+
+@dataclass(slots=True)
+class _Held:
+    """The outcome of a flow's last round, held for the flow's next claim to carry (`HOLD`)."""
+
+    round_id: str
+    outcome: Callable[[], dict[str, Any]]
+    next_round: str | None
+    timer: asyncio.TimerHandle
+    text: str | None = None
+    """The outcome as the ledger keeps it, made once the round has answered."""
+
+
+class _NotThisRuns(BaseException):
+    """Raised at a round's first side effect when its claim went to another run (or was refused):
+    the run stops there; `ReplayGuard.guarded` answers with the claim's verdict instead."""
+
+
+async def _hold(claim: asyncio.Task[dict[str, Any] | None]) -> None:
+    """`Round.gate`: wait for the round's claim; only a run that holds it goes on to a side effect."""
+    try:
+        outcome = await asyncio.shield(claim)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        raise _NotThisRuns from exc
+    if outcome is not None:
+        raise _NotThisRuns
 
 
 def open_guard(url: str, *, namespace: str | None = None, **options: Any) -> ReplayGuard:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 from mcp.shared.exceptions import MCPError
@@ -85,6 +85,8 @@ class JournalDriver:
             per activity this way).
         waits: A durable task's clock, events and callback URLs (`ctx.sleep`,
             `ctx.wait_for_event`, `ctx.callback_url`); None outside a task, where they are refused.
+        gate: Awaited before each new step's side effect (`Round.gate`: the replay guard's
+            claim, checked while the round's replayed code runs).
     """
 
     def __init__(
@@ -97,8 +99,10 @@ class JournalDriver:
         shed: ShedCheck | None = None,
         step_limit: int | None = None,
         waits: WaitSource | None = None,
+        gate: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._waits = waits
+        self._gate = gate
         self._shed = shed
         self._step_limit = step_limit
         self.steps_started = 0
@@ -155,6 +159,8 @@ class JournalDriver:
             self.would_run.append(key)
             await replay.park(key, None)
         self.shed_point()  # an overloaded instance may end the round here, before new work
+        if self._gate is not None:
+            await self._gate()  # the round is this run's to serve (raises if it is not)
         self.steps_started += 1
         replay.step_started()
         try:

@@ -13,7 +13,7 @@ back as state only) — and `chain` composes them once, around the engine's own 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,6 +56,9 @@ class Round:
     """The SDK's plain per-request context (`ServerRequestContext`): session, request id, params."""
     state_security: Callable[[], RequestStateSecurity | None] | None = None
     """The policy that seals this round's state, when the request does not lead to it (FastMCP)."""
+    gate: Callable[[], Awaitable[None]] | None = None
+    """Awaited before the round's first side effect (a new step, a task started): a policy that
+    checks the round concurrently with its run (the replay guard's claim) holds effects here."""
 
     @classmethod
     def read(

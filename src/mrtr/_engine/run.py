@@ -152,6 +152,7 @@ async def execute(
         shed=run.shed,
         step_limit=run.step_limit,
         waits=run.waits,
+        gate=run.round.gate if run.round is not None else None,
     )
     round = run.round
     request = round.request if round is not None else None

@@ -341,6 +341,8 @@ class HostCore:
     async def _stop_serving(self) -> None:
         bus, engine = self._fleet_bus, self._engine
         try:
+            if self.replay_guard is not None:  # the outcomes of rounds that already answered
+                await self.replay_guard.drain()
             if engine is not None:
                 await engine.close()
         finally:

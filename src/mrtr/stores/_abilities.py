@@ -10,6 +10,8 @@ guard (`has_clock(store)`, `is_shared(store)`, ...), never by probing for an att
 - `BatchLoading`: `load_many(ids, now)`, many records in one round trip (`load_many` below
   reads any store, a few ids at a time where it cannot batch);
 - `RoundLedger`: where the replay guard (`mrtr._guard`) records rounds;
+- `RoundPipelining`: a rewinding ledger that records a round's outcome and claims its flow's
+  next round in one round trip (`finish_and_claim`: Redis);
 - `RoundRewinding`: a ledger that links each round to the next and lets a client re-answer an
   earlier round ("Back") when no step finished since (`rewind_round`); without it, every
   re-answer is a fork and refused;
@@ -130,6 +132,26 @@ class RoundRewinding(RoundLedger, Protocol):
         ...
 
 
+class RoundPipelining(RoundRewinding, Protocol):
+    """A ledger that records one round's outcome and claims the flow's next round in one round trip."""
+
+    async def finish_and_claim(
+        self,
+        finished: str,
+        outcome: str,
+        next_round: str | None,
+        stepped: bool,
+        round_id: str,
+        digest: str,
+        owner: str,
+        lease: float,
+        expires_at: float,
+    ) -> tuple[str, str | None]:
+        """`finish_round_linked` of `finished` (whose owner is `owner`), then `claim_round` of
+        `round_id`, a round of the same flow; returns the claim's verdict."""
+        ...
+
+
 class SharedStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundLedger, Protocol):
     """A store every instance of a fleet reaches: what a fleet's defaults are built on.
 
@@ -172,6 +194,11 @@ def has_load_many(store: object) -> TypeIs[BatchLoading]:
 def can_rewind_rounds(store: object) -> TypeIs[RoundRewinding]:
     """Whether the replay guard can let a client re-answer an earlier round in `store` (`RoundRewinding`)."""
     return all(_offers(store, name) for name in _REWIND)
+
+
+def can_pipeline_rounds(store: object) -> TypeIs[RoundPipelining]:
+    """Whether `store` records a round's outcome with its flow's next claim (`RoundPipelining`)."""
+    return can_rewind_rounds(store) and _offers(store, "finish_and_claim")
 
 
 def is_round_ledger(store: object) -> TypeIs[RoundLedger]:
@@ -234,6 +261,7 @@ __all__ = [
     "BatchLoading",
     "Clocked",
     "RoundLedger",
+    "RoundPipelining",
     "RoundRewinding",
     "SharedStore",
     "WakeIndexed",
@@ -241,6 +269,7 @@ __all__ = [
     "has_clock",
     "has_load_many",
     "has_next_wake",
+    "can_pipeline_rounds",
     "can_rewind_rounds",
     "is_round_ledger",
     "is_shared",

@@ -37,7 +37,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from mrtr._redisclient import client, is_cluster, shard_tags
-from mrtr.stores._abilities import RoundRewinding, SharedStore, redacted
+from mrtr.stores._abilities import RoundPipelining, SharedStore, redacted
 from mrtr.stores._base import (
     STATUSES,
     TaskExists,
@@ -282,6 +282,34 @@ end
 return 1
 """
 
+# A round's outcome and its flow's next claim in one script (the guard holds the outcome of a
+# round no step finished in for a moment, so that the next round carries it: one round trip a
+# round). KEYS[1] the finished round, KEYS[2] the round to claim: one flow, so one slot.
+# ARGV: owner, outcome, next round's key, stepped, then the claim's digest, lease, expire ms.
+_FINISH_AND_CLAIM = """
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] and redis.call('HEXISTS', KEYS[1], 'r') == 0 then
+  redis.call('HSET', KEYS[1], 'r', ARGV[2])
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'n', ARGV[3]) end
+  if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 's', '1') end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local e = redis.call('HMGET', KEYS[2], 'd', 'l', 'r', 'x')
+if e[4] then return {'superseded'} end
+if not e[1] then
+  redis.call('HSET', KEYS[2], 'd', ARGV[5], 'o', ARGV[1], 'l', string.format('%.6f', now + tonumber(ARGV[6])))
+  redis.call('PEXPIREAT', KEYS[2], ARGV[7])
+  return {'claimed'}
+end
+if e[1] ~= ARGV[5] then return {'forked'} end
+if e[3] then return {'done', e[3]} end
+if tonumber(e[2]) < now then
+  redis.call('HSET', KEYS[2], 'o', ARGV[1], 'l', string.format('%.6f', now + tonumber(ARGV[6])))
+  return {'claimed'}
+end
+return {'busy'}
+"""
+
 # "Back": other answers take a finished round over when neither it nor any later round of its
 # branch (followed through n, on the flow's slot) finished a step or is unaccounted for; every
 # later round is then marked superseded, the one handed out but never claimed included.
@@ -377,7 +405,7 @@ class _Shard:
 
 
 @store_boundary("redis", _transient)
-class RedisStore(SharedStore, RoundRewinding):
+class RedisStore(SharedStore, RoundPipelining):
     """A `TaskStore` in Redis, one node or a cluster; several stores (processes) may share one prefix.
 
     Args:
@@ -425,6 +453,7 @@ class RedisStore(SharedStore, RoundRewinding):
         self._claim_round = self._redis.register_script(_CLAIM_ROUND)
         self._touch_round = self._redis.register_script(_TOUCH_ROUND)
         self._rewind_round = self._redis.register_script(_REWIND_ROUND)
+        self._finish_and_claim = self._redis.register_script(_FINISH_AND_CLAIM)
 
     @property
     def where(self) -> str:
@@ -732,6 +761,31 @@ class RedisStore(SharedStore, RoundRewinding):
         link = "" if next_round is None else self._round_key(next_round)
         args = [owner, outcome, "finish", link, "1" if stepped else "0"]
         return bool(await self._touch_round(keys=keys, args=args))
+
+    async def finish_and_claim(
+        self,
+        finished: str,
+        outcome: str,
+        next_round: str | None,
+        stepped: bool,
+        round_id: str,
+        digest: str,
+        owner: str,
+        lease: float,
+        expires_at: float,
+    ) -> tuple[str, str | None]:
+        """`finish_round_linked(finished, ...)` then `claim_round(round_id, ...)`, in one round trip.
+
+        Both rounds must be of one flow (their keys share its slot on a cluster).
+        """
+        await self._ready()
+        if finished.partition(":")[0] != round_id.partition(":")[0]:
+            raise ValueError("finish_and_claim takes two rounds of one flow")
+        link = "" if next_round is None else self._round_key(next_round)
+        keys = [self._round_key(finished), self._round_key(round_id)]
+        args = [owner, outcome, link, "1" if stepped else "0", digest, repr(float(lease))]
+        reply = await self._finish_and_claim(keys=keys, args=[*args, str(math.ceil(expires_at * 1000))])
+        return str(reply[0]), (str(reply[1]) if len(reply) > 1 else None)
 
     async def rewind_round(
         self, round_id: str, digest: str, owner: str, lease: float, expires_at: float

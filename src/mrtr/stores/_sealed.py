@@ -32,6 +32,7 @@ from mcp.server.request_state import InvalidRequestState, RequestStateCodec, Req
 
 from mrtr.stores._abilities import (
     WrappedStore,
+    can_pipeline_rounds,
     can_rewind_rounds,
     has_clock,
     has_next_wake,
@@ -310,6 +311,25 @@ class SealedStore(WrappedStore):
         if not can_rewind_rounds(inner):
             raise _lacks(inner, "rewinding round ledger")
         return await inner.finish_round_linked(round_id, owner, outcome, next_round, stepped)
+
+    async def finish_and_claim(
+        self,
+        finished: str,
+        outcome: str,
+        next_round: str | None,
+        stepped: bool,
+        round_id: str,
+        digest: str,
+        owner: str,
+        lease: float,
+        expires_at: float,
+    ) -> tuple[str, str | None]:
+        inner = self.inner
+        if not can_pipeline_rounds(inner):
+            raise _lacks(inner, "pipelining round ledger")
+        return await inner.finish_and_claim(
+            finished, outcome, next_round, stepped, round_id, digest, owner, lease, expires_at
+        )
 
     async def rewind_round(
         self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
