@@ -63,7 +63,12 @@ class Checkpointer(Protocol):
 
     async def durable(self) -> None: ...
 
-    def step_ran(self, key: str, seconds: float, error: str | None) -> None:
+    def step_started(self, key: str, idempotency_key: str) -> None:
+        """A step's side effect is about to begin (not a replay): noted for people, stored by the
+        `durable()` that follows."""
+        ...
+
+    def step_ran(self, key: str, seconds: float, error: str | None, idempotency_key: str = "") -> None:
         """A step really ran (not a replay): how long, and what it raised if it did (for people)."""
         ...
 
@@ -165,19 +170,22 @@ class JournalDriver:
         replay.step_started()
         try:
             with outside_branch(), tracing.step_span(key, f"{self.flow_id}:{key}"):
+                idempotency_key = f"{self.flow_id}:{key}"
                 if self._checkpoint is not None:
-                    await self._checkpoint.durable()  # every finished step is stored before this one runs
+                    self._checkpoint.step_started(key, idempotency_key)
+                    await self._checkpoint.durable()  # every finished step, and this one's start, is stored first
                 began = time.perf_counter()
                 try:
-                    result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
+                    result = await call_step(StepInfo(key, self.flow_id, idempotency_key), fn, args, kwargs)
                     value = to_journal(key, result, fn)
                 except Exception as exc:
                     if self._checkpoint is not None:
-                        self._checkpoint.step_ran(key, time.perf_counter() - began, f"{type(exc).__name__}: {exc}")
+                        error = f"{type(exc).__name__}: {exc}"
+                        self._checkpoint.step_ran(key, time.perf_counter() - began, error, idempotency_key)
                     raise
                 replay.record_step(key, digest, value)
                 if self._checkpoint is not None:
-                    self._checkpoint.step_ran(key, time.perf_counter() - began, None)
+                    self._checkpoint.step_ran(key, time.perf_counter() - began, None, idempotency_key)
                     self._checkpoint.after_step()
         finally:
             replay.step_ended()

@@ -29,7 +29,7 @@ from mrtr.cli._storeview import open_view
 from mrtr.stores import WAITS, RecordSeal, TaskQuery, TaskRecord, waits_for
 from mrtr.stores._sealed import PAYLOAD_FIELDS
 from mrtr.tasks._admin import TaskAdmin, TaskSealed, TaskUnknown
-from mrtr.tasks._history import history_row, iso
+from mrtr.tasks._history import history_rows, iso
 from mrtr.tasks._records import waiting_wire
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
@@ -405,9 +405,10 @@ async def show_task(
         _table(out, "events not yet consumed", ["event", "id", "payload"], rows)
     if record.responses:
         _table(out, "answers not yet used", ["key", "answer"], [[k, _short(v)] for k, v in record.responses.items()])
-    columns = ["at", "kind", "attempt", "what", "took", "outcome"]
-    rows = [[row[c] for c in columns] for row in map(history_row, record.history)]
-    _table(out, "history", columns, rows)  # steps that ran and operators' actions (a fork: who made it)
+    columns = ["at", "kind", "attempt", "what", "run", "where", "key", "took", "outcome"]
+    running = record.status == "working"
+    rows = [[row[c] for c in columns] for row in history_rows(record.history, running)]
+    _table(out, "history", columns, rows)  # steps that ran (every run of each) and operators' actions
     if record.result is not None:
         out.print(f"  result: {escape(_short(record.result, 400))}")
     if record.error is not None:
