@@ -404,7 +404,12 @@ async def show_task(
         rows = [[str(e.get("name")), str(e.get("id")), _short(e.get("data"))] for e in record.inbox]
         _table(out, "events not yet consumed", ["event", "id", "payload"], rows)
     if record.responses:
-        _table(out, "answers not yet used", ["key", "answer"], [[k, _short(v)] for k, v in record.responses.items()])
+        asked = {k: str((r.get("params") or {}).get("message", "")) for k, r in record.input_requests.items()}
+        for table in ("pending", "answers"):  # the questions the journal kept, by key (none when sealed)
+            kept: Any = journal.get(table) or {}
+            asked |= {k: str(a.get("question") or "") for k, a in kept.items() if k not in asked}
+        rows = [[k, _short(asked.get(k, "")), _short(v)] for k, v in record.responses.items()]
+        _table(out, "answers not yet used", ["key", "question", "answer"], rows)
     columns = ["at", "kind", "attempt", "what", "run", "where", "key", "took", "outcome"]
     running = record.status == "working"
     rows = [[row[c] for c in columns] for row in history_rows(record.history, running)]
