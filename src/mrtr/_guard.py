@@ -90,6 +90,8 @@ logger = logging.getLogger("mrtr.guard")
 HOLD = 0.05
 """Seconds the outcome of a round no step finished in waits for its flow's next claim to carry it."""
 
+_PREPARE_AFTER = 0.002  # seconds after a round answered that its held outcome is made ready to send
+
 _PURGE_EVERY = 256  # claims between sweeps of expired rounds (SQL ledgers; Redis expires keys itself)
 
 
@@ -234,7 +236,9 @@ class ReplayGuard:
                 self._write(earlier.round_id, earlier.outcome, earlier.next_round, False)
             held = _Held(round_id, outcome, next_round, loop.call_later(HOLD, self._release, flow))
             self._held[flow] = held
-            loop.call_soon(self._prepare, held)  # once the answer is on its way: the next claim finds it ready
+            # once the answer is on its way (not before it: the response is written by this loop
+            # too), so that the flow's next claim finds it ready
+            loop.call_later(_PREPARE_AFTER, self._prepare, held)
             return
         self._write(round_id, outcome, next_round, stepped)
 
