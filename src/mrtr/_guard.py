@@ -92,6 +92,8 @@ HOLD = 0.05
 
 _PREPARE_AFTER = 0.002  # seconds after a round answered that its held outcome is made ready to send
 
+_SEND_YIELDS = 1  # loop passes the claim's task gets to put its request on the wire before the run
+
 _PURGE_EVERY = 256  # claims between sweeps of expired rounds (SQL ledgers; Redis expires keys itself)
 
 
@@ -175,6 +177,10 @@ class ReplayGuard:
         claim.add_done_callback(lambda done: self._start_renewing(done, round_id, renewing))
         if round is not None:
             round.gate = lambda: _hold(claim)
+            # Let the claim go out before the run starts: a round's run rarely yields before
+            # its end, and a task that never ran would send its request only after it.
+            for _ in range(_SEND_YIELDS):
+                await asyncio.sleep(0)
         else:
             await asyncio.wait([claim])
         error: BaseException | None = None
