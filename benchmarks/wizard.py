@@ -75,7 +75,9 @@ def build(variant: str, redis_url: str, namespace: str) -> MCPServer[Any]:
 
         @server.tool()
         async def wizard(
-            a: Annotated[Answer, Resolve(ask_0)], b: Annotated[Answer, Resolve(ask_1)], c: Annotated[Answer, Resolve(ask_2)]
+            a: Annotated[Answer, Resolve(ask_0)],
+            b: Annotated[Answer, Resolve(ask_1)],
+            c: Annotated[Answer, Resolve(ask_2)],
         ) -> str:
             """Three questions, each after the one before."""
             return f"{a.value},{b.value},{c.value}"

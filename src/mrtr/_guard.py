@@ -6,7 +6,7 @@ and every step after that round runs again (under the same idempotency keys), or
 twice with different answers and run both branches. With a guard (on by default wherever
 `Flows` has a shared store; `Flows(server, replay_guard=...)` names another ledger) every round
 is recorded in a shared ledger (Redis, PostgreSQL or SQLite, the same stores as tasks) before
-any flow code runs:
+any step runs (the claim goes out alongside the round's replayed code; see below):
 
 - A round is `(flow_id, rounds)` of the unsealed journal, plus a digest of the state itself
   (a shed round hands out a new state for the same `rounds`: it is a new round).
@@ -64,6 +64,7 @@ from mcp.server.request_state import InvalidRequestState
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, InputRequiredResult
 
+from mrtr._engine.round import RoundDropped
 from mrtr._engine.spec import TaskStarted
 from mrtr._errors import Cancelled, Declined, FlowError, InputRefused, StoreUnavailable
 from mrtr._telemetry import tracing
@@ -418,11 +419,6 @@ class _Held:
     """The outcome as the ledger keeps it, made once the round has answered."""
 
 
-class _NotThisRuns(BaseException):
-    """Raised at a round's first side effect when its claim went to another run (or was refused):
-    the run stops there; `ReplayGuard.guarded` answers with the claim's verdict instead."""
-
-
 async def _hold(claim: asyncio.Task[dict[str, Any] | None]) -> None:
     """`Round.gate`: wait for the round's claim; only a run that holds it goes on to a side effect."""
     try:
@@ -430,9 +426,9 @@ async def _hold(claim: asyncio.Task[dict[str, Any] | None]) -> None:
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
-        raise _NotThisRuns from exc
+        raise RoundDropped from exc
     if outcome is not None:
-        raise _NotThisRuns
+        raise RoundDropped
 
 
 def open_guard(url: str, *, namespace: str | None = None, **options: Any) -> ReplayGuard:

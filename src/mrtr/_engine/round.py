@@ -95,6 +95,12 @@ class Round:
         )
 
 
+class RoundDropped(BaseException):
+    """Raised at a round's gate (`Round.gate`) when the round is not this run's to serve (the
+    replay guard gave it to another run, or refused it): the run stops before any side effect,
+    its policy answers instead, and the run is not counted as a round (metrics)."""
+
+
 CallNext = Callable[[Round], Coroutine[Any, Any, Any]]
 
 
@@ -130,4 +136,4 @@ def _bind(policy: RoundPolicy, call_next: CallNext) -> CallNext:
     return handle
 
 
-__all__ = ["CallNext", "Round", "RoundPolicy", "Services", "chain"]
+__all__ = ["CallNext", "Round", "RoundDropped", "RoundPolicy", "Services", "chain"]
