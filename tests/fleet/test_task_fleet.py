@@ -185,6 +185,15 @@ async def _both_runs_are_visible(store: str, namespace: str, key: str, task_id: 
     assert "2 of 2" in second and f":{pid_a}:" not in second and "finished" in second, second
     keys = {word for line in runs for word in line.split() if word.endswith(":transform")}
     assert len(keys) == 1, f"one idempotency key for both runs: {keys}"
+    export = ["tasks", "export", task_id, "--store", store, "--namespace", namespace]
+    exported = await asyncio.to_thread(CliRunner().invoke, app, export, env={"MRTR_STATE_KEY": key})
+    assert exported.exit_code == 0, exported.stdout + exported.stderr
+    history = json.loads(exported.stdout)["history"]
+    starts = [e for e in history if e.get("key") == "transform" and e.get("phase") == "start"]
+    ends = [e for e in history if e.get("key") == "transform" and e.get("phase") == "end"]
+    assert len(starts) == 2 and f":{pid_a}:" in starts[0]["instance"], starts
+    assert [e["instance"] for e in ends] == [starts[1]["instance"]], "the second run finished"
+    assert {e["idempotency_key"] for e in starts + ends} == keys
     web = console_app(store, namespace=namespace, seal=RecordSeal.from_keys([bytes.fromhex(key)]))
     transport = httpx.ASGITransport(app=web)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
