@@ -281,8 +281,9 @@ def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str,
     return "busy", None
 
 
-RoundRow = tuple[str, float, str | None, bool, bool, str | None]
-"""A round as a SQL ledger keeps it: digest, lease until, outcome, superseded, stepped, next round."""
+RoundRow = tuple[str, float, str | None, bool, bool | None, str | None]
+"""A round as a SQL ledger keeps it: digest, lease until, outcome, superseded, stepped (None: not
+recorded, a round an older mrtr finished: treated as stepped), next round."""
 
 
 def rewind_plan(rows: Mapping[str, RoundRow], round_id: str, digest: str, now: float) -> tuple[str, list[str]]:
@@ -302,7 +303,7 @@ def rewind_plan(rows: Mapping[str, RoundRow], round_id: str, digest: str, now: f
         return "same", []
     if outcome is None:
         return ("busy" if lease_until >= now else "forked"), []
-    if stepped:
+    if stepped is not False:  # a step finished in it, or it is not known whether one did
         return "forked", []
     later: list[str] = []
     while link is not None and link not in later and link != round_id:
@@ -315,7 +316,7 @@ def rewind_plan(rows: Mapping[str, RoundRow], round_id: str, digest: str, now: f
         _, lease_until, outcome, _, stepped, link = after
         if outcome is None:
             return ("busy" if lease_until >= now else "forked"), []
-        if stepped:
+        if stepped is not False:
             return "forked", []
     return "claimed", later
 

@@ -464,7 +464,7 @@ class PostgresStore(SharedStore, RoundRewinding):
     async def finish_round_linked(
         self, round_id: str, owner: str, outcome: str, next_round: str | None, stepped: bool
     ) -> bool:
-        params = (outcome, next_round, True if stepped else None, round_id, owner)
+        params = (outcome, next_round, bool(stepped), round_id, owner)
         count, _ = await self._execute(self._finish_linked_sql, params)
         return count == 1
 
@@ -478,7 +478,8 @@ class PostgresStore(SharedStore, RoundRewinding):
             found = await cur.fetchall()
             now = float(found[0][7]) if found else 0.0
             rows: dict[str, RoundRow] = {
-                row[0]: (row[1], float(row[2]), row[3], bool(row[4]), bool(row[5]), row[6]) for row in found
+                row[0]: (row[1], float(row[2]), row[3], bool(row[4]), None if row[5] is None else bool(row[5]), row[6])
+                for row in found
             }
             verdict, later = rewind_plan(rows, round_id, digest, now)
             if verdict == "claimed":

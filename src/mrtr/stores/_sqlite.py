@@ -402,7 +402,7 @@ class SQLiteStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundRewinding)
             return conn.execute(
                 "UPDATE mrtr_rounds SET outcome = ?, next_round = ?, stepped = ?"
                 " WHERE round_id = ? AND owner = ? AND outcome IS NULL",
-                (outcome, next_round, 1 if stepped else None, round_id, owner),
+                (outcome, next_round, 1 if stepped else 0, round_id, owner),
             ).rowcount
 
         return await self._run(op) == 1
@@ -417,7 +417,7 @@ class SQLiteStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundRewinding)
             try:
                 now = time.time()
                 rows: dict[str, RoundRow] = {
-                    row[0]: (row[1], row[2], row[3], bool(row[4]), bool(row[5]), row[6])
+                    row[0]: (row[1], row[2], row[3], bool(row[4]), None if row[5] is None else bool(row[5]), row[6])
                     for row in conn.execute(
                         "SELECT round_id, digest, lease_until, outcome, superseded, stepped, next_round"
                         " FROM mrtr_rounds WHERE round_id >= ? AND round_id < ? AND expires_at > ?",
