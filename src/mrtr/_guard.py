@@ -21,8 +21,11 @@ any step runs (the claim goes out alongside the round's replayed code; see below
   outcome, or take the round over once its lease lapsed (the instance died); still busy
   after `max_wait`: -32602, `reason: "request_state_in_flight"` (retry later).
 - The ledger unreachable: -32603, `reason: "replay_guard_unavailable"`, `retryable: true`
-  (fail closed: no round runs because the guard could not check it). A round whose body
-  failed because the store did not answer records no outcome, so its retry runs it then.
+  (fail closed, the default: no round runs because the guard could not check it). A round whose
+  body failed because the store did not answer records no outcome, so its retry runs it then.
+  With `on_outage="degrade"` (`Flows(replay_guard_outage="degrade")`) the round runs unguarded
+  instead, as it would with no guard: logged once per burst, at WARNING, and once more, with
+  the count, when the ledger answers again.
 - Entries expire with the flow's deadline or the state's TTL, whichever comes first.
 
 A round with no `requestState` (a flow's first) starts a new flow and is not guarded.
@@ -58,7 +61,7 @@ import socket
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcp.server.request_state import InvalidRequestState
 from mcp.shared.exceptions import MCPError
@@ -88,6 +91,10 @@ UNAVAILABLE = "replay_guard_unavailable"
 
 logger = logging.getLogger("mrtr.guard")
 
+GuardOutage = Literal["fail_closed", "degrade"]
+"""What a round does while the replay guard's ledger does not answer (`ReplayGuard(on_outage=...)`)."""
+GUARD_OUTAGES: tuple[GuardOutage, ...] = ("fail_closed", "degrade")
+
 HOLD = 0.05
 """Seconds the outcome of a round no step finished in waits for its flow's next claim to carry it."""
 
@@ -110,6 +117,8 @@ class ReplayGuard:
         max_outcome_bytes: Largest outcome kept for resends (JSON bytes).
         state_ttl: Seconds a round's state is accepted at all (the SDK's
             `RequestStateSecurity.ttl`); `Flows` fills it in from the server.
+        on_outage: While the ledger does not answer, `"fail_closed"` (the default) refuses each
+            round with the retryable -32603; `"degrade"` runs it unguarded (see the module docstring).
         back: Whether a client may re-answer an earlier round when no step finished since
             ("Back", see the module docstring); False refuses every re-answer as a fork.
 
@@ -126,10 +135,16 @@ class ReplayGuard:
         max_wait: float = 30.0,
         max_outcome_bytes: int = 64 * 1024,
         state_ttl: float | None = None,
+        on_outage: GuardOutage = "fail_closed",
         back: bool = True,
     ) -> None:
         if lease <= 0 or max_wait < 0:
             raise ValueError("lease must be positive and max_wait not negative")
+        if on_outage not in GUARD_OUTAGES:
+            raise ValueError(f"on_outage={on_outage!r}: use one of {list(GUARD_OUTAGES)}")
+        self.on_outage = on_outage
+        self._unguarded = 0
+        """Rounds run unguarded in the current burst of ledger failures (`on_outage="degrade"`)."""
         self.ledger = ledger
         self.lease = lease
         self.max_wait = max_wait
@@ -177,7 +192,7 @@ class ReplayGuard:
         renewing: list[asyncio.Task[None] | asyncio.TimerHandle] = []
         claim.add_done_callback(lambda done: self._start_renewing(done, round_id, renewing))
         if round is not None:
-            round.gate = lambda: _hold(claim)
+            round.gate = lambda: self._hold(claim)
             # Let the claim go out before the run starts: a round's run rarely yields before
             # its end, and a task that never ran would send its request only after it.
             for _ in range(_SEND_YIELDS):
@@ -193,10 +208,20 @@ class ReplayGuard:
                 raise  # this instance is going away mid-round: the lease lapses, a resend takes over
             except BaseException as exc:
                 error = exc
-            outcome = await claim  # a refusal raises here: whatever the run reached is dropped
+            try:
+                outcome = await claim  # a refusal raises here: whatever the run reached is dropped
+            except StoreUnavailable as exc:
+                if self.on_outage != "degrade":
+                    raise
+                self._degrade(spec, exc)  # the run went on unguarded (`_hold`): its own outcome stands
+                if error is not None:
+                    raise error from None
+                return value
         finally:
             for task in renewing:
                 task.cancel()
+        if self._unguarded:
+            self._recovered()
         if outcome is not None:
             return _replayed(spec, outcome)
         if error is not None:
@@ -212,6 +237,37 @@ class ReplayGuard:
         stepped = len(journal.steps) > steps or isinstance(value, TaskStarted)
         self._record(round_id, lambda: _value_outcome(value), next_round, stepped)
         return value
+
+    async def _hold(self, claim: asyncio.Task[dict[str, Any] | None]) -> None:
+        """`Round.gate`: wait for the round's claim; only a run that holds it goes on to a side effect
+        (or any run, unguarded, while the ledger does not answer under `on_outage="degrade"`)."""
+        try:
+            outcome = await asyncio.shield(claim)
+        except asyncio.CancelledError:
+            raise
+        except StoreUnavailable as exc:
+            if self.on_outage == "degrade":
+                return
+            raise RoundDropped from exc
+        except BaseException as exc:
+            raise RoundDropped from exc
+        if outcome is not None:
+            raise RoundDropped
+
+    def _degrade(self, spec: FlowSpec, exc: StoreUnavailable) -> None:
+        """A round runs unguarded (`on_outage="degrade"`): said once per burst of ledger failures."""
+        self._unguarded += 1
+        if self._unguarded == 1:
+            logger.warning(
+                "replay guard: its ledger (%s) does not answer; rounds run unguarded until it does "
+                "(replay_guard_outage='degrade': a resent round may run its steps again) — first: flow %s",
+                exc.store,
+                spec.name,
+            )
+
+    def _recovered(self) -> None:
+        logger.warning("replay guard: its ledger answers again; %d round(s) ran unguarded meanwhile", self._unguarded)
+        self._unguarded = 0
 
     def _start_renewing(
         self, claim: asyncio.Task[Any], round_id: str, renewing: list[asyncio.Task[None] | asyncio.TimerHandle]
@@ -419,18 +475,6 @@ class _Held:
     """The outcome as the ledger keeps it, made once the round has answered."""
 
 
-async def _hold(claim: asyncio.Task[dict[str, Any] | None]) -> None:
-    """`Round.gate`: wait for the round's claim; only a run that holds it goes on to a side effect."""
-    try:
-        outcome = await asyncio.shield(claim)
-    except asyncio.CancelledError:
-        raise
-    except BaseException as exc:
-        raise RoundDropped from exc
-    if outcome is not None:
-        raise RoundDropped
-
-
 def open_guard(url: str, *, namespace: str | None = None, **options: Any) -> ReplayGuard:
     """A `ReplayGuard` on the store at `url` (same URLs as `mrtr.open_store`)."""
     from mrtr.stores import open_store
@@ -509,6 +553,8 @@ def _replayed(spec: FlowSpec, outcome: dict[str, Any]) -> Any:
 __all__ = [
     "CONSUMED",
     "FORKED",
+    "GUARD_OUTAGES",
+    "GuardOutage",
     "IN_FLIGHT",
     "SUPERSEDED",
     "UNAVAILABLE",

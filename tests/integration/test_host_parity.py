@@ -215,7 +215,8 @@ def test_a_tool_only_option_on_a_prompt_or_resource_is_the_same_type_error(kind:
 
 
 def test_every_flow_option_is_defined_once_and_tools_alone_take_task_options() -> None:
-    assert set(ToolOptions.__optional_keys__) - set(FlowOptions.__optional_keys__) == {"task", "mrtr_first"}
+    tool_only = {"task", "mrtr_first", "task_max_rounds"}
+    assert set(ToolOptions.__optional_keys__) - set(FlowOptions.__optional_keys__) == tool_only
     hints = {
         d: str(typing.get_type_hints(getattr(mrtr.Flows, d), include_extras=True)["flow"])
         for d in ("tool", "prompt", "resource")
@@ -229,7 +230,7 @@ def test_every_valid_flow_option_is_accepted_on_both_hosts(host: Host, kind: str
     flows = host.flows()
     options: dict[str, Any] = {"requires": ["sampling"], "max_rounds": 2, "deadline": 5.0, "max_state_bytes": 2048}
     if kind == "tool":
-        options |= {"task": "optional", "mrtr_first": True}
+        options |= {"task": "optional", "mrtr_first": True, "task_max_rounds": 40}
 
     async def flow(name: str, ctx: mrtr.FlowContext) -> str:
         return name
@@ -239,6 +240,7 @@ def test_every_valid_flow_option_is_accepted_on_both_hosts(host: Host, kind: str
     assert (spec.requires, spec.limits.max_rounds, spec.limits.deadline) == (("sampling",), 2, 5.0)
     assert spec.limits.max_state_bytes == 2048
     assert (spec.task, spec.mrtr_first) == (("optional", True) if kind == "tool" else ("never", False))
+    assert spec.limits.task_max_rounds == (40 if kind == "tool" else 1000)
 
 
 async def test_fastmcps_own_keywords_still_reach_fastmcp() -> None:
@@ -514,8 +516,13 @@ async def test_runtime_errors_are_the_same_on_both_hosts(caplog: pytest.LogCaptu
         assert not loud, (kind, [(r.name, r.levelname, r.getMessage()) for r in loud])
     mcpserver = seen["mcpserver"]
     assert mcpserver["too_many_rounds"][0] == -32602
-    assert mcpserver["too_many_rounds"][2] == {"reason": "too_many_rounds", "flow": "ask_thrice"}
-    assert "needed more than 2 rounds of client input" in mcpserver["too_many_rounds"][1]
+    assert mcpserver["too_many_rounds"][2] == {
+        "reason": "too_many_rounds",
+        "flow": "ask_thrice",
+        "maxRounds": 2,
+        "roundsUsed": 2,
+    }
+    assert "asked for client input in 2 rounds, the most max_rounds=2 allows" in mcpserver["too_many_rounds"][1]
     assert mcpserver["tampered_state"] == -32602
     assert mcpserver["declined_tool"][0] is True and "decline" in mcpserver["declined_tool"][1].lower()
     assert mcpserver["declined_prompt"][0] == -32602 and mcpserver["declined_prompt"][2]["reason"] == "input_declined"
@@ -649,3 +656,80 @@ def test_running_the_server_starts_and_stops_the_worker(way: str, tmp_path: Any)
             process.kill()
             process.communicate()
     assert events.read_text().split() == ["start", "close"], stderr.decode()[-2000:]
+
+
+# -- protocol_versions=: serve only the versions listed -----------------------------------------------------
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[Any]:
+    return [leaf for e in group.exceptions for leaf in (_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])]
+
+
+def _versions_server(host: Host, versions: list[str]) -> Any:
+    flows = host.flows(protocol_versions=versions)
+
+    @flows.tool()
+    async def hello(ctx: mrtr.FlowContext) -> str:
+        answer = await ctx.elicit("Go?", Approval)
+        return f"hello {answer.ok}"
+
+    return flows.server if host.kind == "mcpserver" else flows.mcp
+
+
+async def test_protocol_versions_serves_only_2026_07_28_on_both_hosts(host: Host) -> None:
+    async with served(_versions_server(host, ["2026-07-28"])) as url, httpx2.AsyncClient(trust_env=False) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, elicitation_callback=_accept) as modern:  # type: ignore[arg-type]
+            assert modern.protocol_version == "2026-07-28"
+            assert text_of(await modern.call_tool("hello", {})) == "hello True"
+        refused: list[MCPError] = []
+        try:
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, mode="legacy", elicitation_callback=_accept):  # type: ignore[arg-type]
+                pass
+        except* MCPError as group:  # the SDK's transport task group wraps the handshake's error
+            refused += _leaves(group)
+    (error,) = refused
+    assert error.error.code == t.UNSUPPORTED_PROTOCOL_VERSION
+    assert error.error.data == {"supported": ["2026-07-28"], "requested": "2025-11-25"}
+
+
+async def test_protocol_versions_serves_only_2025_11_25_on_both_hosts(host: Host) -> None:
+    versions = ["2025-11-25"]
+    async with served(_versions_server(host, versions)) as url, httpx2.AsyncClient(trust_env=False) as http:
+        # A 2026-07-28 request gets the spec's version-mismatch answer: HTTP 400, -32022, supported/requested.
+        envelope = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "server/discover",
+        }
+        body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": envelope}}
+        refused = await http.post(url, json=body, headers=headers)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == t.UNSUPPORTED_PROTOCOL_VERSION
+        assert error["data"] == {"supported": versions, "requested": "2026-07-28"}
+        # An auto-negotiating client is told where to go, and falls back to the handshake.
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, elicitation_callback=_accept) as client:  # type: ignore[arg-type]
+            assert client.protocol_version == "2025-11-25"
+            assert text_of(await client.call_tool("hello", {})) == "hello True"
+
+
+def test_a_bad_protocol_versions_list_is_the_same_error() -> None:
+    for versions, message in (([], "serves nothing"), (["2026-13-01"], "unknown version"), ("2026-07-28", "a list")):
+        seen = set()
+        for kind in HOSTS:
+            with pytest.raises(ValueError, match=message) as caught:
+                Host(kind).flows(protocol_versions=versions)
+            seen.add(str(caught.value))
+        assert len(seen) == 1, seen
+
+
+def test_dialects_need_2026_07_28_served() -> None:
+    with pytest.raises(mrtr.FlowDefinitionError, match="seed dialects are served as 2026-07-28"):
+        Host("mcpserver").flows(dialects=["sketch"], protocol_versions=["2025-11-25"])
