@@ -15,22 +15,27 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-# The whole suite in two runs that together select every test: what needs nothing beyond the
-# pytest process on two workers (test-fast), then what starts processes or uses services one at a
-# time, since those time things and kill processes and must not share the machine with each other.
-# The second runs even when the first fails (one CI run shows every failure); either fails `make test`.
+# The whole suite in three runs that together select every test: what needs nothing beyond the
+# pytest process, on four workers (test-fast; its tests wait as much as they compute); then what
+# starts processes or uses services, two modules at a time (a module's fleet starts once, on one
+# worker); then what times things or loads the machine (marked `alone`), one test at a time with
+# nothing beside it. Each run runs even when one before it fails (one CI run shows every failure);
+# any failing fails `make test`.
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests examples benchmarks tools docs/examples
 	$(VENV)/bin/ruff format --check src tests examples benchmarks tools docs/examples
 	$(VENV)/bin/mypy --strict src examples docs/examples
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n 2 -m "$(FAST)"; fast=$$?; $(PY) -m pytest -q -m "not ($(FAST))" && exit $$fast
+	$(PY) -m pytest -q -n 4 --dist worksteal -m "$(FAST)"; fast=$$?; \
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not ($(FAST)) and not alone"; shared=$$?; \
+	$(PY) -m pytest -q -m "not ($(FAST)) and alone"; alone=$$?; \
+	[ $$fast -eq 0 ] && [ $$shared -eq 0 ] && [ $$alone -eq 0 ]
 
 # The quick loop: every test that needs nothing beyond this process, over the whole tree (no
 # processes, brokers or foreign clients): the markers are in pyproject.toml and tests/support/markers.py.
 FAST := not spawns and not needs_redis and not needs_postgres and not needs_temporal and not needs_node and not needs_haproxy and not needs_chromium
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m "$(FAST)"
+	$(PY) -m pytest -q -n 4 --dist worksteal -m "$(FAST)"
 
 # The static checks of `make test` alone: lint, format, types, import contracts (pyproject.toml).
 lint: $(STAMP)

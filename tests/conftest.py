@@ -66,12 +66,19 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse a collection in which a test under tests/fleet or tests/external declares no need,
     or a test's fixtures or store parameters show a need it does not declare (tests/support/markers.py):
-    such a test would slip into `make test-fast`."""
+    such a test would slip into `make test-fast`.
+
+    Then the modules holding property tests go first, whole (a stable sort that keeps each
+    module's tests together, so a module's fixtures start once; `-m` keeps the order): hypothesis
+    runs each for many examples (the replay oracles take 5-20 s), and one started last on an
+    xdist worker would be the run's tail while the other workers idle."""
     from tests.support.markers import check, collected
 
     problems = check(collected(item, config.rootpath) for item in items)
     if problems:
         raise pytest.UsageError("tests with undeclared needs:\n  " + "\n  ".join(problems))
+    properties = {item.parent for item in items if getattr(getattr(item, "obj", None), "is_hypothesis_test", False)}
+    items.sort(key=lambda item: item.parent not in properties)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

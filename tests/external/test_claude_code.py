@@ -43,7 +43,8 @@ from tests.external.claude_code.server import READY
 from tests.support.faultproxy import running_proxy
 from tests.support.servers import ServerProcess, ServerSpec, new_key, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.spawns, pytest.mark.needs_node]
+# alone: keys typed into a terminal UI as it redraws (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns, pytest.mark.needs_node, pytest.mark.alone]
 
 SERVER = Path(__file__).parent / "claude_code" / "server.py"
 API_KEY = "sk-ant-api03-" + "m" * 80  # Claude Code only checks its shape; the stand-in takes any

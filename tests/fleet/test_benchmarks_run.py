@@ -23,7 +23,8 @@ import pytest
 
 from tests.support.flowkit import ROOT_DIR
 
-pytestmark = pytest.mark.spawns
+# alone: the benchmark scripts load both cores themselves (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.spawns, pytest.mark.alone]
 
 
 SCRIPTS: dict[str, tuple[str, ...]] = {  # each test's script, longest first

@@ -26,7 +26,8 @@ from tests.support import pushload
 from tests.support.markers import backends
 from tests.support.storekit import POSTGRES_DSN, REDIS_URL, drop_namespace, service_problem
 
-pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
+# alone: a 20 s window for 5,000 pushed changes (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns, pytest.mark.alone]
 
 URLS = {"redis": REDIS_URL, "postgres": POSTGRES_DSN}
 TASKS = 1300  # x 4 changes each = 5,200

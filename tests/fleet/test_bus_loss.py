@@ -36,7 +36,8 @@ from tests.fleet.test_buses import buses, until
 from tests.support.markers import backends
 from tests.support.storekit import POSTGRES_DSN, REDIS_URL
 
-pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
+# alone: a sender outrun on purpose (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process, pytest.mark.alone]  # unless marked otherwise
 
 KINDS = backends("redis", "redis-cluster", "postgres")
 

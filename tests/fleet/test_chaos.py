@@ -24,7 +24,8 @@ from benchmarks.chaos import ModeReport, Options, analyse_duplicates, render, ru
 from benchmarks.chaos_fleet import HaproxyUnavailable, Kill, find_haproxy
 from benchmarks.chaos_load import Job, interleave
 
-pytestmark = pytest.mark.in_process  # unless marked otherwise
+# alone: kills on a schedule under load (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.in_process, pytest.mark.alone]  # unless marked otherwise
 
 SHORT = Options(
     flows=100,

@@ -38,7 +38,8 @@ from mrtr.client import (
 from tests.support.faultproxy import FaultProxy, running_proxy
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, new_key, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
+# alone: the proxy's faults race the client's backoff (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns, pytest.mark.alone]
 
 SERVER = SUPPORT / "fault_server.py"
 READY = "fault-server ready:"

@@ -13,6 +13,9 @@ import math
 import pytest
 from benchmarks.fastmcp import engine_timers, main, parse_args, profile_inprocess
 
+# alone: a benchmark in miniature (make test runs it with nothing beside it)
+pytestmark = pytest.mark.alone
+
 
 @pytest.mark.spawns
 def test_the_fastmcp_benchmark_runs_on_every_transport(capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,8 @@ from mrtr.client import _flowclient as client_module
 from tests.support.flowkit import manual_client, new_server, text_of
 from tests.support.servers import SUPPORT, ServerSpec, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.in_process]  # unless marked otherwise
+# alone: a real load signal (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process, pytest.mark.alone]  # unless marked otherwise
 
 SERVER = SUPPORT / "task_server.py"
 

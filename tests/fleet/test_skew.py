@@ -25,7 +25,8 @@ from tests.support.flowkit import new_server
 from tests.support.markers import backends
 from tests.support.storekit import drop_namespace
 
-pytestmark = [pytest.mark.anyio, pytest.mark.in_process]
+# alone: short leases, renewed on time (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.anyio, pytest.mark.in_process, pytest.mark.alone]
 
 SKEW = 120.0
 

@@ -29,7 +29,8 @@ from tests.support.markers import backends
 from tests.support.pg_proc import PostgresProcess
 from tests.support.redis_proc import RedisProcess
 
-pytestmark = [pytest.mark.spawns, pytest.mark.needs_haproxy]
+# alone: faults timed in seconds (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.spawns, pytest.mark.needs_haproxy, pytest.mark.alone]
 
 OPTIONS = Options(tasks=16, concurrency=8, outage=5.0, task_seconds=0.3, lease=2.0, asks=4)
 RESYNC = 10.0

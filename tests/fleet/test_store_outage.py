@@ -39,7 +39,8 @@ from tests.support.pg_proc import PostgresProcess
 from tests.support.redis_proc import RedisProcess
 from tests.support.servers import SUPPORT, ServerProcess, ServerSpec, spawn_servers
 
-pytestmark = [pytest.mark.anyio, pytest.mark.spawns]
+# alone: outages timed in seconds (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.anyio, pytest.mark.spawns, pytest.mark.alone]
 
 SERVER = SUPPORT / "outage_server.py"
 READY = "outage-server ready:"

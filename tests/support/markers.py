@@ -30,6 +30,11 @@ NEEDS = {
 IN_PROCESS = "in_process"
 """Declared by a test under tests/fleet or tests/external that needs none of `NEEDS` (test-fast runs it)."""
 
+ALONE = "alone"
+"""Declared by a test (outside test-fast) that times things, loads the machine or drives a terminal
+by its clock: `make test` runs these one at a time with nothing beside them, after the others
+(which share the machine two modules at a time)."""
+
 GUARDED = ("tests/fleet/", "tests/external/")
 """Where every test must declare a need or `in_process`: these directories hold what spawns and what needs services."""
 
@@ -47,6 +52,7 @@ needs_node = pytest.mark.needs_node
 needs_haproxy = pytest.mark.needs_haproxy
 needs_chromium = pytest.mark.needs_chromium
 in_process = pytest.mark.in_process
+alone = pytest.mark.alone
 
 
 def fast_expression() -> str:

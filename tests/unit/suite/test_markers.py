@@ -21,7 +21,7 @@ from tests.support.markers import Collected, check
 def test_pyproject_registers_exactly_the_markers_the_guard_knows() -> None:
     config = tomllib.loads((ROOT_DIR / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     registered = {line.partition(":")[0] for line in config["markers"]}
-    assert registered == {*markers.NEEDS, markers.IN_PROCESS}
+    assert registered == {*markers.NEEDS, markers.IN_PROCESS, markers.ALONE}
     assert "--strict-markers" in config["addopts"]  # a misspelt marker is an error, not a silent no-op
 
 
@@ -34,8 +34,13 @@ def test_make_test_fast_deselects_every_need_over_the_whole_tree() -> None:
     assert "tests/" not in recipe  # chosen by marker, not by directory
     (recipe,) = re.findall(r"^test:.*\n((?:\t.*\n)+)", makefile, re.M)
     runs = [run.strip() for run in re.findall(r"\$\(PY\) -m pytest([^;&]*)", recipe)]
-    # `make test` (CI) runs everything: test-fast's selection, then exactly the rest.
-    assert runs == ['-q -n 2 -m "$(FAST)"', '-q -m "not ($(FAST))"']
+    # `make test` (CI) runs everything: test-fast's selection, then exactly the rest, in two parts:
+    # shared by modules on two workers, then what must run alone.
+    assert runs == [
+        '-q -n 4 --dist worksteal -m "$(FAST)"',
+        '-q -n 2 --dist loadfile -m "not ($(FAST)) and not alone"',
+        '-q -m "not ($(FAST)) and alone"',
+    ]
 
 
 def test_an_undeclared_test_under_fleet_or_external_is_refused() -> None:
