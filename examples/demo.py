@@ -72,7 +72,7 @@ class Instance:
     stderr_path: Path
 
 
-LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+LOCAL_REDIS = "redis://127.0.0.1:6379/1"  # a database of its own, as the docs' fleet examples
 
 
 @dataclass

@@ -27,7 +27,7 @@ once the lease (`MRTR_TASK_LEASE` seconds, default 10) runs out, and replays it.
 `MRTR_STORE_NAMESPACE` picks the Redis key prefix / PostgreSQL table. Without `MRTR_STORE`
 there is no `migrate` and no tasks extension, and the server is exactly the ephemeral one:
 durability needs a store the whole fleet shares, which only the operator can name, and the
-library's embedded default (`mrtr-tasks.db` in the working directory) would litter it.
+library's embedded default (a SQLite file in the per-user state directory) is one host's only.
 
 Side effects are observable: each step appends a JSON line to the file named by
 `MRTR_AUDIT_LOG` (if set), which is how the demo and the tests prove run-once.

@@ -13,6 +13,21 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A task flow without `store=` keeps its tasks in the per-user state directory: the suite's
+    own (`MRTR_STATE_DIR`, which spawned servers inherit), never the home of whoever runs it."""
+    import os
+
+    saved = os.environ.get("MRTR_STATE_DIR")
+    os.environ["MRTR_STATE_DIR"] = str(tmp_path_factory.mktemp("mrtr-state"))
+    yield
+    if saved is None:
+        os.environ.pop("MRTR_STATE_DIR", None)
+    else:
+        os.environ["MRTR_STATE_DIR"] = saved
+
+
 @pytest.fixture(scope="session")
 def temporal_address() -> Iterator[str]:
     """A real Temporal dev server for the session (`tests/support/temporalkit.py`); started on first use."""

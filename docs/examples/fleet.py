@@ -16,7 +16,7 @@ from mcp.server.request_state import RequestStateSecurity
 import mrtr
 
 KEY = os.urandom(32)
-URL = "redis://127.0.0.1:6379/0"
+URL = "redis://127.0.0.1:6379/1"  # a database of mrtr's own, not 0 (where other software writes by default)
 
 
 def plain_recipe() -> mrtr.Flows:

@@ -144,4 +144,6 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    """The public names, once each: not this module's own imports (`Any`, `import_module`, ...),
+    and not a name twice once it has been resolved into the module's globals."""
+    return sorted({*__all__, "__version__"})

@@ -196,6 +196,14 @@ class HistoryEntry(TypedDict, total=False):
     """A fork's step key: that step and the ones after it ran again (`TaskAdmin.rerun(from_step=)`)."""
     by: str
     """Who forked it: the tool (`mrtr tasks`, the console) and, where known, the person."""
+    phase: Literal["start", "end"]
+    """A step's entry: `"start"`, written as its side effect begins (so a run a killed worker
+    never finished still shows), or `"end"` (finished or raised); absent in entries written
+    before starts were recorded (each of those is an end)."""
+    instance: str
+    """Where the step ran: the worker (`host:pid:token`) that held the task's lease."""
+    idempotency_key: str
+    """The step's idempotency key (`mrtr.current_step().idempotency_key`): the same on every run."""
 
 
 class TaskView(Protocol):

@@ -37,6 +37,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {  # each test's script, longest first
     "test_fleet_push_quick_drops_nothing_on_redis": ("benchmarks/fleet_push.py", "--quick", "--brokers", "redis"),
     "test_tasks_quick_measures_the_sqlite_store": ("benchmarks/tasks.py", "--quick", "--stores", "sqlite"),
     "test_rounds_quick_measures_every_variant": ("benchmarks/rounds.py", "--quick"),
+    "test_wizard_quick_measures_resolve_mrtr_and_the_guard": ("benchmarks/wizard.py", "--quick"),
     "test_redis_cluster_quick_measures_one_node_and_a_cluster": ("benchmarks/redis_cluster.py", "--quick"),
     "test_console_quick_serves_every_page_from_sqlite": ("benchmarks/console.py", "--quick", "--stores", "sqlite"),
     "test_sealing_quick_measures_the_sqlite_store": ("benchmarks/sealing.py", "--quick", "--stores", "sqlite"),
@@ -91,6 +92,14 @@ def test_waits_quick_wakes_every_task_on_sqlite() -> None:
 def test_console_quick_serves_every_page_from_sqlite() -> None:
     out = _run("benchmarks/console.py", "--quick", "--stores", "sqlite")
     assert "(2) status + tool filter" in out and "(5) one task's page" in out and "p50" in out, out
+
+
+@pytest.mark.needs_redis
+def test_wizard_quick_measures_resolve_mrtr_and_the_guard() -> None:
+    out = _run("benchmarks/wizard.py", "--quick")
+    measured = {line.split()[0] for line in out.splitlines() if " p50 " in line}
+    assert measured == {"resolve", "mrtr", "guard"}, out
+    assert "guard/resolve = " in out, out
 
 
 @pytest.mark.needs_redis

@@ -139,13 +139,13 @@ def test_a_person_answers_a_form_a_sampling_request_and_a_task_in_a_terminal(ser
     # The whole screen, as the terminal received it.
     seen = screen_text(getattr(child, "_mrtr_log", ""))
     for expected in (
-        "round 1 · asks: profile · state ",
+        'round 1 · asks: "Who is joining?" (profile) · state ',  # the question, then its key
         "form profile  Who is joining?",
         "'A' is too short",
         "a whole number, please",
         "12 is less than the minimum of 18",
         "1) infra  2) data  3) web",
-        "round 2 · asks: welcome · state ",
+        'round 2 · asks: "sampling" (welcome) · state ',
         "sampling welcome  the server asks your LLM",
         "Write a one-line welcome for Ada Lovelace of team data",
         "durable task ",
@@ -211,8 +211,10 @@ def test_an_answers_file_runs_the_same_flow_without_a_person(server: tuple[str, 
     result = json.loads(proc.stdout)
     text = result["content"][0]["text"]
     assert text == "acct-infra-grace-hopper (age 85, no newsletter): welcome kept: Welcome, Welcome aboard, Grace."
-    assert "answers file → profile: accept" in proc.stderr
-    assert "round 1 · asks: profile" in proc.stderr
+    # every answer named alike: its question, then its key
+    assert 'answers file → "Who is joining?" (profile): accept' in proc.stderr
+    assert 'answers file → "sampling: Write a one-line welcome for Grace Hopper' in proc.stderr
+    assert 'round 1 · asks: "Who is joining?" (profile)' in proc.stderr
 
 
 def test_stdio_server_with_roots_and_echo_sampling(tmp_path: Path) -> None:

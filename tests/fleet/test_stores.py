@@ -711,6 +711,48 @@ async def test_round_ledger_concurrent_claims_exactly_one_wins(make_store: Facto
         assert verdicts.count("claimed") == 1 and verdicts.count("forked") == 5, verdicts
 
 
+async def test_round_ledger_back_rewinds_a_round_no_step_followed_and_supersedes_the_branch_left(store: Any) -> None:
+    """`rewind_round` ("Back", mrtr.stores._abilities.RoundRewinding): safe re-answers only, one branch."""
+    far = time.time() + 600
+    assert await store.claim_round("f:1:a", "A1", "w", 10.0, far) == ("claimed", None)
+    assert await store.finish_round_linked("f:1:a", "w", "o1", "f:2:b", False)
+    assert await store.claim_round("f:2:b", "A2", "w", 10.0, far) == ("claimed", None)
+    assert await store.rewind_round("f:1:a", "B1", "w2", 10.0, far) == ("busy", None), "round 2 still runs"
+    assert await store.finish_round_linked("f:2:b", "w", "o2", "f:3:c", False)  # hands out round 3
+    assert await store.rewind_round("f:1:a", "A1", "w2", 10.0, far) == ("same", None)
+    assert await store.rewind_round("f:1:a", "B1", "w2", 10.0, far) == ("claimed", None)
+    # the branch left behind: round 2 (finished) and round 3 (handed out, never claimed)
+    assert await store.claim_round("f:2:b", "A2", "w3", 10.0, far) == ("superseded", None)
+    assert await store.claim_round("f:3:c", "A3", "w3", 10.0, far) == ("superseded", None)
+    assert await store.rewind_round("f:2:b", "B2", "w3", 10.0, far) == ("superseded", None)
+    # the new answers: in flight under their owner, then done; a step finished in this run
+    assert await store.claim_round("f:1:a", "B1", "w3", 10.0, far) == ("busy", None)
+    assert not await store.finish_round_linked("f:1:a", "w", "stale", None, False), "the old owner lost it"
+    assert await store.finish_round_linked("f:1:a", "w2", "o1b", "f:2:d", True)
+    assert await store.claim_round("f:1:a", "B1", "w3", 10.0, far) == ("done", "o1b")
+    assert await store.rewind_round("f:1:a", "C1", "w3", 10.0, far) == ("forked", None), "a step finished in it"
+    assert await store.claim_round("f:1:a", "C1", "w3", 10.0, far) == ("forked", None)
+    # a step in a later round of the branch forbids going Back before it, not after it
+    assert await store.claim_round("f:2:d", "A2", "w", 10.0, far) == ("claimed", None)
+    assert await store.finish_round_linked("f:2:d", "w", "o2", "f:3:e", False)
+    assert await store.claim_round("f:3:e", "A3", "w", 10.0, far) == ("claimed", None)
+    assert await store.finish_round_linked("f:3:e", "w", "o3", "f:4:g", True)
+    assert await store.rewind_round("f:2:d", "B2", "w", 10.0, far) == ("forked", None)
+    assert await store.claim_round("f:4:g", "A4", "w", 10.0, far) == ("claimed", None)
+    assert await store.finish_round_linked("f:4:g", "w", "o4", None, False)  # a final answer
+    assert await store.rewind_round("f:4:g", "B4", "w", 10.0, far) == ("claimed", None)
+    assert await store.rewind_round("other:1:z", "B", "w", 10.0, far) == ("retry", None), "never claimed"
+
+
+async def test_round_ledger_back_past_a_round_that_died_unfinished_is_a_fork(store: Any) -> None:
+    far = time.time() + 600
+    assert await store.claim_round("h:1:a", "A1", "w", 10.0, far) == ("claimed", None)
+    assert await store.finish_round_linked("h:1:a", "w", "o1", "h:2:b", False)
+    assert await store.claim_round("h:2:b", "A2", "dead", 0.2, far) == ("claimed", None)
+    await asyncio.sleep(0.4)  # the lease lapses: whatever that run did (a step?) is unknown
+    assert await store.rewind_round("h:1:a", "B1", "w", 10.0, far) == ("forked", None)
+
+
 async def test_store_clock_is_close_to_this_hosts(store: Any) -> None:
     # Same host here, so the store's clock (Redis TIME, PostgreSQL clock_timestamp()) agrees closely.
     assert abs(await store.clock() - time.time()) < 1.0

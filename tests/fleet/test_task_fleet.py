@@ -148,6 +148,8 @@ async def test_a_killed_worker_loses_nothing(
 
             done = await wait_until(completed, 10, "the task to complete")
             assert done["result"]["content"][0]["text"] == "published DATA(J1)"
+        pid_a = process_a.pid
+    await _both_runs_are_visible(store, namespace, env["MRTR_STATE_KEY"], task_id, pid_a)
 
     entries = audit(journal)
     fetches = [e for e in entries if e["step"] == "fetch"]
@@ -159,6 +161,46 @@ async def test_a_killed_worker_loses_nothing(
     assert starts[0]["key"] == starts[1]["key"], "under the same idempotency key"
     assert [e["instance"] for e in ends] == ["B"]
     assert [e["instance"] for e in publishes] == ["B"]
+
+
+async def _both_runs_are_visible(store: str, namespace: str, key: str, task_id: str, pid_a: int) -> None:
+    """The killed step's two runs, in `mrtr tasks show` and on the console's task page: where each
+    ran, under which idempotency key, and which finished (#50: a re-run an operator can see)."""
+    import asyncio
+
+    import httpx2 as httpx
+    from typer.testing import CliRunner
+
+    from mrtr.cli._app import app
+    from mrtr.console import app as console_app
+    from mrtr.stores import RecordSeal
+
+    args = ["tasks", "show", task_id, "--store", store, "--namespace", namespace]
+    shown = await asyncio.to_thread(CliRunner().invoke, app, args, env={"COLUMNS": "400", "MRTR_STATE_KEY": key})
+    assert shown.exit_code == 0, shown.stdout + shown.stderr
+    runs = [line for line in shown.stdout.splitlines() if " transform " in f" {line} " and " of 2" in line]
+    assert len(runs) == 2, shown.stdout
+    first, second = runs
+    assert "1 of 2" in first and f":{pid_a}:" in first and "did not finish" in first, first
+    assert "2 of 2" in second and f":{pid_a}:" not in second and "finished" in second, second
+    keys = {word for line in runs for word in line.split() if word.endswith(":transform")}
+    assert len(keys) == 1, f"one idempotency key for both runs: {keys}"
+    export = ["tasks", "export", task_id, "--store", store, "--namespace", namespace]
+    exported = await asyncio.to_thread(CliRunner().invoke, app, export, env={"MRTR_STATE_KEY": key})
+    assert exported.exit_code == 0, exported.stdout + exported.stderr
+    history = json.loads(exported.stdout)["history"]
+    starts = [e for e in history if e.get("key") == "transform" and e.get("phase") == "start"]
+    ends = [e for e in history if e.get("key") == "transform" and e.get("phase") == "end"]
+    assert len(starts) == 2 and f":{pid_a}:" in starts[0]["instance"], starts
+    assert [e["instance"] for e in ends] == [starts[1]["instance"]], "the second run finished"
+    assert {e["idempotency_key"] for e in starts + ends} == keys
+    web = console_app(store, namespace=namespace, seal=RecordSeal.from_keys([bytes.fromhex(key)]))
+    transport = httpx.ASGITransport(app=web)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        page = (await http.get(f"/tasks/{task_id}")).text
+    assert page.count(">1 of 2<") == 1 and page.count(">2 of 2<") == 1, "both runs of the step, numbered"
+    assert f":{pid_a}:" in page and "did not finish (its worker stopped)" in page
+    assert keys.pop() in page
 
 
 async def test_any_instance_serves_get_update_and_cancel(tmp_path: Path) -> None:

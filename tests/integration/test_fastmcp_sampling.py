@@ -483,7 +483,7 @@ async def test_client_caused_errors_are_one_info_line_not_a_traceback(caplog: py
     from mrtr.stores._sqlite import SQLiteStore
     from tests.support.flowkit import Driver, manual_client
 
-    mcp, flows = new_server(replay_guard=ReplayGuard(SQLiteStore(":memory:")))
+    mcp, flows = new_server(replay_guard=ReplayGuard(SQLiteStore(":memory:"), back=False))  # the fork: refused
 
     @flows.tool()
     async def note(ctx: Context) -> str:

@@ -50,7 +50,9 @@ def test_a_server_without_a_shared_key_warns_at_start_up(caplog: pytest.LogCaptu
 def test_the_default_task_store_warns_that_other_hosts_cannot_see_it(
     caplog: pytest.LogCaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(tmp_path)  # the default store is a file in the working directory
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("MRTR_STATE_DIR", str(tmp_path / "state"))  # the per-user state directory
     flows = mrtr.Flows(new_server())
     with caplog.at_level(logging.WARNING, logger="mrtr"):
 
@@ -58,8 +60,10 @@ def test_the_default_task_store_warns_that_other_hosts_cannot_see_it(
         async def nightly(ctx: mrtr.FlowContext) -> str:
             return "ok"
 
+    path = tmp_path / "state" / "tasks-flows-under-test.db"
+    assert path.parent.is_dir() and list((tmp_path / "work").iterdir()) == [], "nothing in the working directory"
     assert [r.getMessage() for r in caplog.records if r.name == "mrtr.fleet"] == [
-        "mrtr: durable tasks use the default store, a SQLite file (mrtr-tasks.db) on this host: instances on other "
+        f"mrtr: durable tasks use the default store, a SQLite file ({path}) on this host: instances on other "
         "hosts cannot see its tasks. Give the fleet one shared store: Flows(server, store=mrtr.open_store(url)), and "
         "Flows(require_shared_store=True) to refuse to start without one"
     ]

@@ -154,7 +154,7 @@ async def test_a_guard_refusal(reader: InMemoryMetricReader) -> None:
     @flows.tool()
     async def deploy(ctx: mrtr.FlowContext) -> str:
         where = await ctx.elicit("Where?", Name, key="where")
-        return where.name
+        return await ctx.step("apply", str, where.name)  # a step finished: re-answering is a fork
 
     async with manual_client(server) as client:
         driver = Driver(client, "deploy")

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol, TypeVar, cast
 
 from mcp.shared.exceptions import MCPError
@@ -73,7 +73,12 @@ class Checkpointer(Protocol):
 
     async def durable(self) -> None: ...
 
-    def step_ran(self, key: str, seconds: float, error: str | None) -> None:
+    def step_started(self, key: str, idempotency_key: str) -> None:
+        """A step's side effect is about to begin (not a replay): noted for people, stored by the
+        `durable()` that follows."""
+        ...
+
+    def step_ran(self, key: str, seconds: float, error: str | None, idempotency_key: str = "") -> None:
         """A step really ran (not a replay): how long, and what it raised if it did (for people)."""
         ...
 
@@ -95,6 +100,8 @@ class JournalDriver:
             per activity this way).
         waits: A durable task's clock, events and callback URLs (`ctx.sleep`,
             `ctx.wait_for_event`, `ctx.callback_url`); None outside a task, where they are refused.
+        gate: Awaited before each new step's side effect (`Round.gate`: the replay guard's
+            claim, checked while the round's replayed code runs).
         progress: A durable task's status message (`ctx.report_progress`); None inline, where
             reports go to the request as progress notifications.
     """
@@ -109,9 +116,11 @@ class JournalDriver:
         shed: ShedCheck | None = None,
         step_limit: int | None = None,
         waits: WaitSource | None = None,
+        gate: Callable[[], Awaitable[None]] | None = None,
         progress: ProgressSink | None = None,
     ) -> None:
         self._waits = waits
+        self._gate = gate
         self.progress = progress
         self._shed = shed
         self._step_limit = step_limit
@@ -180,23 +189,28 @@ class JournalDriver:
             self.would_run.append(key)
             await replay.park(key, None)
         self.shed_point()  # an overloaded instance may end the round here, before new work
+        if self._gate is not None:
+            await self._gate()  # the round is this run's to serve (raises if it is not)
         self.steps_started += 1
         replay.step_started()
         try:
             with outside_branch(), tracing.step_span(key, f"{self.flow_id}:{key}"):
+                idempotency_key = f"{self.flow_id}:{key}"
                 if self._checkpoint is not None:
-                    await self._checkpoint.durable()  # every finished step is stored before this one runs
+                    self._checkpoint.step_started(key, idempotency_key)
+                    await self._checkpoint.durable()  # every finished step, and this one's start, is stored first
                 began = time.perf_counter()
                 try:
-                    result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
+                    result = await call_step(StepInfo(key, self.flow_id, idempotency_key), fn, args, kwargs)
                     value = to_journal(key, result, fn)
                 except Exception as exc:
                     if self._checkpoint is not None:
-                        self._checkpoint.step_ran(key, time.perf_counter() - began, f"{type(exc).__name__}: {exc}")
+                        error = f"{type(exc).__name__}: {exc}"
+                        self._checkpoint.step_ran(key, time.perf_counter() - began, error, idempotency_key)
                     raise
                 replay.record_step(key, digest, value)
                 if self._checkpoint is not None:
-                    self._checkpoint.step_ran(key, time.perf_counter() - began, None)
+                    self._checkpoint.step_ran(key, time.perf_counter() - began, None, idempotency_key)
                     self._checkpoint.after_step()
         finally:
             replay.step_ended()

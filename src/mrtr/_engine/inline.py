@@ -82,6 +82,8 @@ async def round_body(services: Services, round: Round) -> Any:
             return await start_task(spec, services, round, journal)
         return _input_required(round, outcome.replay)
     if outcome.became_task:
+        if round.gate is not None:
+            await round.gate()  # creating the task is a side effect: only a run the round is this one's
         return await start_task(spec, services, round, journal)
     if outcome.error is not None:
         raise outcome.error

@@ -13,7 +13,7 @@ back as state only) — and `chain` composes them once, around the engine's own 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -56,6 +56,9 @@ class Round:
     """The SDK's plain per-request context (`ServerRequestContext`): session, request id, params."""
     state_security: Callable[[], RequestStateSecurity | None] | None = None
     """The policy that seals this round's state, when the request does not lead to it (FastMCP)."""
+    gate: Callable[[], Awaitable[None]] | None = None
+    """Awaited before the round's first side effect (a new step, a task started): a policy that
+    checks the round concurrently with its run (the replay guard's claim) holds effects here."""
 
     @classmethod
     def read(
@@ -90,6 +93,12 @@ class Round:
             wire=wire,
             state_security=state_security,
         )
+
+
+class RoundDropped(BaseException):
+    """Raised at a round's gate (`Round.gate`) when the round is not this run's to serve (the
+    replay guard gave it to another run, or refused it): the run stops before any side effect,
+    its policy answers instead, and the run is not counted as a round (metrics)."""
 
 
 CallNext = Callable[[Round], Coroutine[Any, Any, Any]]
@@ -127,4 +136,4 @@ def _bind(policy: RoundPolicy, call_next: CallNext) -> CallNext:
     return handle
 
 
-__all__ = ["CallNext", "Round", "RoundPolicy", "Services", "chain"]
+__all__ = ["CallNext", "Round", "RoundDropped", "RoundPolicy", "Services", "chain"]

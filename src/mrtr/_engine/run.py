@@ -30,7 +30,7 @@ from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver
 from mrtr._engine.journal import Journal
 from mrtr._engine.progress import ProgressSink
 from mrtr._engine.replay import Replay
-from mrtr._engine.round import Round
+from mrtr._engine.round import Round, RoundDropped
 from mrtr._engine.spec import FlowSpec, ShedCheck
 from mrtr._engine.waits import WaitSource
 from mrtr._errors import FlowDefinitionError, FlowError, FlowExpired, NondeterminismError, TooManyRounds
@@ -159,6 +159,7 @@ async def execute(
         shed=run.shed,
         step_limit=run.step_limit,
         waits=run.waits,
+        gate=run.round.gate if run.round is not None else None,
         progress=run.progress,
     )
     round = run.round
@@ -176,7 +177,7 @@ async def execute(
             await _run(spec, replay, driver, request, arguments)
         finally:
             tracing.unbind_flow(token)
-    if meters is not None and not run.dry_run:
+    if meters is not None and not run.dry_run and not isinstance(replay.ending, RoundDropped):
         elapsed = time.perf_counter() - started
         meters.round_ran(spec.name, replay, round is None, elapsed, driver.steps_replayed, driver.steps_started)
     outcome = Outcome(replay, would_run=driver.would_run)

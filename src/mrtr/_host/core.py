@@ -21,8 +21,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
+import re
+import sys
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.extension import MethodBinding
@@ -59,8 +63,28 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mrtr.fleet")
 
-DEFAULT_STORE = "mrtr-tasks.db"
-"""The SQLite file durable tasks fall back to without `store=` (one host's only)."""
+DEFAULT_STORE = "tasks-{server}.db"
+"""The SQLite file durable tasks fall back to without `store=` (one host's only), in
+`default_state_dir()`: one per server name, never in the working directory."""
+
+
+def default_state_dir() -> Path:
+    """Where mrtr keeps a user's own state: `$MRTR_STATE_DIR`, else the per-user state directory
+    (`$XDG_STATE_HOME/mrtr`, `~/.local/state/mrtr`; `%LOCALAPPDATA%\\mrtr` on Windows)."""
+    explicit = os.environ.get("MRTR_STATE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "mrtr"
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base).expanduser() / "mrtr"
+
+
+def default_store_path(server: str) -> Path:
+    """The default task store of server `server`: `default_state_dir()/tasks-<server>.db`."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", server).strip("._") or "server"
+    return default_state_dir() / DEFAULT_STORE.format(server=safe[:80])
+
 
 TaskDialect = Callable[[TasksExtension], list[MethodBinding]]
 
@@ -125,7 +149,8 @@ class HostCore:
                 return
             fleet.refuse_unshared_store(self.host, f"the task engine's store ({type(store).__name__})")
         if opts.store is None:
-            fleet.refuse_unshared_store(self.host, f"the default SQLite file {DEFAULT_STORE!r} (no store= given)")
+            where = str(default_store_path(self.host.name))
+            fleet.refuse_unshared_store(self.host, f"the default SQLite file {where!r} (no store= given)")
         if not is_shared(opts.store):
             fleet.refuse_unshared_store(self.host, f"a {type(opts.store).__name__}")
 
@@ -327,8 +352,10 @@ class HostCore:
         if store is None:
             from mrtr.stores._sqlite import SQLiteStore
 
-            store = SQLiteStore(DEFAULT_STORE)  # the embedded default
-            fleet.warn_about_default_store(DEFAULT_STORE)
+            path = default_store_path(self.host.name)  # the embedded default, never in the working directory
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            store = SQLiteStore(str(path))
+            fleet.warn_about_default_store(str(path))
         return store
 
     @contextlib.asynccontextmanager
@@ -364,6 +391,8 @@ class HostCore:
     async def _stop_serving(self) -> None:
         bus, engine = self._fleet_bus, self._engine
         try:
+            if self.replay_guard is not None:  # the outcomes of rounds that already answered
+                await self.replay_guard.drain()
             if engine is not None:
                 await engine.close()
         finally:
@@ -379,4 +408,4 @@ class HostCore:
         return self.send_event(task_id, name, payload, event_id=event_id)
 
 
-__all__ = ["DEFAULT_STORE", "HostCore", "TaskDialect"]
+__all__ = ["DEFAULT_STORE", "HostCore", "TaskDialect", "default_state_dir", "default_store_path"]

@@ -50,8 +50,10 @@ class FlowsOptions(TypedDict, total=False):
     """Default cap on the sealed `requestState` (64 KiB)."""
     store: TaskStore | None
     """Where durable tasks live (`SQLiteStore`, `RedisStore`, `PostgresStore`); share one across
-    the fleet. Default: `SQLiteStore("mrtr-tasks.db")` once a task flow is registered (with a
-    start-up warning; `require_shared_store=True` refuses instead)."""
+    the fleet. Default: a SQLite file of this user's, `tasks-<server name>.db` in the per-user
+    state directory (`$MRTR_STATE_DIR`, else `$XDG_STATE_HOME/mrtr` or `~/.local/state/mrtr`),
+    never the working directory, once a task flow is registered (with a start-up warning:
+    other hosts cannot see it; `require_shared_store=True` refuses instead)."""
     task_lease: float
     """Seconds a silent worker keeps a task before another instance takes over (10)."""
     task_ttl: float | None

@@ -523,7 +523,9 @@ def console(
 
         from mrtr.console import app as console_app
     except ImportError as exc:
-        err_console().print(f"mrtr: the console needs its extra: pip install 'mrtr[console]' ({exc.name} is missing)")
+        # markup=False: rich would read `[console]` as a style tag and print `pip install 'mrtr'`
+        hint = f"mrtr: the console needs its extra: pip install 'mrtr[console]' ({exc.name} is missing)"
+        err_console().print(hint, markup=False)
         raise typer.Exit(UsageError.exit_code) from None
     try:
         ring = _ring(key_file)

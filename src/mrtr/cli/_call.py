@@ -155,7 +155,7 @@ class CallSession:
                 )
                 if wrong:
                     raise UsageError(f"answer for {where} in the answers file: {wrong}")
-            self.console.print(f"[dim]  answers file → {escape(key or params.message)}: {result.action}[/]")
+            self.console.print(f"[dim]  answers file → {escape(ask_label(params.message, key))}: {result.action}[/]")
             return result
         self._need_person(where, legacy)
         if isinstance(params, t.ElicitRequestURLParams):
@@ -178,7 +178,8 @@ class CallSession:
             completion = value.get("text") if isinstance(value, dict) else value
             if not isinstance(completion, str):
                 raise UsageError(f"answer for {key or text!r} must be the completion text")
-            self.console.print(f"[dim]  answers file → {escape(key or 'sampling')}: {escape(completion[:60])}[/]")
+            label = ask_label(f"sampling: {text}", key)
+            self.console.print(f"[dim]  answers file → {escape(label)}: {escape(completion[:60])}[/]")
             return sampling_result(completion)
         if self.sampling == "echo":
             self.console.print(f"[dim]  sampling (echo) → {escape(text[:60])}[/]")
@@ -221,7 +222,7 @@ class CallSession:
     # -- display ----------------------------------------------------------------------------
 
     def _show_round(self, view: WireView) -> None:
-        asks = ", ".join(a.key for a in view.asks) or "(nothing: state only)"
+        asks = ", ".join(ask_label(_ask_text(a.method, a.params), a.key) for a in view.asks) or "(nothing: state only)"
         parts = [f"round {view.rounds}", f"asks: {asks}"]
         if view.state_bytes is not None:
             parts.append(f"state {view.state_bytes:,} B")
@@ -457,8 +458,28 @@ def stdin_is_terminal() -> bool:
     return sys.stdin.isatty()
 
 
+def ask_label(question: str, key: str | None) -> str:
+    """How `mrtr call` names one ask everywhere it prints one: its question, then its wire key.
+
+    Keys are the server's (`elicit_3x61SgSn95`), opaque to a person; the question says what
+    was asked, the key is what an answers file may be keyed by.
+    """
+    text = " ".join(question.split())
+    text = f"{text[:57]}..." if len(text) > 60 else text
+    return f'"{text}" ({key})' if key else f'"{text}"'
+
+
+def _ask_text(method: str, params: Mapping[str, Any]) -> str:
+    if method == "elicitation/create":
+        return str(params.get("message", ""))
+    if method == "sampling/createMessage":
+        return "sampling"
+    return method.partition("/")[0] or "ask"
+
+
 __all__ = [
     "CallRequest",
+    "ask_label",
     "CallSession",
     "build_transport",
     "parse_arguments",

@@ -29,7 +29,7 @@ from mrtr.cli._storeview import open_view
 from mrtr.stores import WAITS, RecordSeal, TaskQuery, TaskRecord, waits_for
 from mrtr.stores._sealed import PAYLOAD_FIELDS
 from mrtr.tasks._admin import TaskAdmin, TaskSealed, TaskUnknown
-from mrtr.tasks._history import history_row, iso
+from mrtr.tasks._history import history_rows, iso
 from mrtr.tasks._records import waiting_wire
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
@@ -404,10 +404,16 @@ async def show_task(
         rows = [[str(e.get("name")), str(e.get("id")), _short(e.get("data"))] for e in record.inbox]
         _table(out, "events not yet consumed", ["event", "id", "payload"], rows)
     if record.responses:
-        _table(out, "answers not yet used", ["key", "answer"], [[k, _short(v)] for k, v in record.responses.items()])
-    columns = ["at", "kind", "attempt", "what", "took", "outcome"]
-    rows = [[row[c] for c in columns] for row in map(history_row, record.history)]
-    _table(out, "history", columns, rows)  # steps that ran and operators' actions (a fork: who made it)
+        asked = {k: str((r.get("params") or {}).get("message", "")) for k, r in record.input_requests.items()}
+        for table in ("pending", "answers"):  # the questions the journal kept, by key (none when sealed)
+            kept: Any = journal.get(table) or {}
+            asked |= {k: str(a.get("question") or "") for k, a in kept.items() if k not in asked}
+        rows = [[k, _short(asked.get(k, "")), _short(v)] for k, v in record.responses.items()]
+        _table(out, "answers not yet used", ["key", "question", "answer"], rows)
+    columns = ["at", "kind", "attempt", "what", "run", "where", "key", "took", "outcome"]
+    running = record.status == "working"
+    rows = [[row[c] for c in columns] for row in history_rows(record.history, running)]
+    _table(out, "history", columns, rows)  # steps that ran (every run of each) and operators' actions
     if record.result is not None:
         out.print(f"  result: {escape(_short(record.result, 400))}")
     if record.error is not None:

@@ -38,7 +38,7 @@ from mrtr.stores import RecordSeal, TaskQuery, TaskRecord, TaskStore, open_store
 from mrtr.stores._abilities import WrappedStore
 from mrtr.stores._base import STATUSES, WAITS
 from mrtr.tasks._admin import TaskAdmin, TaskUnknown, failed
-from mrtr.tasks._history import history_row, iso
+from mrtr.tasks._history import history_rows, iso
 
 COOKIE = "mrtr_console"
 _MISSING = "<!doctype html><title>No such task</title><p>No such task (unknown, or past its TTL).</p>"
@@ -215,7 +215,7 @@ class _Console:
             timeline_error=problem,
             started=journal_info.get("started", "-"),
             rounds=journal_info.get("rounds", 0),
-            history=[history_row(entry) for entry in record.history],
+            history=history_rows(record.history, record.status == "working"),
             result=_pretty(record.result, 20000) if not self.redact else "[redacted]",
             error=_pretty(record.error, 20000),
             failed=failed(record),

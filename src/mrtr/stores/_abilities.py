@@ -10,6 +10,11 @@ guard (`has_clock(store)`, `is_shared(store)`, ...), never by probing for an att
 - `BatchLoading`: `load_many(ids, now)`, many records in one round trip (`load_many` below
   reads any store, a few ids at a time where it cannot batch);
 - `RoundLedger`: where the replay guard (`mrtr._guard`) records rounds;
+- `RoundPipelining`: a rewinding ledger that records a round's outcome and claims its flow's
+  next round in one round trip (`finish_and_claim`: Redis);
+- `RoundRewinding`: a ledger that links each round to the next and lets a client re-answer an
+  earlier round ("Back") when no step finished since (`rewind_round`); without it, every
+  re-answer is a fork and refused;
 - `SharedStore`: a store every instance of a fleet reaches (Redis, PostgreSQL; a SQLite file
   is one host's): all of the above, a fleet bus on the same broker (`fleet_bus()`) and where
   it is, password redacted, for logs (`where`).
@@ -77,7 +82,9 @@ class RoundLedger(Protocol):
         - `("forked", None)`: claimed with another digest;
         - `("done", outcome)`: finished with the same digest;
         - `("busy", None)`: in flight with the same digest under a live lease;
-        - `("retry", None)`: it vanished mid-call; claim again.
+        - `("retry", None)`: it vanished mid-call; claim again;
+        - `("superseded", None)`: only from a `RoundRewinding` ledger: the round belongs to a
+          branch a client left by re-answering an earlier round.
         """
         ...
 
@@ -90,6 +97,59 @@ class RoundLedger(Protocol):
     async def purge_rounds(self) -> int: ...
 
     async def close(self) -> None: ...
+
+
+class RoundRewinding(RoundLedger, Protocol):
+    """A round ledger that knows which round each round led to, so that a client may go "Back".
+
+    `finish_round_linked` records, with the outcome, the round the outcome hands out next
+    (`next_round`, None for a final answer) and whether a step finished during the round
+    (`stepped`). `rewind_round` then lets other answers take an earlier, finished round over
+    when neither it nor any round after it on its branch finished a step, and marks every
+    later round of the branch left behind superseded (a claim of one: `"superseded"`).
+    """
+
+    async def finish_round_linked(
+        self, round_id: str, owner: str, outcome: str, next_round: str | None, stepped: bool
+    ) -> bool:
+        """`finish_round`, also recording the link to `next_round` and whether a step finished."""
+        ...
+
+    async def rewind_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        """Re-answer a finished round with `digest`, atomically, returning one of:
+
+        - `("claimed", None)`: taken over by `owner` with the new digest; every later round of
+          the branch it led to is superseded;
+        - `("forked", None)`: a step finished in it or after it on its branch, or a run of it
+          or of a later round died unfinished (a step may have run): the fork stays refused;
+        - `("busy", None)`: it or a later round of its branch is still running: try again;
+        - `("same", None)`: it already carries `digest`: claim it as usual;
+        - `("superseded", None)`: it is itself on a branch left behind;
+        - `("retry", None)`: it vanished (expired): claim it as usual.
+        """
+        ...
+
+
+class RoundPipelining(RoundRewinding, Protocol):
+    """A ledger that records one round's outcome and claims the flow's next round in one round trip."""
+
+    async def finish_and_claim(
+        self,
+        finished: str,
+        outcome: str,
+        next_round: str | None,
+        stepped: bool,
+        round_id: str,
+        digest: str,
+        owner: str,
+        lease: float,
+        expires_at: float,
+    ) -> tuple[str, str | None]:
+        """`finish_round_linked` of `finished` (whose owner is `owner`), then `claim_round` of
+        `round_id`, a round of the same flow; returns the claim's verdict."""
+        ...
 
 
 class SharedStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundLedger, Protocol):
@@ -131,6 +191,16 @@ def has_load_many(store: object) -> TypeIs[BatchLoading]:
     return _offers(store, "load_many")
 
 
+def can_rewind_rounds(store: object) -> TypeIs[RoundRewinding]:
+    """Whether the replay guard can let a client re-answer an earlier round in `store` (`RoundRewinding`)."""
+    return all(_offers(store, name) for name in _REWIND)
+
+
+def can_pipeline_rounds(store: object) -> TypeIs[RoundPipelining]:
+    """Whether `store` records a round's outcome with its flow's next claim (`RoundPipelining`)."""
+    return can_rewind_rounds(store) and _offers(store, "finish_and_claim")
+
+
 def is_round_ledger(store: object) -> TypeIs[RoundLedger]:
     """Whether the replay guard can record rounds in `store` (`RoundLedger`)."""
     return all(_offers(store, name) for name in _LEDGER)
@@ -143,6 +213,7 @@ def is_shared(store: object) -> TypeIs[SharedStore]:
 
 _TASKS = ("create", "load", "save", "claimable", "purge_expired", "list_tasks", "count_by_status", "flows")
 _LEDGER = ("claim_round", "renew_round", "finish_round", "purge_rounds", "close")
+_REWIND = (*_LEDGER, "finish_round_linked", "rewind_round")
 _SHARED = (*_TASKS, *_LEDGER, "count_expired", "clock", "next_wake", "load_many", "fleet_bus", "where")
 
 
@@ -190,12 +261,16 @@ __all__ = [
     "BatchLoading",
     "Clocked",
     "RoundLedger",
+    "RoundPipelining",
+    "RoundRewinding",
     "SharedStore",
     "WakeIndexed",
     "WrappedStore",
     "has_clock",
     "has_load_many",
     "has_next_wake",
+    "can_pipeline_rounds",
+    "can_rewind_rounds",
     "is_round_ledger",
     "is_shared",
     "load_many",

@@ -7,6 +7,7 @@ re-exports it and picks a backend from a URL.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -280,8 +281,50 @@ def round_verdict(row: tuple[str, str | None] | None, digest: str) -> tuple[str,
     return "busy", None
 
 
+RoundRow = tuple[str, float, str | None, bool, bool | None, str | None]
+"""A round as a SQL ledger keeps it: digest, lease until, outcome, superseded, stepped (None: not
+recorded, a round an older mrtr finished: treated as stepped), next round."""
+
+
+def rewind_plan(rows: Mapping[str, RoundRow], round_id: str, digest: str, now: float) -> tuple[str, list[str]]:
+    """What `rewind_round` does (`mrtr.stores._abilities.RoundRewinding`), from the flow's rounds.
+
+    Returns the verdict and, when it is `"claimed"`, the later rounds of the branch left behind,
+    in order (the last may be one handed out but never claimed: absent from `rows`), which the
+    caller marks superseded in the same transaction as it takes `round_id` over.
+    """
+    row = rows.get(round_id)
+    if row is None:
+        return "retry", []
+    stored, lease_until, outcome, superseded, stepped, link = row
+    if superseded:
+        return "superseded", []
+    if stored == digest:
+        return "same", []
+    if outcome is None:
+        return ("busy" if lease_until >= now else "forked"), []
+    if stepped is not False:  # a step finished in it, or it is not known whether one did
+        return "forked", []
+    later: list[str] = []
+    while link is not None and link not in later and link != round_id:
+        after = rows.get(link)
+        if after is not None and after[3]:
+            break  # superseded already, and so is everything after it
+        later.append(link)
+        if after is None:
+            break  # handed out, never claimed
+        _, lease_until, outcome, _, stepped, link = after
+        if outcome is None:
+            return ("busy" if lease_until >= now else "forked"), []
+        if stepped is not False:
+            return "forked", []
+    return "claimed", later
+
+
 __all__ = [
     "HISTORY_KEPT",
+    "RoundRow",
+    "rewind_plan",
     "SEALED",
     "STATUSES",
     "WAIT_FOREVER",

@@ -21,15 +21,17 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
-from mrtr.stores._abilities import SharedStore, redacted
+from mrtr.stores._abilities import RoundRewinding, SharedStore, redacted
 from mrtr.stores._base import (
     STATUSES,
+    RoundRow,
     TaskExists,
     TaskPage,
     TaskQuery,
     TaskRecord,
     page_cursor,
     read_cursor,
+    rewind_plan,
     round_verdict,
     wait_statuses,
 )
@@ -70,7 +72,7 @@ _WAIT_SQL: dict[str, LiteralString] = {
 
 
 @store_boundary("postgresql", _transient)
-class PostgresStore(SharedStore):
+class PostgresStore(SharedStore, RoundRewinding):
     """A `TaskStore` in one PostgreSQL table, created if missing.
 
     `timeout` bounds the wait for a pooled connection (and the first connect): while
@@ -132,6 +134,11 @@ class PostgresStore(SharedStore):
                 " expires_at DOUBLE PRECISION NOT NULL)"
             ),
             q("CREATE INDEX IF NOT EXISTS {rounds_idx} ON {r} (expires_at)"),
+            # "Back" (`RoundRewinding`): each round's link to the next, whether a step finished
+            # in it, whether it is on a branch left behind.
+            q("ALTER TABLE {r} ADD COLUMN IF NOT EXISTS next_round TEXT"),
+            q("ALTER TABLE {r} ADD COLUMN IF NOT EXISTS stepped BOOLEAN"),
+            q("ALTER TABLE {r} ADD COLUMN IF NOT EXISTS superseded BOOLEAN"),
             # Listing (the console, `mrtr tasks`): columns computed from the record itself, so
             # no write path changes, and a table from before them gains them as it is.
             # Written by `create` (neither changes afterwards). Rows from before these columns
@@ -185,12 +192,30 @@ class PostgresStore(SharedStore):
             "INSERT INTO {r} AS old (round_id, digest, owner, lease_until, outcome, expires_at)"
             " VALUES (%(id)s, %(d)s, %(o)s, extract(epoch FROM now()) + %(lease)s, NULL, %(exp)s)"
             " ON CONFLICT (round_id) DO UPDATE SET digest = EXCLUDED.digest, owner = EXCLUDED.owner,"
-            " lease_until = EXCLUDED.lease_until, outcome = NULL, expires_at = EXCLUDED.expires_at"
+            " lease_until = EXCLUDED.lease_until, outcome = NULL, expires_at = EXCLUDED.expires_at,"
+            " next_round = NULL, stepped = NULL, superseded = NULL"
             " WHERE old.expires_at <= extract(epoch FROM now()) OR (old.digest = EXCLUDED.digest"
-            " AND old.outcome IS NULL AND old.lease_until < extract(epoch FROM now()))"
+            " AND old.outcome IS NULL AND old.lease_until < extract(epoch FROM now()) AND old.superseded IS NULL)"
             " RETURNING 1"
         )
-        self._read_round_sql = q("SELECT digest, outcome FROM {r} WHERE round_id = %s")
+        self._read_round_sql = q("SELECT digest, outcome, superseded FROM {r} WHERE round_id = %s")
+        self._finish_linked_sql = q(
+            "UPDATE {r} SET outcome = %s, next_round = %s, stepped = %s"
+            " WHERE round_id = %s AND owner = %s AND outcome IS NULL"
+        )
+        self._flow_rounds_sql = q(
+            "SELECT round_id, digest, lease_until, outcome, superseded, stepped, next_round,"
+            " extract(epoch FROM now())::float8 FROM {r}"
+            " WHERE round_id >= %s AND round_id < %s AND expires_at > extract(epoch FROM now()) FOR UPDATE"
+        )
+        self._supersede_sql = q(
+            "INSERT INTO {r} (round_id, digest, owner, lease_until, expires_at, superseded)"
+            " VALUES (%s, '', '', 0, %s, true) ON CONFLICT (round_id) DO UPDATE SET superseded = true"
+        )
+        self._rewind_sql = q(
+            "UPDATE {r} SET digest = %s, owner = %s, lease_until = extract(epoch FROM now()) + %s, outcome = NULL,"
+            " next_round = NULL, stepped = NULL, expires_at = %s WHERE round_id = %s"
+        )
         self._renew_round_sql = q(
             "UPDATE {r} SET lease_until = extract(epoch FROM now()) + %s"
             " WHERE round_id = %s AND owner = %s AND outcome IS NULL"
@@ -424,7 +449,9 @@ class PostgresStore(SharedStore):
         if rows:
             return "claimed", None
         _, rows = await self._execute(self._read_round_sql, (round_id,))
-        return round_verdict(rows[0] if rows else None, digest)
+        if rows and rows[0][2]:
+            return "superseded", None
+        return round_verdict((rows[0][0], rows[0][1]) if rows else None, digest)
 
     async def renew_round(self, round_id: str, owner: str, lease: float) -> bool:
         count, _ = await self._execute(self._renew_round_sql, (float(lease), round_id, owner))
@@ -433,6 +460,33 @@ class PostgresStore(SharedStore):
     async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
         count, _ = await self._execute(self._finish_round_sql, (outcome, round_id, owner))
         return count == 1
+
+    async def finish_round_linked(
+        self, round_id: str, owner: str, outcome: str, next_round: str | None, stepped: bool
+    ) -> bool:
+        params = (outcome, next_round, bool(stepped), round_id, owner)
+        count, _ = await self._execute(self._finish_linked_sql, params)
+        return count == 1
+
+    async def rewind_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        flow = round_id.partition(":")[0]
+        pool = await self._get_pool()
+        async with pool.connection(timeout=self._pool_args["timeout"]) as conn, conn.transaction():
+            cur = await conn.execute(self._flow_rounds_sql, (flow + ":", flow + ";"))
+            found = await cur.fetchall()
+            now = float(found[0][7]) if found else 0.0
+            rows: dict[str, RoundRow] = {
+                row[0]: (row[1], float(row[2]), row[3], bool(row[4]), None if row[5] is None else bool(row[5]), row[6])
+                for row in found
+            }
+            verdict, later = rewind_plan(rows, round_id, digest, now)
+            if verdict == "claimed":
+                for other in later:
+                    await conn.execute(self._supersede_sql, (other, float(expires_at)))
+                await conn.execute(self._rewind_sql, (digest, owner, float(lease), float(expires_at), round_id))
+        return verdict, None
 
     async def purge_rounds(self) -> int:
         count, _ = await self._execute(self._purge_rounds_sql, ())

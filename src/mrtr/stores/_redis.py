@@ -37,7 +37,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
 from mrtr._redisclient import client, is_cluster, shard_tags
-from mrtr.stores._abilities import SharedStore, redacted
+from mrtr.stores._abilities import RoundPipelining, SharedStore, redacted
 from mrtr.stores._base import (
     STATUSES,
     TaskExists,
@@ -243,12 +243,16 @@ _PURGE_BATCH = 500
 T = TypeVar("T")
 
 # The replay guard's ledger (mrtr._guard): one hash per round (d digest, o owner, l lease
-# until, r outcome), expired by Redis itself. Leases are on the Redis server's clock (TIME),
-# so no instance's wall clock matters. KEYS[1] the round. ARGV: digest, owner, lease, expire ms.
+# until, r outcome; n the round its outcome handed out, s "a step finished in it", x "on a
+# branch a client left by going Back"), expired by Redis itself. Leases are on the Redis
+# server's clock (TIME), so no instance's wall clock matters. A round's key carries its flow's
+# id as a hash tag, so that a rewind reaches every round of the flow on one cluster slot.
+# KEYS[1] the round. ARGV: digest, owner, lease, expire ms.
 _CLAIM_ROUND = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local e = redis.call('HMGET', KEYS[1], 'd', 'l', 'r')
+local e = redis.call('HMGET', KEYS[1], 'd', 'l', 'r', 'x')
+if e[4] then return {'superseded'} end
 if not e[1] then
   redis.call('HSET', KEYS[1], 'd', ARGV[1], 'o', ARGV[2], 'l', string.format('%.6f', now + tonumber(ARGV[3])))
   redis.call('PEXPIREAT', KEYS[1], ARGV[4])
@@ -263,7 +267,7 @@ end
 return {'busy'}
 """
 
-# KEYS[1] the round. ARGV: owner, lease (renew) or outcome (finish), mode.
+# KEYS[1] the round. ARGV: owner, lease (renew) or outcome (finish), mode, next round's key, stepped.
 _TOUCH_ROUND = """
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'r') == 1 then return 0 end
 if ARGV[3] == 'renew' then
@@ -272,8 +276,80 @@ if ARGV[3] == 'renew' then
   redis.call('HSET', KEYS[1], 'l', string.format('%.6f', now + tonumber(ARGV[2])))
 else
   redis.call('HSET', KEYS[1], 'r', ARGV[2])
+  if ARGV[4] and ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'n', ARGV[4]) end
+  if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 's', '1') end
 end
 return 1
+"""
+
+# A round's outcome and its flow's next claim in one script (the guard holds the outcome of a
+# round no step finished in for a moment, so that the next round carries it: one round trip a
+# round). KEYS[1] the finished round, KEYS[2] the round to claim: one flow, so one slot.
+# ARGV: owner, outcome, next round's key, stepped, then the claim's digest, lease, expire ms.
+_FINISH_AND_CLAIM = """
+if redis.call('HGET', KEYS[1], 'o') == ARGV[1] and redis.call('HEXISTS', KEYS[1], 'r') == 0 then
+  redis.call('HSET', KEYS[1], 'r', ARGV[2])
+  if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'n', ARGV[3]) end
+  if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 's', '1') end
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local e = redis.call('HMGET', KEYS[2], 'd', 'l', 'r', 'x')
+if e[4] then return {'superseded'} end
+if not e[1] then
+  redis.call('HSET', KEYS[2], 'd', ARGV[5], 'o', ARGV[1], 'l', string.format('%.6f', now + tonumber(ARGV[6])))
+  redis.call('PEXPIREAT', KEYS[2], ARGV[7])
+  return {'claimed'}
+end
+if e[1] ~= ARGV[5] then return {'forked'} end
+if e[3] then return {'done', e[3]} end
+if tonumber(e[2]) < now then
+  redis.call('HSET', KEYS[2], 'o', ARGV[1], 'l', string.format('%.6f', now + tonumber(ARGV[6])))
+  return {'claimed'}
+end
+return {'busy'}
+"""
+
+# "Back": other answers take a finished round over when neither it nor any later round of its
+# branch (followed through n, on the flow's slot) finished a step or is unaccounted for; every
+# later round is then marked superseded, the one handed out but never claimed included.
+# Everything is checked before the first write. KEYS[1] the round. ARGV: digest, owner, lease,
+# expire ms.
+_REWIND_ROUND = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local e = redis.call('HMGET', KEYS[1], 'd', 'l', 'r', 'x', 's', 'n')
+if e[4] then return {'superseded'} end
+if not e[1] then return {'retry'} end
+if e[1] == ARGV[1] then return {'same'} end
+if not e[3] then
+  if tonumber(e[2]) >= now then return {'busy'} end
+  return {'forked'}
+end
+if e[5] then return {'forked'} end
+local later = {}
+local n = e[6]
+while n do
+  if #later > 100000 then return {'forked'} end
+  local f = redis.call('HMGET', n, 'd', 'l', 'r', 'x', 's', 'n')
+  if f[4] then break end
+  later[#later + 1] = n
+  if not f[1] then break end
+  if not f[3] then
+    if tonumber(f[2]) >= now then return {'busy'} end
+    return {'forked'}
+  end
+  if f[5] then return {'forked'} end
+  n = f[6]
+end
+for _, key in ipairs(later) do
+  redis.call('HSET', key, 'x', '1')
+  redis.call('PEXPIREAT', key, ARGV[4])
+end
+redis.call('HDEL', KEYS[1], 'r', 'n', 's')
+redis.call('HSET', KEYS[1], 'd', ARGV[1], 'o', ARGV[2], 'l', string.format('%.6f', now + tonumber(ARGV[3])))
+redis.call('PEXPIREAT', KEYS[1], ARGV[4])
+return {'claimed'}
 """
 
 
@@ -329,7 +405,7 @@ class _Shard:
 
 
 @store_boundary("redis", _transient)
-class RedisStore(SharedStore):
+class RedisStore(SharedStore, RoundPipelining):
     """A `TaskStore` in Redis, one node or a cluster; several stores (processes) may share one prefix.
 
     Args:
@@ -376,6 +452,8 @@ class RedisStore(SharedStore):
         self._backfill = self._redis.register_script(_BACKFILL)
         self._claim_round = self._redis.register_script(_CLAIM_ROUND)
         self._touch_round = self._redis.register_script(_TOUCH_ROUND)
+        self._rewind_round = self._redis.register_script(_REWIND_ROUND)
+        self._finish_and_claim = self._redis.register_script(_FINISH_AND_CLAIM)
 
     @property
     def where(self) -> str:
@@ -652,8 +730,10 @@ class RedisStore(SharedStore):
         return float(seconds) + float(micros) / 1_000_000
 
     def _round_key(self, round_id: str) -> str:
-        # One key per round, hashed whole: rounds spread over every slot of a cluster.
-        return f"{self.prefix}round:{round_id}"
+        # One key per round, its flow's id (what precedes the first ':') as the hash tag: the
+        # rounds of one flow share a slot (a rewind follows them in one script), flows spread.
+        flow, sep, rest = round_id.partition(":")
+        return f"{self.prefix}round:{{{flow}}}{sep}{rest}"
 
     async def claim_round(
         self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
@@ -672,6 +752,48 @@ class RedisStore(SharedStore):
         await self._ready()
         keys = [self._round_key(round_id)]
         return bool(await self._touch_round(keys=keys, args=[owner, outcome, "finish"]))
+
+    async def finish_round_linked(
+        self, round_id: str, owner: str, outcome: str, next_round: str | None, stepped: bool
+    ) -> bool:
+        await self._ready()
+        keys = [self._round_key(round_id)]
+        link = "" if next_round is None else self._round_key(next_round)
+        args = [owner, outcome, "finish", link, "1" if stepped else "0"]
+        return bool(await self._touch_round(keys=keys, args=args))
+
+    async def finish_and_claim(
+        self,
+        finished: str,
+        outcome: str,
+        next_round: str | None,
+        stepped: bool,
+        round_id: str,
+        digest: str,
+        owner: str,
+        lease: float,
+        expires_at: float,
+    ) -> tuple[str, str | None]:
+        """`finish_round_linked(finished, ...)` then `claim_round(round_id, ...)`, in one round trip.
+
+        Both rounds must be of one flow (their keys share its slot on a cluster).
+        """
+        await self._ready()
+        if finished.partition(":")[0] != round_id.partition(":")[0]:
+            raise ValueError("finish_and_claim takes two rounds of one flow")
+        link = "" if next_round is None else self._round_key(next_round)
+        keys = [self._round_key(finished), self._round_key(round_id)]
+        args = [owner, outcome, link, "1" if stepped else "0", digest, repr(float(lease))]
+        reply = await self._finish_and_claim(keys=keys, args=[*args, str(math.ceil(expires_at * 1000))])
+        return str(reply[0]), (str(reply[1]) if len(reply) > 1 else None)
+
+    async def rewind_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        await self._ready()
+        args = [digest, owner, repr(float(lease)), str(math.ceil(expires_at * 1000))]
+        reply = await self._rewind_round(keys=[self._round_key(round_id)], args=args)
+        return str(reply[0]), None
 
     async def purge_rounds(self) -> int:
         return 0  # Redis expires each round's key itself

@@ -32,6 +32,8 @@ from mcp.server.request_state import InvalidRequestState, RequestStateCodec, Req
 
 from mrtr.stores._abilities import (
     WrappedStore,
+    can_pipeline_rounds,
+    can_rewind_rounds,
     has_clock,
     has_next_wake,
     is_round_ledger,
@@ -301,6 +303,41 @@ class SealedStore(WrappedStore):
         if not is_round_ledger(inner):
             raise _lacks(inner, "round ledger")
         return await inner.finish_round(round_id, owner, outcome)
+
+    async def finish_round_linked(
+        self, round_id: str, owner: str, outcome: str, next_round: str | None, stepped: bool
+    ) -> bool:
+        inner = self.inner
+        if not can_rewind_rounds(inner):
+            raise _lacks(inner, "rewinding round ledger")
+        return await inner.finish_round_linked(round_id, owner, outcome, next_round, stepped)
+
+    async def finish_and_claim(
+        self,
+        finished: str,
+        outcome: str,
+        next_round: str | None,
+        stepped: bool,
+        round_id: str,
+        digest: str,
+        owner: str,
+        lease: float,
+        expires_at: float,
+    ) -> tuple[str, str | None]:
+        inner = self.inner
+        if not can_pipeline_rounds(inner):
+            raise _lacks(inner, "pipelining round ledger")
+        return await inner.finish_and_claim(
+            finished, outcome, next_round, stepped, round_id, digest, owner, lease, expires_at
+        )
+
+    async def rewind_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        inner = self.inner
+        if not can_rewind_rounds(inner):
+            raise _lacks(inner, "rewinding round ledger")
+        return await inner.rewind_round(round_id, digest, owner, lease, expires_at)
 
     async def purge_rounds(self) -> int:
         inner = self.inner

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from mrtr.stores._abilities import BatchLoading, Clocked, RoundLedger, WakeIndexed
+from mrtr.stores._abilities import BatchLoading, Clocked, RoundRewinding, WakeIndexed
 from mrtr.stores._base import (
     STATUSES,
+    RoundRow,
     TaskExists,
     TaskPage,
     TaskQuery,
@@ -27,6 +28,7 @@ from mrtr.stores._base import (
     TaskStore,
     page_cursor,
     read_cursor,
+    rewind_plan,
     round_verdict,
     wait_statuses,
 )
@@ -58,6 +60,10 @@ _SCHEMA = (
     )""",
     "CREATE INDEX IF NOT EXISTS mrtr_rounds_expiry ON mrtr_rounds (expires_at)",
 )
+
+# "Back" (mrtr.stores._abilities.RoundRewinding): each round's link to the next, whether a step
+# finished in it, whether it is on a branch left behind. Added to a table from before them.
+_ROUND_COLUMNS = (("next_round", "TEXT"), ("stepped", "INTEGER"), ("superseded", "INTEGER"))
 
 # Listing (the console, `mrtr tasks`): two columns computed from the record itself, so no
 # write path changes and a table from before them gains them as it is (ALTER TABLE below).
@@ -105,8 +111,10 @@ VALUES (?1, ?2, ?3, ?4 + ?5, NULL, ?6)
 ON CONFLICT (round_id) DO UPDATE SET
     digest = excluded.digest, owner = excluded.owner, lease_until = excluded.lease_until,
     outcome = NULL, expires_at = excluded.expires_at
+    , next_round = NULL, stepped = NULL, superseded = NULL
 WHERE mrtr_rounds.expires_at <= ?4
-   OR (mrtr_rounds.digest = ?2 AND mrtr_rounds.outcome IS NULL AND mrtr_rounds.lease_until < ?4)
+   OR (mrtr_rounds.digest = ?2 AND mrtr_rounds.outcome IS NULL AND mrtr_rounds.lease_until < ?4
+       AND mrtr_rounds.superseded IS NULL)
 RETURNING 1
 """
 
@@ -126,7 +134,7 @@ def _transient(exc: BaseException) -> bool:
 
 
 @store_boundary("sqlite", _transient)
-class SQLiteStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundLedger):
+class SQLiteStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundRewinding):
     """A `TaskStore` in one SQLite file (or `":memory:"`, private to this object, for tests).
 
     Several processes may share the file: a write waits for another's lock (`busy_timeout_ms`,
@@ -185,6 +193,11 @@ class SQLiteStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundLedger):
                         conn.execute(f"ALTER TABLE mrtr_tasks ADD COLUMN {column} {definition}")
             for statement in _LISTING_INDEXES:
                 conn.execute(statement)
+            have = {row[1] for row in conn.execute("PRAGMA table_xinfo(mrtr_rounds)")}
+            for column, definition in _ROUND_COLUMNS:
+                if column not in have:
+                    with contextlib.suppress(sqlite3.OperationalError):  # another process added it first
+                        conn.execute(f"ALTER TABLE mrtr_rounds ADD COLUMN {column} {definition}")
         except BaseException:
             conn.close()
             raise
@@ -355,8 +368,12 @@ class SQLiteStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundLedger):
             now = time.time()
             if conn.execute(_CLAIM_ROUND, (round_id, digest, owner, now, lease, expires_at)).fetchone():
                 return "claimed", None
-            row = conn.execute("SELECT digest, outcome FROM mrtr_rounds WHERE round_id = ?", (round_id,)).fetchone()
-            return round_verdict(row, digest)
+            row = conn.execute(
+                "SELECT digest, outcome, superseded FROM mrtr_rounds WHERE round_id = ?", (round_id,)
+            ).fetchone()
+            if row is not None and row[2]:
+                return "superseded", None
+            return round_verdict(None if row is None else (row[0], row[1]), digest)
 
         return await self._run(op)
 
@@ -377,6 +394,56 @@ class SQLiteStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundLedger):
             ).rowcount
 
         return await self._run(op) == 1
+
+    async def finish_round_linked(
+        self, round_id: str, owner: str, outcome: str, next_round: str | None, stepped: bool
+    ) -> bool:
+        def op(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE mrtr_rounds SET outcome = ?, next_round = ?, stepped = ?"
+                " WHERE round_id = ? AND owner = ? AND outcome IS NULL",
+                (outcome, next_round, 1 if stepped else 0, round_id, owner),
+            ).rowcount
+
+        return await self._run(op) == 1
+
+    async def rewind_round(
+        self, round_id: str, digest: str, owner: str, lease: float, expires_at: float
+    ) -> tuple[str, str | None]:
+        flow = round_id.partition(":")[0]
+
+        def op(conn: sqlite3.Connection) -> str:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                now = time.time()
+                rows: dict[str, RoundRow] = {
+                    row[0]: (row[1], row[2], row[3], bool(row[4]), None if row[5] is None else bool(row[5]), row[6])
+                    for row in conn.execute(
+                        "SELECT round_id, digest, lease_until, outcome, superseded, stepped, next_round"
+                        " FROM mrtr_rounds WHERE round_id >= ? AND round_id < ? AND expires_at > ?",
+                        (flow + ":", flow + ";", now),  # the flow's rounds: its id, then a colon
+                    )
+                }
+                verdict, later = rewind_plan(rows, round_id, digest, now)
+                if verdict == "claimed":
+                    for other in later:
+                        conn.execute(
+                            "INSERT INTO mrtr_rounds (round_id, digest, owner, lease_until, expires_at, superseded)"
+                            " VALUES (?, '', '', 0, ?, 1) ON CONFLICT (round_id) DO UPDATE SET superseded = 1",
+                            (other, expires_at),
+                        )
+                    conn.execute(
+                        "UPDATE mrtr_rounds SET digest = ?, owner = ?, lease_until = ?, outcome = NULL,"
+                        " next_round = NULL, stepped = NULL, expires_at = ? WHERE round_id = ?",
+                        (digest, owner, now + lease, expires_at, round_id),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return verdict
+
+        return await self._run(op), None
 
     async def purge_rounds(self) -> int:
         def op(conn: sqlite3.Connection) -> int:

@@ -30,8 +30,10 @@ from mrtr._wire import HistoryEntry
 class Checkpoints:
     """The journal writes of one task run; `write()` saves the journal as it is at that moment."""
 
-    def __init__(self, write: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, write: Callable[[], Awaitable[None]], instance: str = "") -> None:
         self._write = write
+        self.instance = instance
+        """Where this run runs (the worker's id), for the history."""
         self.ran: list[HistoryEntry] = []
         """Steps run since the last write that stored them (`TaskRecord.history` entries)."""
         self._dirty = False
@@ -46,12 +48,32 @@ class Checkpoints:
             # An empty context: the write is mrtr's, never a task of the flow (see mrtr._engine.branches).
             asyncio.get_running_loop().call_soon(self._start, context=contextvars.Context())
 
-    def step_ran(self, key: str, seconds: float, error: str | None) -> None:
+    def step_started(self, key: str, idempotency_key: str) -> None:
+        """A step is about to begin its side effect: note it in the history, for the `durable()`
+        the step awaits next to store.
+
+        So a run that a killed worker never finished still shows, and the step's run again on
+        another instance shows as a second run. It costs no write of its own after a step
+        (the previous step's checkpoint carries it), one before a run's first step.
+        """
+        entry: HistoryEntry = {"at": round(time.time(), 3), "kind": "step", "key": key, "phase": "start"}
+        self.ran.append(self._where(entry, idempotency_key))
+        self._dirty = True
+
+    def step_ran(self, key: str, seconds: float, error: str | None, idempotency_key: str = "") -> None:
         """Note a step that really ran for the task's history; the next write stores it."""
         entry: HistoryEntry = {"at": round(time.time(), 3), "kind": "step", "key": key, "seconds": round(seconds, 4)}
+        entry["phase"] = "end"
         if error is not None:
             entry["error"] = error[:500]
-        self.ran.append(entry)
+        self.ran.append(self._where(entry, idempotency_key))
+
+    def _where(self, entry: HistoryEntry, idempotency_key: str) -> HistoryEntry:
+        if self.instance:
+            entry["instance"] = self.instance
+        if idempotency_key:
+            entry["idempotency_key"] = idempotency_key
+        return entry
 
     async def durable(self) -> None:
         """Wait until every journaled step is in the store (before a step's side effect)."""

@@ -236,7 +236,7 @@ class TaskWorker:
             return
         spec, convert = entry
         journal, capabilities = start
-        checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)))
+        checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)), self.worker_id)
         held.ran = checkpoints.ran  # every write of this run takes the steps it ran into the history
         waits = _RunWaits(self.context, held)
         status = ThrottledStatus(lambda message: self._status(held, message))

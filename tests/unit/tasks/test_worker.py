@@ -59,7 +59,9 @@ async def test_a_scan_claims_a_free_task_runs_it_and_gives_the_lease_up_with_its
     finally:
         await worker.close()
     assert done.result is not None and done.result["content"][0]["text"] == "3"
-    assert done.lease_until == 0.0 and [e["key"] for e in done.history] == ["count"]
+    assert done.lease_until == 0.0
+    assert [(e["key"], e["phase"]) for e in done.history] == [("count", "start"), ("count", "end")]
+    assert all(e["instance"] == worker.worker_id and e["idempotency_key"].endswith(":count") for e in done.history)
     assert reported.states == [("t1", "completed")], "the worker reports what it commits, through the context"
 
 
