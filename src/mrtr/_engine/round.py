@@ -24,6 +24,7 @@ from mrtr import _sdk as sdk
 if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
 
+    from mrtr._engine.drivers import Checkpointer
     from mrtr._engine.journal import Journal
     from mrtr._engine.spec import FlowSpec, ShedCheck, TaskStarter
 
@@ -56,6 +57,10 @@ class Round:
     """The SDK's plain per-request context (`ServerRequestContext`): session, request id, params."""
     state_security: Callable[[], RequestStateSecurity | None] | None = None
     """The policy that seals this round's state, when the request does not lead to it (FastMCP)."""
+    checkpoint: Checkpointer | None = None
+    """Where the round's finished steps are written as they finish (set by a policy that makes a
+    call's first round survive its instance: `mrtr._host.identity`); None: they travel only in
+    the answer."""
 
     @classmethod
     def read(

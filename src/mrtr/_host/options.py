@@ -65,6 +65,13 @@ class FlowsOptions(TypedDict, total=False):
     shared store (Redis, PostgreSQL) is configured, recorded in that store; `False`: off (logged
     at start-up); a store URL (`redis://...`, `postgresql://...`, `sqlite:///PATH`) or a
     `ReplayGuard`: that ledger."""
+    request_id_header: str | None
+    """The header a load balancer stamps each client request with and keeps on its retries
+    (`X-Request-ID`, the default; HAProxy `unique-id-format` + `http-request set-header`,
+    Envoy's `x-request-id`, nginx `$request_id`). Where the replay guard records rounds in a
+    shared store, a first round resent with the same id (or the same `mrtr/idempotencyKey`,
+    or by the same authenticated principal with the same body) joins its first copy: its
+    finished steps never run again. `None`: the header is not read."""
     max_inflight_rounds: int | None
     """Shed load (see `mrtr.LoadShedder`) while more MRTR rounds than this run on this instance."""
     max_loop_lag: float | None
@@ -124,6 +131,7 @@ class HostOptions:
     task_scan_interval: float = TASK_SCAN_INTERVAL
     tasks: TaskEngine | TasksExtension | None = None
     replay_guard: str | ReplayGuard | bool | None = None
+    request_id_header: str | None = "X-Request-ID"
     max_inflight_rounds: int | None = None
     max_loop_lag: float | None = None
     shed_when: Callable[[], bool] | None = None

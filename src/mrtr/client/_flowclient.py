@@ -333,13 +333,15 @@ class FlowClient:
         params: CarrierParams = {"name": name, "arguments": arguments}
         feed = self._task_extension.feed if self._task_extension is not None else None
         reservation = None
-        if self.tasks:
-            # One key per logical call, the same on every resend: a server that already created
-            # the task for it returns that task instead of a second one. With a feed, the key
-            # comes from a batch a listen stream already watches (`mrtr.client._ahead`).
-            reservation = feed.reserve(self.session, name) if feed is not None else None
-            key = reservation.key if reservation is not None else secrets.token_urlsafe(16)
-            params["_meta"] = {IDEMPOTENCY_KEY: key}
+        # One key per logical call, the same on every resend: a server that already created the
+        # task for it returns that task instead of a second one, and a first round resent inline
+        # (a lost answer, an instance that died mid-round) joins its first copy, whose finished
+        # steps never run again. With a feed, the key comes from a batch a listen stream already
+        # watches (`mrtr.client._ahead`).
+        if self.tasks and feed is not None:
+            reservation = feed.reserve(self.session, name)
+        key = reservation.key if reservation is not None else secrets.token_urlsafe(16)
+        params["_meta"] = {IDEMPOTENCY_KEY: key}
         try:
             result = await self._drive("tools/call", name, params)
             if isinstance(result, CreatedTask):  # MRTR rounds are over; the rest is a durable task

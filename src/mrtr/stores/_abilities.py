@@ -10,6 +10,9 @@ guard (`has_clock(store)`, `is_shared(store)`, ...), never by probing for an att
 - `BatchLoading`: `load_many(ids, now)`, many records in one round trip (`load_many` below
   reads any store, a few ids at a time where it cannot batch);
 - `RoundLedger`: where the replay guard (`mrtr._guard`) records rounds;
+- `RoundProgress`: a round ledger that also keeps a claimed round's progress (the journal of a
+  call's first round, checkpointed step by step), so a resend that takes the round over after
+  its instance died resumes it instead of running its finished steps again (`mrtr._host.identity`);
 - `SharedStore`: a store every instance of a fleet reaches (Redis, PostgreSQL; a SQLite file
   is one host's): all of the above, a fleet bus on the same broker (`fleet_bus()`) and where
   it is, password redacted, for logs (`where`).
@@ -92,6 +95,22 @@ class RoundLedger(Protocol):
     async def close(self) -> None: ...
 
 
+class RoundProgress(Protocol):
+    """A round ledger that keeps a claimed round's progress beside it (`mrtr._host.identity`).
+
+    Progress lives as long as its round (the same expiry); only the round's current owner may
+    write it, and never once an outcome is recorded.
+    """
+
+    async def save_round_progress(self, round_id: str, owner: str, progress: str) -> bool:
+        """Store `progress` iff `owner` holds the round and no outcome is recorded."""
+        ...
+
+    async def round_progress(self, round_id: str) -> str | None:
+        """The progress last stored for the round (None: none, or the round is gone)."""
+        ...
+
+
 class SharedStore(TaskStore, Clocked, WakeIndexed, BatchLoading, RoundLedger, Protocol):
     """A store every instance of a fleet reaches: what a fleet's defaults are built on.
 
@@ -134,6 +153,11 @@ def has_load_many(store: object) -> TypeIs[BatchLoading]:
 def is_round_ledger(store: object) -> TypeIs[RoundLedger]:
     """Whether the replay guard can record rounds in `store` (`RoundLedger`)."""
     return all(_offers(store, name) for name in _LEDGER)
+
+
+def has_round_progress(store: object) -> TypeIs[RoundProgress]:
+    """Whether `store` keeps a claimed round's progress (`RoundProgress`: Redis, PostgreSQL)."""
+    return _offers(store, "save_round_progress") and _offers(store, "round_progress")
 
 
 def is_shared(store: object) -> TypeIs[SharedStore]:
@@ -190,12 +214,14 @@ __all__ = [
     "BatchLoading",
     "Clocked",
     "RoundLedger",
+    "RoundProgress",
     "SharedStore",
     "WakeIndexed",
     "WrappedStore",
     "has_clock",
     "has_load_many",
     "has_next_wake",
+    "has_round_progress",
     "is_round_ledger",
     "is_shared",
     "load_many",

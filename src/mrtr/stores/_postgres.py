@@ -132,6 +132,8 @@ class PostgresStore(SharedStore):
                 " expires_at DOUBLE PRECISION NOT NULL)"
             ),
             q("CREATE INDEX IF NOT EXISTS {rounds_idx} ON {r} (expires_at)"),
+            # A claimed round's progress (`RoundProgress`: a call's first round, checkpointed).
+            q("ALTER TABLE {r} ADD COLUMN IF NOT EXISTS progress TEXT"),
             # Listing (the console, `mrtr tasks`): columns computed from the record itself, so
             # no write path changes, and a table from before them gains them as it is.
             # Written by `create` (neither changes afterwards). Rows from before these columns
@@ -196,6 +198,12 @@ class PostgresStore(SharedStore):
             " WHERE round_id = %s AND owner = %s AND outcome IS NULL"
         )
         self._finish_round_sql = q("UPDATE {r} SET outcome = %s WHERE round_id = %s AND owner = %s AND outcome IS NULL")
+        self._progress_round_sql = q(
+            "UPDATE {r} SET progress = %s WHERE round_id = %s AND owner = %s AND outcome IS NULL"
+        )
+        self._read_progress_sql = q(
+            "SELECT progress FROM {r} WHERE round_id = %s AND expires_at > extract(epoch FROM now())"
+        )
         self._clock_sql = q("SELECT extract(epoch FROM clock_timestamp())::float8")
         self._purge_rounds_sql = q("DELETE FROM {r} WHERE expires_at <= extract(epoch FROM now())")
         self._purge_sql = q("DELETE FROM {t} WHERE expires_at IS NOT NULL AND expires_at <= %s")
@@ -433,6 +441,14 @@ class PostgresStore(SharedStore):
     async def finish_round(self, round_id: str, owner: str, outcome: str) -> bool:
         count, _ = await self._execute(self._finish_round_sql, (outcome, round_id, owner))
         return count == 1
+
+    async def save_round_progress(self, round_id: str, owner: str, progress: str) -> bool:
+        count, _ = await self._execute(self._progress_round_sql, (progress, round_id, owner))
+        return count == 1
+
+    async def round_progress(self, round_id: str) -> str | None:
+        _, rows = await self._execute(self._read_progress_sql, (round_id,))
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
     async def purge_rounds(self) -> int:
         count, _ = await self._execute(self._purge_rounds_sql, ())

@@ -276,6 +276,14 @@ end
 return 1
 """
 
+# A claimed round's progress (`RoundProgress`): field p of the round's hash, written only by its
+# owner while no outcome is recorded; it expires with the round. KEYS[1] the round. ARGV: owner, progress.
+_PROGRESS_ROUND = """
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'r') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'p', ARGV[2])
+return 1
+"""
+
 
 DEFAULT_SHARDS = 16
 """Shards of a cluster store's indexes (`RedisStore(shards=)`): every instance of a fleet must agree."""
@@ -376,6 +384,7 @@ class RedisStore(SharedStore):
         self._backfill = self._redis.register_script(_BACKFILL)
         self._claim_round = self._redis.register_script(_CLAIM_ROUND)
         self._touch_round = self._redis.register_script(_TOUCH_ROUND)
+        self._progress_round = self._redis.register_script(_PROGRESS_ROUND)
 
     @property
     def where(self) -> str:
@@ -672,6 +681,16 @@ class RedisStore(SharedStore):
         await self._ready()
         keys = [self._round_key(round_id)]
         return bool(await self._touch_round(keys=keys, args=[owner, outcome, "finish"]))
+
+    async def save_round_progress(self, round_id: str, owner: str, progress: str) -> bool:
+        await self._ready()
+        keys = [self._round_key(round_id)]
+        return bool(await self._progress_round(keys=keys, args=[owner, progress]))
+
+    async def round_progress(self, round_id: str) -> str | None:
+        await self._ready()
+        value = await self._redis.hget(self._round_key(round_id), "p")
+        return None if value is None else str(value)
 
     async def purge_rounds(self) -> int:
         return 0  # Redis expires each round's key itself
