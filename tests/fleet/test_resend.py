@@ -40,6 +40,8 @@ import mcp_types as t
 import pytest
 import redis
 from benchmarks.chaos_fleet import Fleet, HaproxyUnavailable, Instance, balancer, find_haproxy
+from benchmarks.chaos_load import Job, answer_question
+from fastmcp import Client as FastMCPClient
 from mcp import Client
 
 from mrtr.client import FlowClient
@@ -48,8 +50,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.spawns, pytest.mark.needs_redis, py
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
-# The fleet guide's configuration for modern clients (docs/guides/fleet.md), with the test's
-# ports filled in and health checks fast enough for a test.
+# The fleet guide's configuration (docs/guides/fleet.md): modern clients (retries, a stamped
+# request id) and legacy ones (sticky by Mcp-Session-Id), with the test's ports filled in and
+# health checks fast enough for a test.
 DOCUMENTED_HAPROXY = """\
 global
     maxconn 4096
@@ -75,6 +78,9 @@ backend fleet
     option httpchk GET /healthz
     http-check expect status 200
     default-server inter 300ms fall 2 rise 1
+    stick-table type string len 128 size 1m expire 1h
+    stick match req.hdr(mcp-session-id)
+    stick store-response res.hdr(mcp-session-id)
 {servers}
 """
 
@@ -182,6 +188,17 @@ async def test_mcp_client_call_survives_a_kill_after_a_step(site: Site) -> None:
     assert len(site.records("started", flow)) == 2, "notify started on both instances: the kill hit mid-round"
 
 
+async def test_fastmcp_client_call_survives_a_kill_after_a_step(site: Site) -> None:
+    flow = f"fmcp-{secrets.token_hex(3)}"
+    async with FastMCPClient(site.url) as client:  # FastMCP 4's client at its defaults
+        running = asyncio.ensure_future(client.call_tool("pay", {"flow": flow, "base": 4, "slow": 3.0}))
+        victim = await site.started(flow, "notify")
+        await site.kill_and_revive(victim)
+        result = await asyncio.wait_for(running, 60)
+    assert result.structured_content == {"result": 10}
+    assert site.ran(flow) == {"charge": 1, "notify": 1}
+
+
 async def test_a_task_optional_tool_called_inline_survives_a_kill(site: Site) -> None:
     flow = f"opt-{secrets.token_hex(3)}"
     async with Client(site.url) as client:  # declares no tasks extension: the tool runs inline
@@ -199,6 +216,20 @@ async def test_flowclient_survives_a_kill_after_a_step(site: Site, tasks: bool) 
         value = await _killed_mid_round(site, flow, call)
     assert value == 6
     assert site.ran(flow) == {"charge": 1, "notify": 1}
+
+
+async def test_a_legacy_session_sticks_to_its_instance(site: Site) -> None:
+    """A 2025-11-25 client's flow runs live over its session: the fleet guide's stickiness keeps it whole."""
+    jobs = [Job("flow", 90000 + i) for i in range(3)]
+
+    async def elicit(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        return answer_question(params.message)
+
+    async with Client(site.url, mode="legacy", elicitation_callback=elicit) as client:
+        values = [_value(await client.call_tool("trip", {"flow": j.label, "base": j.base})) for j in jobs]
+    assert values == [j.expected() for j in jobs]
+    instances = {r["instance"] for j in jobs for r in site.records("fxlog", j.label)}
+    assert len(instances) == 1, f"one session's flows ran on {instances}"
 
 
 def _body(flow: str) -> dict[str, Any]:
