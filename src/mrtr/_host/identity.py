@@ -29,8 +29,8 @@ identity and claims it in the same shared ledger, as the guard claims rounds:
   never run again. Still running after `max_wait`: -32603, `reason: "request_in_flight"`,
   `retryable: true`.
 - **A copy that arrives after**, within the window the identity is kept (the flow's deadline
-  or the state's TTL, as the guard keeps rounds), gets the recorded answer. After it, the call
-  is new. The same identity with another body is refused (-32602, `reason:
+  or the state's TTL, as the guard keeps rounds; at most `PRINCIPAL_WINDOW`, 60 s, for an
+  identity of principal and body alone), gets the recorded answer. After it, the call is new. The same identity with another body is refused (-32602, `reason:
   "request_id_reused"`): a key names one call.
 
 On only where the replay guard records rounds in a ledger that keeps progress
@@ -75,6 +75,11 @@ DEFAULT_REQUEST_ID_HEADER = "X-Request-ID"
 IN_FLIGHT = "request_in_flight"
 REUSED = "request_id_reused"
 TAKEN_OVER = "request_taken_over"
+
+PRINCIPAL_WINDOW = 60.0
+"""Seconds a first round identified by principal and body alone is kept: a balancer's resend
+comes within it; the same user's same request (same JSON-RPC id: a fresh session's first
+call) made again later is a new call."""
 
 _OUTCOME = "mrtr/call-outcome/v1"
 _PROGRESS = "mrtr/call-progress/v1"
@@ -194,6 +199,8 @@ class FirstRounds:
         expires_at = now + spec.limits.deadline
         if guard.state_ttl is not None:
             expires_at = min(expires_at, now + guard.state_ttl)
+        if kind == "principal":  # one user may mean the same request twice: join only a prompt resend
+            expires_at = min(expires_at, now + PRINCIPAL_WINDOW)
         expires_at = max(expires_at, now + guard.lease)
         give_up = time.monotonic() + guard.max_wait
         delay = 0.02
@@ -306,4 +313,4 @@ def _body_digest(round: Round) -> str:
     return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-__all__ = ["DEFAULT_REQUEST_ID_HEADER", "IN_FLIGHT", "REUSED", "TAKEN_OVER", "FirstRounds"]
+__all__ = ["DEFAULT_REQUEST_ID_HEADER", "IN_FLIGHT", "PRINCIPAL_WINDOW", "REUSED", "TAKEN_OVER", "FirstRounds"]
