@@ -30,8 +30,9 @@ identity and claims it in the same shared ledger, as the guard claims rounds:
   `retryable: true`.
 - **A copy that arrives after**, within the window the identity is kept (the flow's deadline
   or the state's TTL, as the guard keeps rounds; at most `PRINCIPAL_WINDOW`, 60 s, for an
-  identity of principal and body alone), gets the recorded answer. After it, the call is new. The same identity with another body is refused (-32602, `reason:
-  "request_id_reused"`): a key names one call.
+  identity of principal and body alone), gets the recorded answer. After it, the call is new.
+  The same identity with another body is refused (-32602, `reason: "request_id_reused"`): a
+  key names one call.
 
 On only where the replay guard records rounds in a ledger that keeps progress
 (`mrtr.stores._abilities.RoundProgress`: Redis, PostgreSQL), i.e. by default wherever a
