@@ -280,6 +280,16 @@ async def test_two_stock_clients_with_identical_calls_are_never_merged(site: Sit
 
     assert await asyncio.gather(one(), one()) == [8, 8]
     assert site.ran(flow) == {"charge": 2, "notify": 2}, "two callers' calls were merged through the balancer"
+    # FlowClient: each call its own key, inline and as a task.
+    for tasks in (False, True):
+        flow = f"fc2-{tasks}-{secrets.token_hex(3)}"
+
+        async def mine(tasks: bool = tasks, flow: str = flow) -> int:
+            async with FlowClient(site.url, tasks=tasks) as client:
+                return _value(await client.call_tool("pay_optional", {"flow": flow, "base": 3, "slow": 0.2}))
+
+        assert await asyncio.gather(mine(), mine()) == [8, 8]
+        assert site.ran(flow) == {"charge": 2, "notify": 2}, f"two FlowClient calls merged (tasks={tasks})"
     # Straight to one instance, byte-identical bodies, no stamp, no key, no principal: two calls.
     flow = f"raw-{secrets.token_hex(3)}"
     a = site.fleet.instances[0]
