@@ -10,6 +10,7 @@ tests/fleet/test_resend.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator, Callable
@@ -66,6 +67,8 @@ class Served:
 def _build(kind: str, guard: Any, runs: list[str], security: RequestStateSecurity, **options: Any) -> Any:
     async def charge(base: int) -> int:
         runs.append(secrets.token_hex(2))
+        if base < 0:
+            await asyncio.sleep(0.5)  # long enough for a copy to give up waiting
         return base + len(runs) * 1000  # a second run answers differently: a merge shows
 
     async def pay(base: int, ctx: mrtr.FlowContext) -> int:
@@ -89,7 +92,7 @@ async def serve(request: pytest.FixtureRequest) -> AsyncIterator[Serve]:
     kind: str = request.param
     namespaces: list[str] = []
 
-    def make(principal: str | None = None, **options: Any) -> Any:
+    def make(principal: str | None = None, max_wait: float = 30.0, **options: Any) -> Any:
         import contextlib
 
         @contextlib.asynccontextmanager
@@ -99,7 +102,7 @@ async def serve(request: pytest.FixtureRequest) -> AsyncIterator[Serve]:
             security = RequestStateSecurity(keys=[SHARED_KEY], bind_principal=lambda ctx: principal)
             runs: list[str] = []
             # The guard's own ledger on Redis (no task store: nothing here runs as a task).
-            guard = mrtr.open_guard(REDIS_URL, namespace=namespace)
+            guard = mrtr.open_guard(REDIS_URL, namespace=namespace, max_wait=max_wait)
             app = _build(kind, guard, runs, security, **options)
             transport = httpx2.ASGITransport(app=app)
             async with (
@@ -165,3 +168,15 @@ async def test_the_principal_with_the_body_joins_only_the_same_request(serve: Se
     async with serve(principal="bob") as other:
         await other.call(1)
     assert len(other.runs) == 1
+
+
+async def test_a_copy_that_cannot_wait_long_enough_gets_a_retryable_error(serve: Serve) -> None:
+    stamp = {"x-request-id": "slow-1"}
+    async with serve(max_wait=0.1) as host:
+        replies = await asyncio.gather(host.call(-1, headers=stamp), host.call(-1, headers=stamp))
+        first, copy = sorted(replies, key=lambda reply: "error" in reply)  # whichever claimed it first
+        assert first["result"]["content"][0]["text"] == "999"
+        assert copy["error"]["code"] == -32603
+        assert copy["error"]["data"] == {"reason": "request_in_flight", "flow": "pay", "retryable": True}
+        assert (await host.call(-1, headers=stamp))["result"] == first["result"], "its retry gets the answer"
+    assert len(host.runs) == 1
