@@ -13,7 +13,7 @@ recorded answer; no checkpoint is written). Per step: the slope from 1 to 8 step
 (back-to-back steps commit in groups: each step after the first waits for the write of the
 one before it; the last step's write is carried by the answer).
 
-Run: `.venv/bin/python benchmarks/first_rounds.py [--n 200]`. Prints medians and p90 in ms.
+Run: `.venv/bin/python benchmarks/first_rounds.py [--n 200 | --quick]`. Prints medians and p90 in ms.
 """
 
 from __future__ import annotations
@@ -143,4 +143,6 @@ async def cleanup(made: dict[str, Any], token: str) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=200)
-    asyncio.run(main(parser.parse_args().n))
+    parser.add_argument("--quick", action="store_true", help="a smoke run: n=5")
+    args = parser.parse_args()
+    asyncio.run(main(5 if args.quick else args.n))
