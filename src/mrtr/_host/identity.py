@@ -146,11 +146,11 @@ class FirstRounds:
         spec = round.spec
         assert round.journal is not None
         round_id = f"r1:{call_id}"
-        outcome = await self._claim(spec, round_id, _body_digest(round), kind)
+        outcome, progress = await self._claim(spec, round_id, _body_digest(round), kind)
         if outcome is not None:
             logger.debug("flow %s: a resent first round (%s) got its first copy's answer", spec.name, kind)
             return _replayed(spec, outcome)
-        journal = await self._resume(spec, round_id)
+        journal = self._resume(spec, round_id, progress)
         if journal is None:
             round.journal.flow_id = _flow_id(call_id)  # a step cut short by a death keeps its key
         else:
@@ -194,7 +194,15 @@ class FirstRounds:
         await self._finish(round_id, _value_outcome(value))
         return value
 
-    async def _claim(self, spec: FlowSpec, round_id: str, digest: str, kind: str) -> dict[str, Any] | None:
+    async def _claim(
+        self, spec: FlowSpec, round_id: str, digest: str, kind: str
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """`(outcome, None)` for a call already answered; `(None, checkpoint)` once this copy holds it.
+
+        The first attempt reads the checkpoint beside the claim, in parallel (one round trip's
+        wait, not two, for the common call that is claimed at once); a claim won after waiting
+        reads it again, since the first copy may have checkpointed more meanwhile.
+        """
         guard = self.guard
         now = time.time()
         expires_at = now + spec.limits.deadline
@@ -205,13 +213,14 @@ class FirstRounds:
         expires_at = max(expires_at, now + guard.lease)
         give_up = time.monotonic() + guard.max_wait
         delay = 0.02
-        for _ in range(10_000):  # bounded by `max_wait` in practice
-            try:
-                verdict, stored = await self.ledger.claim_round(round_id, digest, guard.owner, guard.lease, expires_at)
-            except StoreUnavailable:
-                raise  # retryable; logged once per burst by the store
+        for attempt in range(10_000):  # bounded by `max_wait` in practice
+            claim = self.ledger.claim_round(round_id, digest, guard.owner, guard.lease, expires_at)
+            if attempt == 0:
+                (verdict, stored), progress = await asyncio.gather(claim, self.ledger.round_progress(round_id))
+            else:
+                verdict, stored = await claim
             if verdict == "claimed":
-                return None
+                return None, (progress if attempt == 0 else await self.ledger.round_progress(round_id))
             if verdict == "forked":
                 what = "idempotency key" if kind == "key" else "request id"
                 raise MCPError(
@@ -220,7 +229,7 @@ class FirstRounds:
                     data={"reason": REUSED, "flow": spec.name},
                 )
             if verdict == "done":
-                return self._open(round_id, stored) if stored else {"k": "consumed"}
+                return (self._open(round_id, stored) if stored else {"k": "consumed"}), None
             if verdict == "busy":
                 remaining = give_up - time.monotonic()
                 if remaining <= 0:
@@ -233,9 +242,8 @@ class FirstRounds:
             data={"reason": IN_FLIGHT, "flow": spec.name, "retryable": True},
         )
 
-    async def _resume(self, spec: FlowSpec, round_id: str) -> journal_codec.Journal | None:
+    def _resume(self, spec: FlowSpec, round_id: str, stored: str | None) -> journal_codec.Journal | None:
         """The journal a dead first copy checkpointed (None: it finished no step, or it does not open)."""
-        stored = await self.ledger.round_progress(round_id)
         if stored is None:
             return None
         try:
