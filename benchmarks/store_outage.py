@@ -22,8 +22,9 @@ idempotency key (a lost checkpoint: allowed) and under a new key (a task or step
 allowed), with the keys; the probes' p50 before and during the fault.
 
 Run: `.venv/bin/python benchmarks/store_outage.py [--stores redis,postgres] [--faults outage]
-[--tasks 200] [--outage 10]`; `--quick` is a short smoke run. Needs HAProxy (installed with
-apt-get when missing and root), `redis-server`, and PostgreSQL's server binaries.
+[--tasks 200] [--outage 10] [--asks 10] [--guard-outage fail_closed|degrade]`; `--quick` is a short
+smoke run. Needs HAProxy (installed with apt-get when missing and root), `redis-server`, and
+PostgreSQL's server binaries.
 """
 
 from __future__ import annotations
@@ -83,6 +84,9 @@ class Options:
     """Inline flows with a question (their answer's round passes the replay guard) run alongside."""
     listen: bool = True
     """`FlowClient(listen=...)`: follow tasks by listening (the default) or by polling `tasks/get`."""
+    guard_outage: str = "fail_closed"
+    """`Flows(replay_guard_outage=...)` on every instance: what an answer round does while the
+    replay guard's store is away (`fail_closed`: refused, retryable; `degrade`: runs unguarded)."""
     keep_logs: bool = False
 
 
@@ -111,6 +115,10 @@ class Report:
     tasks_wrong: int = 0
     asks_ok: int = 0
     asks_failed: int = 0
+    ask_durations: list[float] = field(default_factory=list)
+    """Seconds from `tools/call` to the result, per inline flow with a question that completed right."""
+    asks_done_during: int = 0
+    """Inline flows with a question that completed while the fault was on."""
     client_errors: Counter[str] = field(default_factory=Counter)
     """Errors that reached a `FlowClient`'s caller (after its retries), by kind."""
     raw_errors: Counter[str] = field(default_factory=Counter)
@@ -226,6 +234,7 @@ def store_fleet(
                 "MRTR_STORE": proxy.url(store.template()),
                 "MRTR_STORE_NAMESPACE": namespace,
                 "MRTR_TASK_LEASE": str(options.lease),
+                "MRTR_GUARD_OUTAGE": options.guard_outage,
                 "STORE_AUDIT": str(audit),
                 "STORE_PORT": str(port),
             }
@@ -282,6 +291,7 @@ class Run:
             self.report.tasks_wrong += 1
 
     async def ask(self, client: FlowClient, number: int) -> None:
+        called = time.monotonic()
         try:
             with anyio.fail_after(TASK_TIMEOUT):
                 result = await client.call_tool("ask", {"flow": f"A{number:05d}", "n": number})
@@ -292,6 +302,8 @@ class Run:
         value = (result.structured_content or {}).get("result")
         if not result.is_error and value == number + _z(number):
             self.report.asks_ok += 1
+            self.report.ask_durations.append(time.monotonic() - called)
+            self.report.asks_done_during += self.faulting
         else:
             self.report.asks_failed += 1
 
@@ -529,7 +541,13 @@ def render(r: Report) -> str:
     if r.quick.reasons or r.health.reasons:
         lines.append(f"  probe failures: {dict(r.health.reasons + r.quick.reasons)}")
     if r.options.asks:
-        lines.append(f"  inline flows with a question: {r.asks_ok} ok, {r.asks_failed} failed")
+        durations = r.ask_durations
+        p50 = statistics.median(durations) if durations else None
+        lines.append(
+            f"  inline flows with a question (replay_guard_outage={r.options.guard_outage!r}): {r.asks_ok} ok,"
+            f" {r.asks_failed} failed, {r.asks_done_during} completed during the fault;"
+            f" each p50 {_s(p50)}, max {_s(max(durations, default=None))}"
+        )
     lines.append(f"  tracebacks in the servers' logs {r.server_tracebacks}; servers that died {r.restarts}")
     lines.append(f"  verdict: {'ok' if r.ok() else 'FAILED'}")
     return "\n".join(lines)
@@ -565,6 +583,12 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--asks", type=int, default=0, help="inline flows with a question run alongside")
     parser.add_argument("--quick", action="store_true", help="a short smoke run: 20 tasks, a 3 s fault")
     parser.add_argument("--poll", action="store_true", help="clients poll tasks/get instead of listening")
+    parser.add_argument(
+        "--guard-outage",
+        choices=("fail_closed", "degrade"),
+        default="fail_closed",
+        help="Flows(replay_guard_outage=...) on every instance",
+    )
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args(argv)
     stores = tuple(s for s in args.stores.split(",") if s)
@@ -582,6 +606,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
             task_seconds=0.3,
             asks=4,
             listen=not args.poll,
+            guard_outage=args.guard_outage,
             keep_logs=args.keep_logs,
         )
     return Options(
@@ -593,6 +618,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         task_seconds=args.task_seconds,
         asks=args.asks,
         listen=not args.poll,
+        guard_outage=args.guard_outage,
         keep_logs=args.keep_logs,
     )
 

@@ -74,9 +74,27 @@ class StateTooLarge(FlowError):
 
 
 class TooManyRounds(FlowError):
-    """The flow asked the client more times than its round cap allows."""
+    """The flow asked the client more times than its round cap allows.
+
+    On the wire (-32602) its `data` names the cap and the rounds used (`maxRounds`,
+    `roundsUsed`) beside the reason, so a client can say how far the call got.
+    """
 
     reason = "too_many_rounds"
+
+    def __init__(self, message: str, *, max_rounds: int | None = None, rounds_used: int | None = None) -> None:
+        super().__init__(message)
+        self.max_rounds = max_rounds
+        self.rounds_used = rounds_used
+
+    @property
+    def data(self) -> dict[str, int]:
+        """What the wire error's `data` adds to its reason: the cap and the rounds used."""
+        return {
+            key: value
+            for key, value in (("maxRounds", self.max_rounds), ("roundsUsed", self.rounds_used))
+            if value is not None
+        }
 
 
 class FlowExpired(FlowError):

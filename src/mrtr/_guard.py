@@ -20,8 +20,11 @@ any flow code runs:
   outcome, or take the round over once its lease lapsed (the instance died); still busy
   after `max_wait`: -32602, `reason: "request_state_in_flight"` (retry later).
 - The ledger unreachable: -32603, `reason: "replay_guard_unavailable"`, `retryable: true`
-  (fail closed: no round runs because the guard could not check it). A round whose body
-  failed because the store did not answer records no outcome, so its retry runs it then.
+  (fail closed, the default: no round runs because the guard could not check it). A round whose
+  body failed because the store did not answer records no outcome, so its retry runs it then.
+  With `on_outage="degrade"` (`Flows(replay_guard_outage="degrade")`) the round runs unguarded
+  instead, as it would with no guard: logged once per burst, at WARNING, and once more, with
+  the count, when the ledger answers again.
 - Entries expire with the flow's deadline or the state's TTL, whichever comes first.
 
 A round with no `requestState` (a flow's first) starts a new flow and is not guarded.
@@ -38,7 +41,7 @@ import secrets
 import socket
 import time
 from collections.abc import Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mcp.server.request_state import InvalidRequestState
 from mcp.shared.exceptions import MCPError
@@ -65,6 +68,10 @@ UNAVAILABLE = "replay_guard_unavailable"
 
 logger = logging.getLogger("mrtr.guard")
 
+GuardOutage = Literal["fail_closed", "degrade"]
+"""What a round does while the replay guard's ledger does not answer (`ReplayGuard(on_outage=...)`)."""
+GUARD_OUTAGES: tuple[GuardOutage, ...] = ("fail_closed", "degrade")
+
 _PURGE_EVERY = 256  # claims between sweeps of expired rounds (SQL ledgers; Redis expires keys itself)
 
 
@@ -80,6 +87,8 @@ class ReplayGuard:
         max_outcome_bytes: Largest outcome kept for resends (JSON bytes).
         state_ttl: Seconds a round's state is accepted at all (the SDK's
             `RequestStateSecurity.ttl`); `Flows` fills it in from the server.
+        on_outage: While the ledger does not answer, `"fail_closed"` (the default) refuses each
+            round with the retryable -32603; `"degrade"` runs it unguarded (see the module docstring).
 
     The outcome kept for resends is the flow's answer (its result, its next asks): with
     `seal` set (`Flows` gives the server's key ring unless `seal_at_rest=False`), it is
@@ -94,9 +103,15 @@ class ReplayGuard:
         max_wait: float = 30.0,
         max_outcome_bytes: int = 64 * 1024,
         state_ttl: float | None = None,
+        on_outage: GuardOutage = "fail_closed",
     ) -> None:
         if lease <= 0 or max_wait < 0:
             raise ValueError("lease must be positive and max_wait not negative")
+        if on_outage not in GUARD_OUTAGES:
+            raise ValueError(f"on_outage={on_outage!r}: use one of {list(GUARD_OUTAGES)}")
+        self.on_outage = on_outage
+        self._unguarded = 0
+        """Rounds run unguarded in the current burst of ledger failures (`on_outage="degrade"`)."""
         self.ledger = ledger
         self.lease = lease
         self.max_wait = max_wait
@@ -126,9 +141,17 @@ class ReplayGuard:
         round_id = f"{journal.flow_id}:{journal.rounds}:{_digest(state)[:22]}"
         try:
             outcome = await self._claim(spec, journal, round_id, _digest(_canonical(answers)))
+        except StoreUnavailable as exc:
+            if self.on_outage != "degrade":
+                body.close()
+                raise
+            self._degrade(spec, exc)
+            return await body
         except BaseException:
             body.close()
             raise
+        if self._unguarded:
+            self._recovered()
         if outcome is not None:
             body.close()
             return _replayed(spec, outcome)
@@ -146,6 +169,21 @@ class ReplayGuard:
             renewing.cancel()
         await self._finish(round_id, _value_outcome(value))
         return value
+
+    def _degrade(self, spec: FlowSpec, exc: StoreUnavailable) -> None:
+        """A round runs unguarded (`on_outage="degrade"`): said once per burst of ledger failures."""
+        self._unguarded += 1
+        if self._unguarded == 1:
+            logger.warning(
+                "replay guard: its ledger (%s) does not answer; rounds run unguarded until it does "
+                "(replay_guard_outage='degrade': a resent round may run its steps again) — first: flow %s",
+                exc.store,
+                spec.name,
+            )
+
+    def _recovered(self) -> None:
+        logger.warning("replay guard: its ledger answers again; %d round(s) ran unguarded meanwhile", self._unguarded)
+        self._unguarded = 0
 
     async def _claim(self, spec: FlowSpec, journal: Journal, round_id: str, digest: str) -> dict[str, Any] | None:
         now = time.time()
@@ -307,8 +345,10 @@ def _replayed(spec: FlowSpec, outcome: dict[str, Any]) -> Any:
 __all__ = [
     "CONSUMED",
     "FORKED",
+    "GUARD_OUTAGES",
     "IN_FLIGHT",
     "UNAVAILABLE",
+    "GuardOutage",
     "ReplayGuard",
     "open_guard",
 ]

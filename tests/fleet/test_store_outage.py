@@ -18,6 +18,7 @@ again under the same key), and the server logged no traceback and a bounded numb
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from collections import defaultdict
@@ -194,36 +195,61 @@ async def _while_down(store: _Store, server: ServerProcess) -> None:
 
 
 @pytest.mark.needs_redis
-async def test_the_replay_guard_fails_closed_while_its_store_is_down(tmp_path: Path) -> None:
-    """A round answered while the guard cannot check it is refused (retryable), not run unguarded;
-    sent again after the store returns, it runs once, and a third send gets the kept outcome."""
+@pytest.mark.parametrize("outage", ["fail_closed", "degrade"])
+async def test_an_inline_round_during_a_guard_outage_is_the_flows_choice(outage: str, tmp_path: Path) -> None:
+    """`Flows(replay_guard_outage=...)`. Fail closed (the default): a round answered while the guard
+    cannot check it is refused (retryable), not run unguarded; sent again after the store returns,
+    it runs once, and a third send gets the kept outcome. Degrade: it runs at once, unguarded,
+    logged once for the outage and once when the store answers again."""
     journal = tmp_path / "audit.jsonl"
     with _Store("redis", tmp_path) as store:
-        env = {"MRTR_STATE_KEY": secrets.token_hex(32), "MRTR_STORE": store.proc.url, "MRTR_AUDIT": str(journal)}
+        env = {
+            "MRTR_STATE_KEY": secrets.token_hex(32),
+            "MRTR_STORE": store.proc.url,
+            "MRTR_AUDIT": str(journal),
+            "MRTR_GUARD_OUTAGE": outage,
+        }
         spec = ServerSpec("A", env | {"MRTR_INSTANCE": "A"}, script=SERVER, ready_prefix=READY)
         with spawn_servers([spec], tmp_path) as servers, anyio.fail_after(60):
             async with manual_client(servers["A"].url) as client:
-                driver = Driver(client, "ask", {"tag": "g"})
-                assert isinstance(await driver.send(), t.InputRequiredResult)
+                drivers = [Driver(client, "ask", {"tag": tag}) for tag in ("g", "h")]
+                for driver in drivers:
+                    assert isinstance(await driver.send(), t.InputRequiredResult)
                 answer = {"z": accept(value=5)}
                 store.proc.kill()
-                with pytest.raises(MCPError) as caught:
-                    await driver.send(answer)
-                data = caught.value.error.data
-                assert data == {
-                    "reason": "replay_guard_unavailable",
-                    "store": "redis",
-                    "retryable": True,
-                    "flow": "ask",
-                }
-                assert not [e for e in audit(journal) if e["step"] == "add"], "the round ran unguarded"
+                if outage == "fail_closed":
+                    with pytest.raises(MCPError) as caught:
+                        await drivers[0].send(answer)
+                    data = caught.value.error.data
+                    assert data == {
+                        "reason": "replay_guard_unavailable",
+                        "store": "redis",
+                        "retryable": True,
+                        "flow": "ask",
+                    }
+                    assert not [e for e in audit(journal) if e["step"] == "add"], "the round ran unguarded"
+                else:
+                    for driver in drivers:  # both answer rounds run during the outage
+                        done = await driver.send(answer)
+                        assert isinstance(done, t.CallToolResult) and text_of(done).endswith(":add:5"), done
                 store.proc.start()
-                for _ in range(2):  # the retry runs the round; a resend of it gets the kept outcome
-                    done = await driver.send(answer)
-                    assert isinstance(done, t.CallToolResult) and text_of(done) == "g:add:5", done
+                if outage == "fail_closed":
+                    for _ in range(2):  # the retry runs the round; a resend of it gets the kept outcome
+                        done = await drivers[0].send(answer)
+                        assert isinstance(done, t.CallToolResult) and text_of(done) == "g:add:5", done
+                else:  # a guarded round again: the guard says it is back
+                    after = Driver(client, "ask", {"tag": "after"})
+                    await after.send()
+                    done = await after.send(answer)
+                    assert isinstance(done, t.CallToolResult) and text_of(done) == "after:add:5", done
             log = servers["A"].log()
-    assert len([e for e in audit(journal) if e["step"] == "add" and e["phase"] == "end"]) == 1
+    adds = [e["tag"] for e in audit(journal) if e["step"] == "add" and e["phase"] == "end"]
+    assert sorted(adds) == (["g"] if outage == "fail_closed" else ["after", "g", "h"])
     assert log.count("Traceback") == 0, log[-4000:]
+    text = " ".join(re.sub(r"\S+\.py:\d+", " ", log).split())  # the log's columns wrap messages
+    unguarded = text.count("does not answer; rounds run unguarded until it does")
+    back = text.count("its ledger answers again; 2 round(s) ran unguarded meanwhile")
+    assert (unguarded, back) == ((0, 0) if outage == "fail_closed" else (1, 1)), log[-3000:]
 
 
 async def test_a_locked_sqlite_file_is_a_retryable_error_never_database_is_locked(tmp_path: Path) -> None:

@@ -123,8 +123,9 @@ async def test_a_task_whose_question_changes_fails_as_nondeterminism_after_two_a
     assert "twice in a row: the question changes between runs" in task["error"]["message"]
 
 
-async def test_a_task_obeys_max_rounds_exactly_as_an_inline_flow() -> None:
-    server = clock_server(max_rounds=8)
+async def test_a_task_has_its_own_round_cap_not_the_inline_one() -> None:
+    """Issue 46: `tasks/update` has no client cap, so a task stops at `task_max_rounds`, not at `max_rounds`."""
+    server = clock_server(max_rounds=8, task_max_rounds=12)
     async with manual_client(server) as client:
         call = Driver(client, "survey")
         await call.send()
@@ -135,16 +136,24 @@ async def test_a_task_obeys_max_rounds_exactly_as_an_inline_flow() -> None:
         created = await client.session.call_tool("survey", {}, allow_claimed=True)
         assert isinstance(created, CreatedTask)
         task, sent = await answer_task_until_done(client, created.task_id)
-    assert sent == len(call.rounds) == 8, "both ways, eight rounds of questions and not one more"
+    assert len(call.rounds) == 8, "inline, eight rounds of questions and not one more"
+    assert sent == 12, "as a task, twelve"
+    assert inline.value.error.data == {"reason": "too_many_rounds", "flow": "survey", "maxRounds": 8, "roundsUsed": 8}
+    assert inline.value.error.message == (
+        "flow 'survey' reached its round cap: it asked for client input in 8 rounds, the most max_rounds=8 allows, "
+        "and asked again. To go on, declare the io.modelcontextprotocol/tasks extension (FlowClient(tasks=True), "
+        "or mcp.Client with mrtr.client.TasksClient) and call again: past the cap the call continues as a durable "
+        "task, whose tasks/get and tasks/update have no round cap. Or raise max_rounds= on the server and the "
+        "client's own cap with it (the official mcp.Client stops after input_required_max_rounds=10 by default)"
+    )
     assert task["status"] == "failed"
     assert task["error"] == {
         "code": -32602,
-        "message": "flow 'survey' needed more than 8 rounds of client input; raise max_rounds= (Flows or the "
-        "decorator) for a longer flow, and the client's own cap with it (the official mcp.Client stops after "
-        "input_required_max_rounds=10 by default)",
-        "data": {"reason": "too_many_rounds", "flow": "survey"},
+        "message": "flow 'survey' reached its round cap: it asked for client input in 12 rounds, the most a task "
+        "may (task_max_rounds=12), and asked again. The server can raise task_max_rounds= (Flows or the tool "
+        "decorator) if the flow legitimately asks more",
+        "data": {"reason": "too_many_rounds", "flow": "survey", "maxRounds": 12, "roundsUsed": 12},
     }
-    assert inline.value.error.message == task["error"]["message"]
 
 
 async def test_a_task_obeys_its_deadline_exactly_as_an_inline_flow() -> None:

@@ -409,7 +409,7 @@ async def test_round_cap() -> None:
         with pytest.raises(MCPError) as caught:
             await call.send({next(iter(call.asked)): accept(n=1)})
         assert caught.value.error.data["reason"] == "too_many_rounds"
-        assert "more than 2 rounds" in caught.value.error.message
+        assert "in 2 rounds, the most max_rounds=2 allows" in caught.value.error.message
 
 
 async def test_state_size_cap_gives_a_clear_error() -> None:

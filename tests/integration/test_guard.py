@@ -8,6 +8,7 @@ version of these tests, with real HTTP instances and Redis, is in tests/fleet/te
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from collections import Counter
 from typing import Any
@@ -182,3 +183,63 @@ async def test_an_unreachable_guard_store_fails_closed_with_a_precise_error() ->
         }
     assert runs == Counter(), "no round runs unguarded"
     await guard.close()
+
+
+class _FlakyLedger:
+    """A SQLite round ledger that does not answer while `down` (a store outage, in process)."""
+
+    def __init__(self) -> None:
+        self.inner = SQLiteStore(":memory:")
+        self.down = False
+
+    async def claim_round(self, *args: Any) -> Any:
+        if self.down:
+            from mrtr import StoreUnavailable
+
+            raise StoreUnavailable("sqlite")
+        return await self.inner.claim_round(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("outage", ["fail_closed", "degrade"])
+async def test_a_guard_outage_is_a_choice_per_flows(outage: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 46: `Flows(replay_guard_outage=...)`. Fail closed (the default): each answer round is
+    refused, retryable, and nothing runs; degrade: the rounds run unguarded, said once per burst."""
+    runs: Counter[str] = Counter()
+    ledger = _FlakyLedger()
+    server = deploy_server(runs, ReplayGuard(ledger), replay_guard_outage=outage)
+    async with manual_client(server) as client:
+        states = [(await _round_two(client))[1] for _ in range(3)]
+        ledger.down = True
+        with caplog.at_level(logging.WARNING, logger="mrtr.guard"):
+            outcomes = [await _outcome(client, state, {"where": accept(env=f"e{i}")}) for i, state in enumerate(states)]
+            ledger.down = False
+            _, state = await _round_two(client)
+            assert isinstance(await _send(client, state, {"where": accept(env="after")}), t.InputRequiredResult)
+    lines = [r.getMessage() for r in caplog.records if r.name == "mrtr.guard"]
+    if outage == "fail_closed":
+        assert all(isinstance(o, MCPError) and o.data["retryable"] is True for o in outcomes), outcomes
+        assert runs == Counter({"after": 1}), "no round ran unchecked"
+        assert lines == []
+    else:
+        assert all(isinstance(o, t.InputRequiredResult) for o in outcomes), outcomes
+        assert runs == Counter({"e0": 1, "e1": 1, "e2": 1, "after": 1})
+        assert len(lines) == 2, lines
+        assert "does not answer; rounds run unguarded until it does" in lines[0]
+        assert "answers again; 3 round(s) ran unguarded meanwhile" in lines[1]
+
+
+async def _outcome(client: Any, state: str, answers: dict[str, Any]) -> Any:
+    try:
+        return await _send(client, state, answers)
+    except MCPError as exc:
+        return exc
+
+
+def test_an_unknown_guard_outage_policy_is_refused_at_start() -> None:
+    with pytest.raises(mrtr.FlowDefinitionError, match="replay_guard_outage='open'"):
+        mrtr.Flows(new_server(), replay_guard_outage="open")  # type: ignore[typeddict-item]
+    with pytest.raises(mrtr.FlowDefinitionError, match="replay_guard_outage='open'"):
+        mrtr.Flows(new_server(), replay_guard=ReplayGuard(SQLiteStore(":memory:")), replay_guard_outage="open")  # type: ignore[typeddict-item]

@@ -215,7 +215,8 @@ def test_a_tool_only_option_on_a_prompt_or_resource_is_the_same_type_error(kind:
 
 
 def test_every_flow_option_is_defined_once_and_tools_alone_take_task_options() -> None:
-    assert set(ToolOptions.__optional_keys__) - set(FlowOptions.__optional_keys__) == {"task", "mrtr_first"}
+    tool_only = {"task", "mrtr_first", "task_max_rounds"}
+    assert set(ToolOptions.__optional_keys__) - set(FlowOptions.__optional_keys__) == tool_only
     hints = {
         d: str(typing.get_type_hints(getattr(mrtr.Flows, d), include_extras=True)["flow"])
         for d in ("tool", "prompt", "resource")
@@ -229,7 +230,7 @@ def test_every_valid_flow_option_is_accepted_on_both_hosts(host: Host, kind: str
     flows = host.flows()
     options: dict[str, Any] = {"requires": ["sampling"], "max_rounds": 2, "deadline": 5.0, "max_state_bytes": 2048}
     if kind == "tool":
-        options |= {"task": "optional", "mrtr_first": True}
+        options |= {"task": "optional", "mrtr_first": True, "task_max_rounds": 40}
 
     async def flow(name: str, ctx: mrtr.FlowContext) -> str:
         return name
@@ -239,6 +240,7 @@ def test_every_valid_flow_option_is_accepted_on_both_hosts(host: Host, kind: str
     assert (spec.requires, spec.limits.max_rounds, spec.limits.deadline) == (("sampling",), 2, 5.0)
     assert spec.limits.max_state_bytes == 2048
     assert (spec.task, spec.mrtr_first) == (("optional", True) if kind == "tool" else ("never", False))
+    assert spec.limits.task_max_rounds == (40 if kind == "tool" else 1000)
 
 
 async def test_fastmcps_own_keywords_still_reach_fastmcp() -> None:
@@ -513,8 +515,13 @@ async def test_runtime_errors_are_the_same_on_both_hosts(caplog: pytest.LogCaptu
         assert not loud, (kind, [(r.name, r.levelname, r.getMessage()) for r in loud])
     mcpserver = seen["mcpserver"]
     assert mcpserver["too_many_rounds"][0] == -32602
-    assert mcpserver["too_many_rounds"][2] == {"reason": "too_many_rounds", "flow": "ask_thrice"}
-    assert "needed more than 2 rounds of client input" in mcpserver["too_many_rounds"][1]
+    assert mcpserver["too_many_rounds"][2] == {
+        "reason": "too_many_rounds",
+        "flow": "ask_thrice",
+        "maxRounds": 2,
+        "roundsUsed": 2,
+    }
+    assert "asked for client input in 2 rounds, the most max_rounds=2 allows" in mcpserver["too_many_rounds"][1]
     assert mcpserver["tampered_state"] == -32602
     assert mcpserver["declined_tool"][0] is True and "decline" in mcpserver["declined_tool"][1].lower()
     assert mcpserver["declined_prompt"][0] == -32602 and mcpserver["declined_prompt"][2]["reason"] == "input_declined"

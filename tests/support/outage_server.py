@@ -13,7 +13,8 @@ Flows:
 - `ask(tag)`: an inline flow with a question; its second round passes the replay guard, in the store.
 
 Environment: MRTR_STATE_KEY (hex), MRTR_STORE (URL), MRTR_STORE_NAMESPACE, MRTR_AUDIT (file),
-MRTR_LEASE (seconds, default 2). `GET /healthz` answers without the store.
+MRTR_LEASE (seconds, default 2), MRTR_GUARD_OUTAGE (`Flows(replay_guard_outage=...)`: `fail_closed`,
+the default, or `degrade`). `GET /healthz` answers without the store.
 Prints `outage-server ready: URL` once it listens.
 """
 
@@ -73,6 +74,7 @@ def _options() -> dict[str, Any]:
         "task_lease": float(os.environ.get("MRTR_LEASE", "2.0")),
         "task_scan_interval": 0.2,
         "task_poll_interval": 0.1,
+        "replay_guard_outage": "degrade" if os.environ.get("MRTR_GUARD_OUTAGE") == "degrade" else "fail_closed",
     }
 
 

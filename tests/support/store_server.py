@@ -18,7 +18,8 @@ Also `GET /healthz` (this instance's own health: it answers without the store) f
 Environment: MRTR_STATE_KEY (hex), MRTR_INSTANCE (label), MRTR_STORE (the store URL, usually
 through this instance's `tests/support/storeproxy.py`), MRTR_STORE_NAMESPACE, STORE_AUDIT (file),
 STORE_PORT (port used when `--port 0` is given, so HAProxy knows it in advance), MRTR_TASK_LEASE
-(seconds, default 2), STORE_SCAN_INTERVAL (seconds between task scans, default 0.25).
+(seconds, default 2), STORE_SCAN_INTERVAL (seconds between task scans, default 0.25),
+MRTR_GUARD_OUTAGE (`Flows(replay_guard_outage=...)`: `fail_closed`, the default, or `degrade`).
 Prints `store-server ready: URL instance=LABEL` once it listens.
 """
 
@@ -89,6 +90,7 @@ def build_server(key: bytes) -> tuple[MCPServer, mrtr.Flows]:
         task_lease=float(os.environ.get("MRTR_TASK_LEASE", "2.0")),
         task_scan_interval=float(os.environ.get("STORE_SCAN_INTERVAL", "0.25")),
         task_poll_interval=0.1,
+        replay_guard_outage="degrade" if os.environ.get("MRTR_GUARD_OUTAGE") == "degrade" else "fail_closed",
     )
 
     @flows.tool(task="required")

@@ -6,12 +6,15 @@ guard, load shedding) around `round_body` -> `execute` (`mrtr._engine.run`: a `R
 journal) -> flow function -> the value, an `InputRequiredResult` whose `requestState` is the
 encoded journal (the SDK's `RequestStateBoundary` seals it on the way out and verifies it on
 the way back in), or — for a task-enabled call — `TaskStarted` (`start_task`): a durable task
-takes over.
+takes over, at the flow's first side effect or `ctx.continue_as_task()`, or where another
+round would pass the round cap (`max_rounds`): the client declared the tasks extension, so
+the rest of its questions go through `tasks/get` and `tasks/update`, which it does not cap.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
@@ -28,6 +31,8 @@ from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._telemetry import metrics
 
 _STATELESS_VERSION = "2026-07-28"
+
+logger = logging.getLogger("mrtr.engine")
 
 
 @functools.lru_cache(maxsize=64)
@@ -65,6 +70,17 @@ async def round_body(services: Services, round: Round) -> Any:
         ),
     )
     if outcome.parked:
+        if round.probe and journal.rounds >= spec.limits.max_rounds:
+            # The client declared the tasks extension and one more round would pass the cap its
+            # own client most likely shares: the call continues as a durable task instead, with
+            # every answer so far; its next questions go out through tasks/get, uncapped.
+            logger.info(
+                "flow %s (%s): reached its round cap (max_rounds=%d) inline; continues as a durable task",
+                spec.name,
+                journal.flow_id,
+                spec.limits.max_rounds,
+            )
+            return await start_task(spec, services, round, journal)
         return _input_required(round, outcome.replay)
     if outcome.became_task:
         return await start_task(spec, services, round, journal)

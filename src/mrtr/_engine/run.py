@@ -34,7 +34,7 @@ from mrtr._engine.spec import FlowSpec, ShedCheck
 from mrtr._engine.waits import WaitSource
 from mrtr._errors import FlowDefinitionError, FlowError, FlowExpired, NondeterminismError, TooManyRounds
 from mrtr._telemetry import metrics, tracing
-from mrtr._wire import Wait
+from mrtr._wire import TASKS_EXTENSION, Wait
 
 logger = logging.getLogger("mrtr.engine")
 replay_logger = logging.getLogger("mrtr.replay")
@@ -47,6 +47,7 @@ __all__ = [
     "check_deadline",
     "close_round",
     "execute",
+    "too_many_rounds",
     "wire_asks",
 ]
 
@@ -96,7 +97,10 @@ _PLAIN_RUN = RunOptions()
 
 def as_protocol_error(spec: FlowSpec, exc: FlowError) -> MCPError:
     code = INVALID_PARAMS if isinstance(exc, FlowExpired | TooManyRounds) else INTERNAL_ERROR
-    return MCPError(code=code, message=str(exc), data={"reason": exc.reason, "flow": spec.name})
+    data: dict[str, Any] = {"reason": exc.reason, "flow": spec.name}
+    if isinstance(exc, TooManyRounds):
+        data.update(exc.data)
+    return MCPError(code=code, message=str(exc), data=data)
 
 
 async def call_flow(spec: FlowSpec, ctx: FlowContext, arguments: Mapping[str, Any]) -> Any:
@@ -269,12 +273,13 @@ def check_deadline(spec: FlowSpec, journal: Journal) -> None:
         )
 
 
-def close_round(spec: FlowSpec, replay: Replay) -> None:
+def close_round(spec: FlowSpec, replay: Replay, *, task: bool = False) -> None:
     """Count a round that ends waiting for the client, and remember what it asked.
 
-    Inline rounds and task rounds alike. A question that changes every time it is answered
-    (its text holds a clock or a random value) would be asked forever, each answer
-    wasted: a single change is a legitimate rolling upgrade, but twice in a row it is
+    Inline rounds and task rounds alike (`task`: the round of a durable task, capped by
+    `Limits.task_rounds` rather than the inline `max_rounds`). A question that changes every
+    time it is answered (its text holds a clock or a random value) would be asked forever, each
+    answer wasted: a single change is a legitimate rolling upgrade, but twice in a row it is
     nondeterminism, reported as such before the round cap is reached.
     """
     journal = replay.journal
@@ -288,12 +293,9 @@ def close_round(spec: FlowSpec, replay: Replay) -> None:
             "Compute its changing parts (clocks, random values, I/O) in a ctx.step so every replay asks the same"
         )
     journal.rounds += 1
-    if journal.rounds > spec.limits.max_rounds:
-        raise TooManyRounds(
-            f"flow {spec.name!r} needed more than {spec.limits.max_rounds} rounds of client input; raise "
-            "max_rounds= (Flows or the decorator) for a longer flow, and the client's own cap with it "
-            "(the official mcp.Client stops after input_required_max_rounds=10 by default)"
-        )
+    cap = spec.limits.task_rounds if task else spec.limits.max_rounds
+    if journal.rounds > cap:
+        raise too_many_rounds(spec, cap, journal.rounds - 1, task=task)
     journal.pending = replay.pending()
     if journal.questions:  # keep the questions of the answers and of the asks now out, no others
         journal.questions = {k: v for k, v in journal.questions.items() if k in journal.answers or k in journal.pending}
@@ -305,6 +307,41 @@ def close_round(spec: FlowSpec, replay: Replay) -> None:
             journal.rounds,
             sorted(replay.parked),
         )
+
+
+def too_many_rounds(spec: FlowSpec, cap: int, used: int, *, task: bool) -> TooManyRounds:
+    """The round cap's error: the cap, the rounds used, and what the user (or the server's author) can do.
+
+    An inline call to a tool that can be a task did not declare the tasks extension (one that
+    did continues as a task at the cap: `mrtr._engine.inline`), so that is the user's way out;
+    a task, or a tool that is never one, can only have its cap raised on the server.
+    """
+    head = f"flow {spec.name!r} reached its round cap: it asked for client input in {used} rounds, "
+    if task:
+        return TooManyRounds(
+            head + f"the most a task may (task_max_rounds={cap}), and asked again. The server can raise "
+            "task_max_rounds= (Flows or the tool decorator) if the flow legitimately asks more",
+            max_rounds=cap,
+            rounds_used=used,
+        )
+    client_cap = (
+        "the client's own cap with it (the official mcp.Client stops after input_required_max_rounds=10 by default)"
+    )
+    if spec.task != "never":
+        way_out = (
+            f"To go on, declare the {TASKS_EXTENSION} extension (FlowClient(tasks=True), or mcp.Client with "
+            "mrtr.client.TasksClient) and call again: past the cap the call continues as a durable task, whose "
+            f"tasks/get and tasks/update have no round cap. Or raise max_rounds= on the server and {client_cap}"
+        )
+    else:
+        way_out = (
+            f"To go on, raise max_rounds= (Flows or the decorator) and {client_cap}; or, for a tool, declare it "
+            f"task='optional' (with mrtr_first=True it asks inline first), so that a client declaring the "
+            f"{TASKS_EXTENSION} extension runs it as a durable task, past this cap"
+        )
+    return TooManyRounds(
+        head + f"the most max_rounds={cap} allows, and asked again. " + way_out, max_rounds=cap, rounds_used=used
+    )
 
 
 def _describe(ask: Ask) -> str:

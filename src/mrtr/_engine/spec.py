@@ -20,22 +20,40 @@ from mrtr._wire import CreateTaskResult
 
 TaskSupport = Literal["never", "optional", "required"]
 
+TASK_MAX_ROUNDS = 1000
+"""Default cap on a durable task's rounds of client input (inline rounds before it became a task
+included). A task's rounds cost the client no round trip it caps (`tasks/get` and `tasks/update`
+have no per-call limit) and its journal lives in the store, not in `requestState`, so the cap
+is not the inline 10: it only stops a flow that asks forever (a loop that never ends, a
+question that never settles), well before the task's deadline and TTL would."""
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Per-flow limits. The deadline counts from the flow's first round and never renews."""
 
     max_rounds: int = 10
+    """Rounds of client input an inline call may take (each is a round trip the client caps)."""
     deadline: float = 3600.0
     max_state_bytes: int = 64 * 1024
+    task_max_rounds: int = TASK_MAX_ROUNDS
+    """Rounds of client input a durable task may take (see `TASK_MAX_ROUNDS`); never fewer than
+    `max_rounds` (`task_rounds`)."""
 
     def __post_init__(self) -> None:
         if self.max_rounds < 1:
             raise ValueError("max_rounds must be at least 1")
+        if self.task_max_rounds < 1:
+            raise ValueError("task_max_rounds must be at least 1")
         if not (math.isfinite(self.deadline) and self.deadline > 0):
             raise ValueError("deadline must be a positive number of seconds")
         if self.max_state_bytes < 256:
             raise ValueError("max_state_bytes below 256 cannot hold a sealed journal")
+
+    @property
+    def task_rounds(self) -> int:
+        """A task's cap: `task_max_rounds`, or the inline cap where a flow raised that higher."""
+        return max(self.task_max_rounds, self.max_rounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +122,7 @@ class ShedCheck(Protocol):
 
 
 __all__ = [
+    "TASK_MAX_ROUNDS",
     "FlowSpec",
     "Limits",
     "ShedCheck",

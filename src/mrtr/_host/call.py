@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
@@ -123,6 +123,14 @@ async def run_request(
             if declared and not spec.mrtr_first:
                 return await start_task(spec, services, round, Journal.start())
             probe = declared
+            if not declared and not round.state and logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "flow %s: task=%r runs inline: the client did not declare the %s extension (%s)",
+                    spec.name,
+                    spec.task,
+                    TASKS_EXTENSION,
+                    "protocol " + str(version) if not modern else "no tasks capability",
+                )
         if not modern:
             result = await call_flow(spec, FlowContext(LiveDriver(round.wire, spec.name), request), arguments)
         else:
@@ -143,9 +151,8 @@ async def run_request(
         if exc.error.code == INVALID_PARAMS:
             logger.info("flow %s: refused the client's request: %s", spec.name, exc.error.message)
         return Unavailable(exc) if isinstance(exc, StoreUnavailable) else Rejected(exc)
-    kind = type(result)  # the engine's own answers are these exact types: no subclass check per round
-    if kind is InputRequiredResult or kind is TaskStarted:
-        return cast(InputRequiredResult | TaskStarted, result)
+    if isinstance(result, (InputRequiredResult, TaskStarted)):  # the engine's own answers; a C-level check
+        return result
     return Value(result)
 
 

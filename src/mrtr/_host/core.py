@@ -34,7 +34,7 @@ from mrtr._engine.context import FlowContext
 from mrtr._engine.round import RoundPolicy, Services
 from mrtr._engine.spec import FlowSpec, Limits
 from mrtr._errors import FlowDefinitionError
-from mrtr._guard import ReplayGuard, open_guard
+from mrtr._guard import GUARD_OUTAGES, ReplayGuard, open_guard
 from mrtr._host import call, fleet
 from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_param
 from mrtr._host.identity import FirstRounds
@@ -71,7 +71,12 @@ class HostCore:
     def __init__(self, host: Host, options: HostOptions, *, task_dialect: TaskDialect | None = None) -> None:
         self.host = host
         self.options = opts = options
-        self.limits = Limits(max_rounds=opts.max_rounds, deadline=opts.deadline, max_state_bytes=opts.max_state_bytes)
+        self.limits = Limits(
+            max_rounds=opts.max_rounds,
+            deadline=opts.deadline,
+            max_state_bytes=opts.max_state_bytes,
+            task_max_rounds=opts.task_max_rounds,
+        )
         self.specs: dict[str, FlowSpec] = {}
         fleet.check_state_key(host, required=opts.require_shared_key)
         self.record_seal = self._record_seal()
@@ -128,7 +133,11 @@ class HostCore:
 
     def _guard(self) -> ReplayGuard | None:
         """The replay guard: the option's, or by default the shared store's (see `FlowsOptions.replay_guard`)."""
-        value = self.options.replay_guard
+        value, outage = self.options.replay_guard, self.options.replay_guard_outage
+        if outage is not None and outage not in GUARD_OUTAGES:
+            raise FlowDefinitionError(
+                f"Flows(replay_guard_outage={outage!r}): use one of {list(GUARD_OUTAGES)} (default 'fail_closed')"
+            )
         if value is False:
             fleet.log_guard(self.host, None)
             return None
@@ -146,6 +155,10 @@ class HostCore:
         else:
             guard = open_guard(value) if isinstance(value, str) else value
             where = redacted(value) if isinstance(value, str) else type(guard.ledger).__name__
+        if outage is not None:
+            guard.on_outage = outage
+        if guard.on_outage == "degrade":
+            logger.info("replay guard: rounds run unguarded while its store does not answer (replay_guard_outage)")
         if guard.seal is None:
             guard.seal = self.record_seal
         if guard.state_ttl is None:
@@ -192,7 +205,13 @@ class HostCore:
             if isinstance(annotation, type) and not issubclass(annotation, FlowContext):
                 wrap_context = wrap_host_context
         limits = flow_limits(
-            fn, name, self.limits, flow.get("max_rounds"), flow.get("deadline"), flow.get("max_state_bytes")
+            fn,
+            name,
+            self.limits,
+            flow.get("max_rounds"),
+            flow.get("deadline"),
+            flow.get("max_state_bytes"),
+            flow.get("task_max_rounds"),
         )
         requires: Sequence[Capability] = flow.get("requires", ())
         body = fn

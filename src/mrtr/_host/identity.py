@@ -34,6 +34,10 @@ identity and claims it in the same shared ledger, as the guard claims rounds:
   The same identity with another body is refused (-32602, `reason: "request_id_reused"`): a
   key names one call.
 
+While the store does not answer, a first round with an identity follows the guard's
+`on_outage` (`Flows(replay_guard_outage=...)`): refused with the store's retryable -32603
+(`"fail_closed"`), or run without joining its resends, logged once per burst (`"degrade"`).
+
 On only where the replay guard records rounds in a ledger that keeps progress
 (`mrtr.stores._abilities.RoundProgress`: Redis, PostgreSQL), i.e. by default wherever a
 shared store is configured. Clients before 2026-07-28 run their flows live over a session,
@@ -106,6 +110,19 @@ class FirstRounds:
         self.ledger: Any = ledger
         self.header = header.lower() if header else None
         self.principal_of = principal_of
+        self._outage = 0
+        """First rounds run unjoined in the current burst of store failures (`on_outage="degrade"`)."""
+
+    def _unjoined(self, spec: FlowSpec, exc: StoreUnavailable) -> None:
+        """A first round runs without joining (`replay_guard_outage="degrade"`): said once per burst."""
+        self._outage += 1
+        if self._outage == 1:
+            logger.warning(
+                "first rounds: the store (%s) does not answer; first rounds run without joining their resends "
+                "until it does (replay_guard_outage='degrade') — first: flow %s",
+                exc.store,
+                spec.name,
+            )
 
     @staticmethod
     def available(guard: ReplayGuard | None) -> bool:
@@ -146,7 +163,16 @@ class FirstRounds:
         spec = round.spec
         assert round.journal is not None
         round_id = f"r1:{call_id}"
-        outcome, progress = await self._claim(spec, round_id, _body_digest(round), kind)
+        try:
+            outcome, progress = await self._claim(spec, round_id, _body_digest(round), kind)
+        except StoreUnavailable as exc:
+            if self.guard.on_outage != "degrade":
+                raise  # retryable: no first round runs unjoined because the store could not be asked
+            self._unjoined(spec, exc)
+            return await call_next(round)
+        if self._outage:
+            logger.warning("first rounds: the store answers again; %d first round(s) ran unjoined", self._outage)
+            self._outage = 0
         if outcome is not None:
             logger.debug("flow %s: a resent first round (%s) got its first copy's answer", spec.name, kind)
             return _replayed(spec, outcome)
@@ -166,7 +192,14 @@ class FirstRounds:
 
         async def write() -> None:
             progress = seal(_PROGRESS, round_id, journal_codec.encode(current))
-            if not await self.ledger.save_round_progress(round_id, self.guard.owner, progress):
+            try:
+                saved = await self.ledger.save_round_progress(round_id, self.guard.owner, progress)
+            except StoreUnavailable as exc:
+                if self.guard.on_outage != "degrade":
+                    raise  # the step fails retryable: its resend resumes from the last checkpoint
+                self._unjoined(spec, exc)
+                return  # the round runs on; a resend after a death would redo this step
+            if not saved:
                 raise MCPError(
                     code=INTERNAL_ERROR,
                     message="this call was taken over by another request after its lease lapsed; retry it",

@@ -15,13 +15,13 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 from mrtr._engine.asks import Capability
-from mrtr._engine.spec import TaskSupport
+from mrtr._engine.spec import TASK_MAX_ROUNDS, TaskSupport
 from mrtr.tasks._seam import TASK_LEASE, TASK_POLL_INTERVAL, TASK_SCAN_INTERVAL, TASK_TTL
 
 if TYPE_CHECKING:
     from mcp.server.subscriptions import SubscriptionBus
 
-    from mrtr._guard import ReplayGuard
+    from mrtr._guard import GuardOutage, ReplayGuard
     from mrtr._shedding import ShedClients
     from mrtr.stores import TaskStore
     from mrtr.tasks._extension import TasksExtension
@@ -36,8 +36,14 @@ class FlowsOptions(TypedDict, total=False):
     """
 
     max_rounds: int
-    """Default cap on client round trips per flow: 10, the official `mcp.Client`'s own default
-    (`input_required_max_rounds`), so both stop at the same round; raise both together."""
+    """Default cap on client round trips per inline flow: 10, the official `mcp.Client`'s own
+    default (`input_required_max_rounds`), so both stop at the same round; raise both together.
+    A call whose client declared the tasks extension, to a tool that can be a task, does not
+    stop there: it continues as a durable task (`task_max_rounds`)."""
+    task_max_rounds: int
+    """Default cap on a durable task's rounds of client input, inline rounds before it became a
+    task included (1000; never below the flow's `max_rounds`). `tasks/get` and `tasks/update`
+    have no client cap, so a task can ask far more than an inline call."""
     deadline: float
     """Default seconds a flow may take from its first round (3600); never renewed."""
     max_state_bytes: int
@@ -72,6 +78,16 @@ class FlowsOptions(TypedDict, total=False):
     shared store, a first round resent with the same id (or the same `mrtr/idempotencyKey`,
     or by the same authenticated principal with the same body) joins its first copy: its
     finished steps never run again. `None`: the header is not read."""
+    replay_guard_outage: GuardOutage
+    """What an inline round does while the replay guard's store does not answer (a store outage).
+    `"fail_closed"` (the default): it is refused with -32603, `reason: "replay_guard_unavailable"`,
+    `retryable: true`, and runs once the store is back (`FlowClient` resends it by itself, within
+    `RetryPolicy.store_patience`): no round runs unchecked. `"degrade"`: it runs unguarded, as with
+    `replay_guard=False`, logged at WARNING once per burst (and when the store answers again): the
+    flow keeps answering, but a round resent meanwhile may run its steps again. A call's first
+    round that has an identity (see `request_id_header`) is treated alike: refused, or run
+    without joining its resends; one without an identity runs either way. Also applies to a `ReplayGuard` given as
+    `replay_guard=` (unset: the guard's own `on_outage`)."""
     max_inflight_rounds: int | None
     """Shed load (see `mrtr.LoadShedder`) while more MRTR rounds than this run on this instance."""
     max_loop_lag: float | None
@@ -122,6 +138,7 @@ class HostOptions:
     """`FlowsOptions` resolved: every default filled in (see `FlowsOptions` for each meaning)."""
 
     max_rounds: int = 10
+    task_max_rounds: int = TASK_MAX_ROUNDS
     deadline: float = 3600.0
     max_state_bytes: int = 64 * 1024
     store: TaskStore | None = None
@@ -132,6 +149,7 @@ class HostOptions:
     tasks: TaskEngine | TasksExtension | None = None
     replay_guard: str | ReplayGuard | bool | None = None
     request_id_header: str | None = "X-Request-ID"
+    replay_guard_outage: GuardOutage | None = None
     max_inflight_rounds: int | None = None
     max_loop_lag: float | None = None
     shed_when: Callable[[], bool] | None = None
@@ -181,8 +199,10 @@ class ToolOptions(FlowOptions, total=False):
     (inline otherwise); `"required"`: clients that do not are refused (-32021); `"never"` (the
     default): always inline."""
     mrtr_first: bool
-    """Ask inline first, as MRTR rounds, and become a task at the first step or
-    `ctx.continue_as_task()` (False: a task from the start)."""
+    """Ask inline first, as MRTR rounds, and become a task at the first step,
+    `ctx.continue_as_task()`, or the round cap (`max_rounds`) (False: a task from the start)."""
+    task_max_rounds: int | None
+    """This tool's cap on its rounds as a durable task (default: the `Flows` option)."""
 
 
 FlowKind = Literal["tool", "prompt", "resource"]

@@ -44,6 +44,7 @@ def flow_limits(
     max_rounds: int | None,
     deadline: float | None,
     max_state_bytes: int | None,
+    task_max_rounds: int | None = None,
 ) -> Limits:
     """The flow's limits (the decorator's, else the `Flows` defaults); an async function only."""
     if not inspect.iscoroutinefunction(fn):
@@ -52,6 +53,7 @@ def flow_limits(
         max_rounds=max_rounds if max_rounds is not None else defaults.max_rounds,
         deadline=deadline if deadline is not None else defaults.deadline,
         max_state_bytes=max_state_bytes if max_state_bytes is not None else defaults.max_state_bytes,
+        task_max_rounds=task_max_rounds if task_max_rounds is not None else defaults.task_max_rounds,
     )
 
 

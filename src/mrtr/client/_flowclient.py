@@ -137,7 +137,10 @@ class FlowClient:
     HTTP session must stay on one instance: sticky or stateful deployments only). "2026-07-28":
     pinned, no probe."""
     max_rounds: int = 25
-    """Rounds with questions one call may take (the server's own default limit is 25)."""
+    """Rounds with questions one inline call may take (25). mrtr's server stops an inline call at 10
+    (`Flows(max_rounds=10)`, the official `mcp.Client`'s `input_required_max_rounds`); 25 leaves room
+    for a server that raised its cap. With `tasks=True` a call to a tool that can be a task goes on
+    past the server's cap as a durable task, whose questions (`tasks/update`) are not counted here."""
     timeout: float = DEFAULT_TIMEOUT
     """Seconds each request may take, connect to last byte (30); past it, `TransportTimeout` (not
     resent). Raise it for flows with long steps. On a legacy session it bounds a whole call, time

@@ -11,7 +11,8 @@ httpx's `EventSource`). A failure is raised to the one caller it hit as a `Trans
 the HTTP status when there was one); a JSON-RPC error the server sent stays an `MCPError`.
 `resending` resends on retryable `TransportError`s (connection refused or reset, 502/503/504;
 not a timeout) and on JSON-RPC errors the server marks `data.retryable` (its task store did not
-answer: `mrtr.StoreUnavailable`), with bounded, jittered backoff.
+answer: `mrtr.StoreUnavailable`), with bounded, jittered backoff: the latter for up to
+`RetryPolicy.store_patience` (60 s by default), never past the caller's own deadline.
 """
 
 from __future__ import annotations
@@ -106,22 +107,31 @@ class LegacySessionRejected(TransportError):
         return False
 
 
+STORE_PATIENCE = 60.0
+"""`RetryPolicy.store_patience`'s default: how long a store outage `FlowClient` waits out (seconds)."""
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How often and how patiently a failed round (or a state-only result) is resent.
 
     Resend number n (from 0) waits a random time in [d/2, d], d = min(max_delay, initial_delay * 2**n):
     "equal jitter", so clients that failed together do not come back together. Defaults: 8 resends,
-    0.1 s doubling to a 2 s cap — at most about 9 s of waiting per round.
+    0.1 s doubling to a 2 s cap — at most about 9 s of waiting per round after transport failures;
+    while the server says its store is unavailable, resends go on (every 1-2 s) for `store_patience`.
     """
 
     attempts: int = 8
     initial_delay: float = 0.1
     max_delay: float = 2.0
-    store_patience: float = 30.0
-    """Seconds a call keeps being resent while the server answers that its store is unavailable
-    (a JSON-RPC error with `data.retryable`), even past `attempts`: a store restart or failover
-    takes seconds, and every resend is safe (the server did nothing the retry would repeat)."""
+    store_patience: float = STORE_PATIENCE
+    """Seconds a request keeps being resent while the server answers that its store is unavailable
+    (a JSON-RPC error with `data.retryable`), even past `attempts` (60 by default): a store
+    restart or failover takes seconds to a minute, and every resend is safe (the server did
+    nothing the retry would repeat). Counted per request (a round, a `tasks/get`), and never
+    past the caller's own deadline: a wait that would end after the enclosing `anyio` cancel
+    scope's deadline (`anyio.fail_after(...)` around the call) is not begun, and the store's
+    error is raised then instead."""
 
     def delay(self, resend: int) -> float:
         return equal_jitter(resend, self.initial_delay, self.max_delay)
@@ -133,21 +143,34 @@ NO_RETRY = RetryPolicy(attempts=0, store_patience=0.0)
 
 async def resending(policy: RetryPolicy, send: Callable[[], Awaitable[_T]]) -> _T:
     """Await `send()`, calling it again after a retryable `TransportError`, at most `policy.attempts` more times,
-    or after a server's retryable JSON-RPC error (`retryable_error`) for up to `policy.store_patience` seconds."""
-    give_up = anyio.current_time() + policy.store_patience
+    or after a server's retryable JSON-RPC error (`retryable_error`) for up to `policy.store_patience` seconds.
+
+    No pause runs past the caller's own deadline (the enclosing cancel scope's): the error that
+    asked for it is raised at once instead, rather than a cancellation after a wait that could
+    not end in time.
+    """
+    started = anyio.current_time()
+    give_up = started + policy.store_patience
     for resend in itertools.count():
         try:
             return await send()
         except TransportError as error:
             if not error.retryable or resend >= policy.attempts:
                 raise
+            pause = policy.delay(resend)
+            if anyio.current_time() + pause >= anyio.current_effective_deadline():
+                raise
             logger.debug("resending %s after %s (resend %d)", error.method, error, resend + 1)
-            await anyio.sleep(policy.delay(resend))
+            await anyio.sleep(pause)
         except MCPError as error:
             if not retryable_error(error):
                 raise
             pause = policy.delay(resend)
-            if resend >= policy.attempts and anyio.current_time() + pause > give_up:
+            now = anyio.current_time()
+            if (
+                resend >= policy.attempts and now + pause > give_up
+            ) or now + pause >= anyio.current_effective_deadline():
+                logger.debug("gave up after %.1f s of %s", now - started, error.error.message)
                 raise
             logger.debug("resending after %s (resend %d)", error.error.message, resend + 1)
             await anyio.sleep(pause)
@@ -340,6 +363,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "GATEWAY_STATUSES",
     "NO_RETRY",
+    "STORE_PATIENCE",
     "GatewayError",
     "LegacySessionRejected",
     "LoadShed",

@@ -102,7 +102,7 @@ def settle(spec: FlowSpec, convert: ConvertResult, outcome: Outcome, task_id: st
         return Settled("working", waiting=outcome.waiting, status_message=describe_waits(outcome.waiting))
     if outcome.parked:
         try:
-            close_round(spec, outcome.replay)  # max_rounds and a changing question, as inline
+            close_round(spec, outcome.replay, task=True)  # task_max_rounds and a changing question
         except FlowError as exc:
             outcome.parked, outcome.error = False, exc
     if outcome.parked:

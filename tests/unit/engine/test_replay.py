@@ -300,8 +300,9 @@ async def test_a_flow_past_its_round_cap_fails_with_too_many_rounds() -> None:
     call = Rounds(chatty, limits=Limits(max_rounds=2))
     await call.send()
     await call.send({call.only_key(): accept(n=1)})
-    with pytest.raises(TooManyRounds, match="more than 2 rounds"):
+    with pytest.raises(TooManyRounds, match="in 2 rounds, the most max_rounds=2 allows") as caught:
         await call.send({call.only_key(): accept(n=2)})
+    assert caught.value.data == {"maxRounds": 2, "roundsUsed": 2}
 
 
 # -- steps ------------------------------------------------------------------------------

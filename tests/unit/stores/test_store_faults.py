@@ -97,6 +97,30 @@ async def test_store_patience_is_bounded() -> None:
     assert time.monotonic() - started < 1.5
 
 
+def test_flowclient_waits_out_a_store_outage_of_at_least_a_minute_by_default() -> None:
+    """Issue 46: a 45 s store restart must not reach `FlowClient`'s caller (30 s did)."""
+    assert RetryPolicy().store_patience >= 60.0
+
+
+async def test_store_patience_never_runs_past_the_callers_own_deadline() -> None:
+    """Under `anyio.fail_after(...)`, the store's error comes before the deadline, not a cancellation after it."""
+    import anyio
+
+    sent = 0
+
+    async def down() -> str:
+        nonlocal sent
+        sent += 1
+        raise StoreUnavailable("redis")
+
+    policy = RetryPolicy(attempts=1, initial_delay=0.1, max_delay=0.2)  # the default 60 s of patience
+    started = time.monotonic()
+    with anyio.fail_after(1.0), pytest.raises(StoreUnavailable):  # not TimeoutError: the scope never fires
+        await resending(policy, down)
+    assert time.monotonic() - started < 1.0
+    assert sent >= 3, "it retried within the deadline"
+
+
 async def test_a_store_that_accepts_and_never_answers_is_store_unavailable_not_a_hang() -> None:
     """A paused connection (a route that black-holes replies): the reply timeout turns it into the
     retryable error; and any call still unanswered at the boundary's own bound fails the same way."""
