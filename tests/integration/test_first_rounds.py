@@ -27,6 +27,7 @@ import mrtr
 import mrtr.fastmcp
 from mrtr._wire import IDEMPOTENCY_KEY
 from tests.support.flowkit import SHARED_KEY
+from tests.support.redis_proc import RedisProcess
 from tests.support.storekit import REDIS_URL, drop_namespace
 
 pytestmark = [pytest.mark.anyio, pytest.mark.needs_redis]
@@ -92,7 +93,13 @@ async def serve(request: pytest.FixtureRequest) -> AsyncIterator[Serve]:
     kind: str = request.param
     namespaces: list[str] = []
 
-    def make(principal: str | None = None, max_wait: float = 30.0, **options: Any) -> Any:
+    def make(
+        principal: str | None = None,
+        max_wait: float = 30.0,
+        url: str = REDIS_URL,
+        on_outage: str = "fail_closed",
+        **options: Any,
+    ) -> Any:
         import contextlib
 
         @contextlib.asynccontextmanager
@@ -102,7 +109,7 @@ async def serve(request: pytest.FixtureRequest) -> AsyncIterator[Serve]:
             security = RequestStateSecurity(keys=[SHARED_KEY], bind_principal=lambda ctx: principal)
             runs: list[str] = []
             # The guard's own ledger on Redis (no task store: nothing here runs as a task).
-            guard = mrtr.open_guard(REDIS_URL, namespace=namespace, max_wait=max_wait)
+            guard = mrtr.open_guard(url, namespace=namespace, max_wait=max_wait, on_outage=on_outage)
             app = _build(kind, guard, runs, security, **options)
             transport = httpx2.ASGITransport(app=app)
             async with (
@@ -180,3 +187,28 @@ async def test_a_copy_that_cannot_wait_long_enough_gets_a_retryable_error(serve:
         assert copy["error"]["data"] == {"reason": "request_in_flight", "flow": "pay", "retryable": True}
         assert (await host.call(-1, headers=stamp))["result"] == first["result"], "its retry gets the answer"
     assert len(host.runs) == 1
+
+
+@pytest.mark.spawns
+@pytest.mark.parametrize("outage", ["fail_closed", "degrade"])
+async def test_a_first_round_during_a_store_outage_is_the_flows_choice(
+    serve: Serve, outage: str, tmp_path: Any
+) -> None:
+    """`replay_guard_outage`: refused retryable (nothing runs unjoined), or run at once without joining."""
+    if RedisProcess.binary() is None:
+        pytest.skip("redis-server is not installed (a private Redis is killed here)")
+    with RedisProcess(tmp_path) as private:
+        async with serve(url=private.url, on_outage=outage) as host:
+            assert "result" in await host.call(1, headers={"x-request-id": "before"})
+            private.kill()
+            during = await host.call(2, headers={"x-request-id": "during"})
+            if outage == "fail_closed":
+                assert during["error"]["code"] == -32603 and during["error"]["data"]["retryable"] is True
+                assert len(host.runs) == 1
+            else:
+                assert during["result"]["content"][0]["text"] == "2002"
+                assert len(host.runs) == 2
+            private.start()
+            after = await host.call(3, headers={"x-request-id": "after"})
+            assert "result" in after, after
+            assert after == await host.call(3, headers={"x-request-id": "after"}), "joined again once the store is back"
