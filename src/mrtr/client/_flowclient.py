@@ -73,6 +73,11 @@ McpRootsCallback = Callable[[Any], Awaitable[t.ListRootsResult]]
 
 _LegacyResult = t.CallToolResult | t.GetPromptResult | t.ReadResourceResult
 
+
+def _call_key() -> str:
+    """A fresh idempotency key for one logical call (128 random bits), the same on all its resends."""
+    return secrets.token_urlsafe(16)
+
 _RESULT_MODELS: dict[str, type[t.Result]] = {
     "tools/call": t.CallToolResult,
     "prompts/get": t.GetPromptResult,
@@ -343,7 +348,7 @@ class FlowClient:
         # watches (`mrtr.client._ahead`).
         if self.tasks and feed is not None:
             reservation = feed.reserve(self.session, name)
-        key = reservation.key if reservation is not None else secrets.token_urlsafe(16)
+        key = reservation.key if reservation is not None else _call_key()
         params["_meta"] = {IDEMPOTENCY_KEY: key}
         try:
             result = await self._drive("tools/call", name, params)
@@ -371,11 +376,12 @@ class FlowClient:
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> t.GetPromptResult:
         """`prompts/get`, driven through every round (questions answered by the handlers)."""
-        return await self._drive("prompts/get", name, {"name": name, "arguments": arguments})
+        params: CarrierParams = {"name": name, "arguments": arguments, "_meta": {IDEMPOTENCY_KEY: _call_key()}}
+        return await self._drive("prompts/get", name, params)
 
     async def read_resource(self, uri: str) -> t.ReadResourceResult:
         """`resources/read`, driven through every round (questions answered by the handlers)."""
-        return await self._drive("resources/read", uri, {"uri": uri})
+        return await self._drive("resources/read", uri, {"uri": uri, "_meta": {IDEMPOTENCY_KEY: _call_key()}})
 
     async def _send(
         self, method: str, params: CarrierParams, responses: Mapping[str, Answer] | None, state: str | None
