@@ -33,7 +33,8 @@ class Confirm(BaseModel):
     yes: bool
 
 
-@flows.tool()
+# what the flow will ask the client for: a host without one fails in round 1, before any question
+@flows.tool(requires=["elicitation", "sampling"])
 async def deploy(service: str, ctx: mrtr.FlowContext) -> str:
     """Deploy a service, asking where and confirming first."""
     # round 1: ask
@@ -98,6 +99,29 @@ async def main() -> None:
     assert getattr(text, "text", "") == "applied api-staging-1 (risk: a typo)", text
     assert report.rounds == 3, report.rounds
     assert RUNS == ["plan", "apply"], RUNS  # the flow's body ran 3 times, each step once
+    await without_sampling()
+
+
+async def without_sampling() -> None:
+    """A host with forms but no sampling (Claude Code, the MCP Inspector): refused in round 1, nothing asked."""
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    asked: list[str] = []
+
+    async def form(context: object, params: object) -> object:
+        asked.append("form")
+        raise AssertionError("requires= refuses the call before the first question")
+
+    async with Client(server, elicitation_callback=form) as client:  # type: ignore[arg-type]
+        try:
+            await client.call_tool("deploy", {"service": "api"})
+        except MCPError as exc:
+            assert exc.error.code == -32021, exc.error
+            assert exc.error.data == {"requiredCapabilities": {"sampling": {}}}, exc.error.data
+        else:
+            raise AssertionError("a client without sampling was not refused")
+    assert not asked and RUNS == ["plan", "apply"], (asked, RUNS)  # no question, no step
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ class Flows(BaseFlows):
             seals every journal; share its keys (and its name) across a fleet.
         **options: Any of `mrtr.FlowsOptions` (limits, `store`, `replay_guard`, `tasks`,
             shedding, `fleet_bus`, `bus`, `require_shared_key`, `require_shared_store`,
-            `instance_name`, `public_url`, `dialects`, `strict`): the same keywords, defaults
+            `instance_name`, `public_url`, `dialects`, `strict`, `protocol_versions`): the same keywords, defaults
             and meanings as `mrtr.fastmcp.Flows`.
     """
 
@@ -186,6 +186,10 @@ class _SDKHost(Host):
 
     def state_security(self) -> RequestStateSecurity | None:
         return sdk.state_security(self.server)
+
+    def server_middleware(self) -> list[Any]:
+        chain: list[Any] = sdk.lowlevel_server(self.server).middleware
+        return chain
 
     def shares_state_key(self) -> bool:  # the SDK fills in a key of this process's own when given none
         return super().shares_state_key() and not sdk.uses_process_local_key(self.server)

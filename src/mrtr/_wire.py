@@ -13,6 +13,7 @@ This module imports pydantic and `mcp_types` only: importing it pulls in no engi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal, NotRequired, Protocol, Required, TypedDict
 
@@ -54,6 +55,11 @@ TASK_KEYS = "mrtr/taskKeys"
 """Listen filter key: idempotency keys of calls not made yet, whose tasks to hear about from birth."""
 TASK_VERSION = "mrtr/taskVersion"
 """`_meta` key of a `notifications/tasks`: the task record's version, to drop stale states."""
+
+SEED_DIALECT: ContextVar[str | None] = ContextVar("mrtr_seed_dialect", default=None)
+"""The seed dialect (`sketch`, `draft`, `incomplete`, `saga`) a request arrived in, while the
+dialect's gateway serves it as 2026-07-28; None for every other request. Only errors read it:
+a refusal words what such a client can do about it (see `mrtr._host.call`)."""
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 """The status of a task, as the tasks extension names it on the wire and in the store."""
@@ -260,6 +266,7 @@ __all__ = [
     "RELATED_TASK",
     "SHEDDING_EXTENSION",
     "SNAPSHOTS",
+    "SEED_DIALECT",
     "TASKS_EXTENSION",
     "TASK_IDS",
     "TASK_KEYS",

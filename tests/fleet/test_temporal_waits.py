@@ -205,3 +205,32 @@ async def test_temporal_history_holds_no_plaintext_of_a_sealed_task(temporal: Te
     leaked = [text for text in (argument, event, result) if text.encode() in history]
     assert leaked == [], f"plain text in Temporal's history: {leaked}"
     await flows.runtime.close()
+
+
+async def test_a_steps_progress_is_the_tasks_status_message_on_temporal(temporal: TemporalClient) -> None:
+    """`ctx.report_progress` in a task on Temporal: the workflow records it (memo: `tasks/get`) while the step runs."""
+    flows = waiting_flows(temporal, Counter())
+    gates = {n: asyncio.Event() for n in (1, 2, 3)}
+
+    async def chunk(n: int) -> int:
+        await gates[n].wait()
+        return n
+
+    @flows.tool(task="required")
+    async def chunks(ctx: mrtr.FlowContext) -> str:
+        for n in (1, 2, 3):
+            await ctx.report_progress(n, 3, f"chunk {n} of 3")
+            await ctx.step(f"chunk-{n}", chunk, n)
+        return "3 chunks"
+
+    async with Client(flows.server, extensions=[TasksClient(_never)]) as client:
+        task_id = await start(client, "chunks", {})
+        for n in (1, 2, 3):
+            async with asyncio.timeout(20):
+                while (task := await task_state(client.session, task_id)).get("statusMessage") != f"chunk {n} of 3":
+                    assert task["status"] == "working", task
+                    await asyncio.sleep(0.05)
+            gates[n].set()
+        done = await wait_status(client.session, task_id, "completed")
+    assert done["result"]["content"][0]["text"] == "3 chunks"
+    await flows.runtime.close()

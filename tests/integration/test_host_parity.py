@@ -655,3 +655,80 @@ def test_running_the_server_starts_and_stops_the_worker(way: str, tmp_path: Any)
             process.kill()
             process.communicate()
     assert events.read_text().split() == ["start", "close"], stderr.decode()[-2000:]
+
+
+# -- protocol_versions=: serve only the versions listed -----------------------------------------------------
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[Any]:
+    return [leaf for e in group.exceptions for leaf in (_leaves(e) if isinstance(e, BaseExceptionGroup) else [e])]
+
+
+def _versions_server(host: Host, versions: list[str]) -> Any:
+    flows = host.flows(protocol_versions=versions)
+
+    @flows.tool()
+    async def hello(ctx: mrtr.FlowContext) -> str:
+        answer = await ctx.elicit("Go?", Approval)
+        return f"hello {answer.ok}"
+
+    return flows.server if host.kind == "mcpserver" else flows.mcp
+
+
+async def test_protocol_versions_serves_only_2026_07_28_on_both_hosts(host: Host) -> None:
+    async with served(_versions_server(host, ["2026-07-28"])) as url, httpx2.AsyncClient(trust_env=False) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, elicitation_callback=_accept) as modern:  # type: ignore[arg-type]
+            assert modern.protocol_version == "2026-07-28"
+            assert text_of(await modern.call_tool("hello", {})) == "hello True"
+        refused: list[MCPError] = []
+        try:
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, mode="legacy", elicitation_callback=_accept):  # type: ignore[arg-type]
+                pass
+        except* MCPError as group:  # the SDK's transport task group wraps the handshake's error
+            refused += _leaves(group)
+    (error,) = refused
+    assert error.error.code == t.UNSUPPORTED_PROTOCOL_VERSION
+    assert error.error.data == {"supported": ["2026-07-28"], "requested": "2025-11-25"}
+
+
+async def test_protocol_versions_serves_only_2025_11_25_on_both_hosts(host: Host) -> None:
+    versions = ["2025-11-25"]
+    async with served(_versions_server(host, versions)) as url, httpx2.AsyncClient(trust_env=False) as http:
+        # A 2026-07-28 request gets the spec's version-mismatch answer: HTTP 400, -32022, supported/requested.
+        envelope = {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+        headers = {
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "server/discover",
+        }
+        body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": envelope}}
+        refused = await http.post(url, json=body, headers=headers)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == t.UNSUPPORTED_PROTOCOL_VERSION
+        assert error["data"] == {"supported": versions, "requested": "2026-07-28"}
+        # An auto-negotiating client is told where to go, and falls back to the handshake.
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, elicitation_callback=_accept) as client:  # type: ignore[arg-type]
+            assert client.protocol_version == "2025-11-25"
+            assert text_of(await client.call_tool("hello", {})) == "hello True"
+
+
+def test_a_bad_protocol_versions_list_is_the_same_error() -> None:
+    for versions, message in (([], "serves nothing"), (["2026-13-01"], "unknown version"), ("2026-07-28", "a list")):
+        seen = set()
+        for kind in HOSTS:
+            with pytest.raises(ValueError, match=message) as caught:
+                Host(kind).flows(protocol_versions=versions)
+            seen.add(str(caught.value))
+        assert len(seen) == 1, seen
+
+
+def test_dialects_need_2026_07_28_served() -> None:
+    with pytest.raises(mrtr.FlowDefinitionError, match="seed dialects are served as 2026-07-28"):
+        Host("mcpserver").flows(dialects=["sketch"], protocol_versions=["2025-11-25"])

@@ -29,7 +29,7 @@ from typing import Any, TypedDict, cast
 import anyio
 from mcp_types import INVALID_PARAMS, ErrorData
 
-from mrtr._dialects.draft import DraftReply
+from mrtr._dialects.draft import NAME, DraftReply
 from mrtr._dialects.plumbing import (
     Caller,
     DialectError,
@@ -105,7 +105,7 @@ async def serve(
         task = await _get(gateway, origin, request_id, task_id, tasks_caller)
         return _reply(request_id, seed_task(task))
     if method == "tasks/cancel":
-        await gateway.call(origin, request_id, "tasks/cancel", _params({"taskId": task_id}, tasks_caller))
+        await gateway.call(origin, request_id, "tasks/cancel", _params({"taskId": task_id}, tasks_caller), dialect=NAME)
         task = await _get(gateway, origin, request_id, task_id, tasks_caller)
         return _reply(request_id, seed_task(task))
     return await _result(gateway, origin, request_id, task_id, tasks_caller)
@@ -154,7 +154,9 @@ async def _create(
 ) -> Mapping[str, object]:
     answers, state = incoming(message)
     plain = {k: v for k, v in params.items() if k != "task"}
-    result = await gateway.call(origin, request_id, "tools/call", modern_params(plain, answers, state, caller))
+    result = await gateway.call(
+        origin, request_id, "tools/call", modern_params(plain, answers, state, caller), dialect=NAME
+    )
     if is_input_required(result):
         return outgoing(request_id, result)
     if result.get("resultType") == "task":
@@ -165,7 +167,7 @@ async def _create(
 
 
 async def _get(gateway: Gateway, origin: Origin, request_id: str | int, task_id: str, caller: Caller) -> Any:
-    return await gateway.call(origin, request_id, "tasks/get", _params({"taskId": task_id}, caller))
+    return await gateway.call(origin, request_id, "tasks/get", _params({"taskId": task_id}, caller), dialect=NAME)
 
 
 async def _result(
@@ -207,7 +209,7 @@ async def _answer(
     answers = {k: answer for k, v in responses.items() if (answer := unwrap_answer(v)) is not None}
     update = _params({"taskId": task_id}, caller)
     update["inputResponses"] = answers
-    await gateway.call(origin, request_id, "tasks/update", update)
+    await gateway.call(origin, request_id, "tasks/update", update, dialect=NAME)
     return _reply(request_id, {"_meta": related(task_id)})
 
 

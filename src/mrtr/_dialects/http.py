@@ -133,7 +133,7 @@ class DialectServer:
             elif shape is not None and is_carrier(message.method):
                 answers, state = shape.incoming(raw)
                 modern = modern_params(params, answers, state, caller)
-                result = await self.gateway.call(request, message.id, message.method, modern)
+                result = await self.gateway.call(request, message.id, message.method, modern, dialect=shape.name)
                 if is_input_required(result):
                     return JSONResponse(shape.outgoing(message.id, result))
                 result = plain_result(result)

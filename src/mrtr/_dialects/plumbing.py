@@ -42,7 +42,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, LATEST_HANDSHAKE_VERS
 from starlette.requests import Request
 
 from mrtr import _sdk as sdk
-from mrtr._wire import JSONObject
+from mrtr._wire import SEED_DIALECT, JSONObject
 
 DEFAULT_CAPABILITIES: JSONObject = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
 """What a dialect client is taken to support when nothing it declared reaches this request:
@@ -134,16 +134,24 @@ class Gateway:
         """The audience the boundary stamps on `requestState` (the server name unless set)."""
         return sdk.state_audience(self.server)
 
-    async def call(self, origin: Origin, request_id: RequestId, method: str, params: Mapping[str, Any]) -> Any:
+    async def call(
+        self, origin: Origin, request_id: RequestId, method: str, params: Mapping[str, Any], *, dialect: str
+    ) -> Any:
         """Serve `method` at the 2026-07-28 revision (`params` carries its envelope); the result dict.
 
-        Raises `DialectError` with the error the SDK's modern entry would have answered.
+        `dialect` names the seed wire the request came in (`SEED_DIALECT` while it is served), so
+        a refusal can say what that client can do. Raises `DialectError` with the error the SDK's
+        modern entry would have answered.
         """
         envelope = params.get("_meta") or {}
         connection = Connection.from_envelope(
             LATEST_MODERN_VERSION, envelope.get(CLIENT_INFO_META_KEY), envelope.get(CLIENT_CAPABILITIES_META_KEY)
         )
-        return await self._serve(origin, request_id, method, params, connection)
+        token = SEED_DIALECT.set(dialect)
+        try:
+            return await self._serve(origin, request_id, method, params, connection)
+        finally:
+            SEED_DIALECT.reset(token)
 
     async def call_legacy(
         self, origin: Origin, request_id: RequestId, method: str, params: Mapping[str, Any] | None, caller: Caller

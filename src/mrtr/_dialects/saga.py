@@ -94,7 +94,9 @@ async def handle(
         done = dict(token_done)
         answers, accepted = check_steps(params.get("completedSteps"), token_asked, done)
     call = {"name": name, "arguments": arguments}
-    result = await gateway.call(origin, request_id, "tools/call", modern_params(call, answers, state, caller))
+    result = await gateway.call(
+        origin, request_id, "tools/call", modern_params(call, answers, state, caller), dialect=NAME
+    )
     if not is_input_required(result):
         return plain_result(result)
     pending: InputRequests = dict(result.get("inputRequests") or {})

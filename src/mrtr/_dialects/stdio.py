@@ -68,7 +68,7 @@ class DialectMiddleware:
         answers, state = incomplete.incoming({"params": params})
         modern = modern_params(params, answers, state, _caller(ctx, dict(DEFAULT_CAPABILITIES)))
         assert ctx.request_id is not None
-        result = await self.gateway.call(ctx, ctx.request_id, ctx.method, modern)
+        result = await self.gateway.call(ctx, ctx.request_id, ctx.method, modern, dialect=incomplete.NAME)
         if is_input_required(result):
             return cast(JSONObject, incomplete.outgoing_result(result))  # a plain dict for the SDK, as above
         return plain_result(result)

@@ -35,6 +35,7 @@ from mcp_types import (
 from pydantic import BaseModel, TypeAdapter
 
 from mrtr._engine.asks import Ask, Capability, FormAnswer, elicit_ask, elicit_url_ask, form_ask, roots_ask, sample_ask
+from mrtr._engine.progress import ProgressSink
 from mrtr._engine.steps import StepInfo, current_step, typed_result
 from mrtr._engine.waits import WaitState, check_event_name, seconds
 from mrtr._errors import Cancelled, Declined, EventTimeout, FlowDefinitionError
@@ -158,8 +159,14 @@ class Driver(Protocol):
     """How asks and steps are served: from a journal (stateless rounds) or live (legacy)."""
 
     flow_id: str
+    progress: ProgressSink | None
+    """A durable task's status message (None: progress goes to the request, if any)."""
 
     def supports(self, capability: Capability) -> bool: ...
+
+    def replaying(self) -> bool:
+        """Whether the calling branch is before the journal's frontier (re-running what ran before)."""
+        ...
 
     async def ask(self, ask: Ask) -> tuple[str, Any]:
         """The wire key of `ask` and its journaled/received answer (validated by `Ask.accept`)."""
@@ -588,6 +595,27 @@ class FlowContext:
         """
         check_event_name(name)
         return await self._driver.callback_url(name, seconds(expires, "callback_url's expires"))
+
+    @tracked
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Say how far the flow has got: the same call inline and in a durable task.
+
+        Inline, it is the request's progress notification (sent when the client asked for
+        progress with a token), as the SDK's and FastMCP's `report_progress`. In a durable
+        task, `message` (else "`progress` of `total`") becomes the task's `statusMessage`,
+        shown by `tasks/get`, `notifications/tasks`, `mrtr tasks show` and the console;
+        reports in a quick succession are coalesced, the latest written at most twice a
+        second. Nothing is journaled: a replay (the next round, a task resumed elsewhere)
+        does not report again what was reported before the point it resumes from.
+        """
+        driver = self._driver
+        if driver.replaying():
+            return
+        sink = driver.progress
+        if sink is not None:
+            sink.report(progress, total, message)
+        elif self._request is not None:
+            await self._request.report_progress(progress, total, message)
 
     @tracked
     async def checkpoint(self) -> None:

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from mrtr._engine.asks import Ask, BadAnswer, Capability, malformed, required_capability, supports
 from mrtr._engine.branches import outside_branch
+from mrtr._engine.progress import ProgressSink
 from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
 from mrtr._engine.steps import StepInfo, arg_digest, call_step, to_journal
@@ -85,6 +86,8 @@ class JournalDriver:
             per activity this way).
         waits: A durable task's clock, events and callback URLs (`ctx.sleep`,
             `ctx.wait_for_event`, `ctx.callback_url`); None outside a task, where they are refused.
+        progress: A durable task's status message (`ctx.report_progress`); None inline, where
+            reports go to the request as progress notifications.
     """
 
     def __init__(
@@ -97,8 +100,10 @@ class JournalDriver:
         shed: ShedCheck | None = None,
         step_limit: int | None = None,
         waits: WaitSource | None = None,
+        progress: ProgressSink | None = None,
     ) -> None:
         self._waits = waits
+        self.progress = progress
         self._shed = shed
         self._step_limit = step_limit
         self.steps_started = 0
@@ -113,6 +118,11 @@ class JournalDriver:
 
     def supports(self, capability: Capability) -> bool:
         return supports(self._replay.capabilities, capability)
+
+    def replaying(self) -> bool:
+        """Whether the calling branch is still before the journal's frontier (what it does, it did before)."""
+        replay = self._replay
+        return not replay.at_frontier(replay.branch())
 
     async def ask(self, ask: Ask) -> tuple[str, Any]:
         key, answer = self.recall(ask)
@@ -274,6 +284,7 @@ class LiveDriver:
         self._flow = flow
         self.flow_id = os.urandom(12).hex()
         self._step_counts: dict[str, int] = {}
+        self.progress: ProgressSink | None = None  # reports go to the request, as notifications
 
     def supports(self, capability: Capability) -> bool:
         return supports(self._wire.session.client_capabilities, capability)
@@ -313,6 +324,10 @@ class LiveDriver:
     def patched(self, patch_id: str) -> bool:
         """A live run is always new code running for the first time."""
         return True
+
+    def replaying(self) -> bool:
+        """A live run never replays."""
+        return False
 
     async def wait(self, kind: Literal["timer", "event"], name: str | None, limit: float | None) -> WaitState:
         raise needs_task(self._flow, "sleep" if kind == "timer" else "wait_for_event")

@@ -378,6 +378,22 @@ class Replay:
             return True
         return False
 
+    def at_frontier(self, branch: Branch) -> bool:
+        """`_at_frontier`, with a fast answer for the common case: every journal entry already reached.
+
+        `ctx.report_progress` asks this on every report (a replay does not report again what
+        the flow reported before), so a flow reporting in a tight loop must not pay for a
+        walk of the journal each time once it is past everything the journal holds.
+        """
+        journal = self.journal
+        if (
+            self._used_steps.issuperset(journal.steps)
+            and self._used_answers.issuperset(journal.answers)
+            and self._used_pending.issuperset(journal.pending)
+        ):
+            return True
+        return self._at_frontier(branch)
+
     def _at_frontier(self, branch: Branch) -> bool:
         """Has this branch reached everything the journal holds for it — answers, steps and
         the asks the last round sent out — so that no earlier code ran past this point?

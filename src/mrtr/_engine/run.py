@@ -28,6 +28,7 @@ from mrtr._engine.asks import Ask
 from mrtr._engine.context import FlowContext, current_flow_context, describe_call
 from mrtr._engine.drivers import BecomeTask, Checkpointer, JournalDriver
 from mrtr._engine.journal import Journal
+from mrtr._engine.progress import ProgressSink
 from mrtr._engine.replay import Replay
 from mrtr._engine.round import Round
 from mrtr._engine.spec import FlowSpec, ShedCheck
@@ -90,6 +91,8 @@ class RunOptions:
     """Replay testing: reach steps without running them (`mrtr.testing.check_replay`)."""
     waits: WaitSource | None = None
     """A durable task's clock, events and callback URLs (None: `ctx.sleep` and friends refuse)."""
+    progress: ProgressSink | None = None
+    """A durable task's status message, set by `ctx.report_progress` (None: reports go to the request)."""
 
 
 _PLAIN_RUN = RunOptions()
@@ -156,6 +159,7 @@ async def execute(
         shed=run.shed,
         step_limit=run.step_limit,
         waits=run.waits,
+        progress=run.progress,
     )
     round = run.round
     request = round.request if round is not None else None

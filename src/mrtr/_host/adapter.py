@@ -58,6 +58,11 @@ class Host:
         """The policy the server seals `requestState` with (None: a key of this process only)."""
         raise NotImplementedError
 
+    def server_middleware(self) -> list[Any]:
+        """The SDK low-level server's middleware chain (outermost first), which wraps every request
+        the framework serves, `initialize` included, on every transport."""
+        raise NotImplementedError
+
     def shares_state_key(self) -> bool:
         """Whether the server seals `requestState` with a key ring other instances can hold: by
         default, whether it was given one at all."""

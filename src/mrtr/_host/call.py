@@ -28,7 +28,13 @@ from typing import Any, Generic, TypeVar
 
 from mcp.server.request_state import RequestStateSecurity
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, InputRequiredResult
+from mcp_types import (
+    INVALID_PARAMS,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    InputRequiredResult,
+)
+from mcp_types.version import LATEST_MODERN_VERSION
 
 from mrtr._engine.asks import supports
 from mrtr._engine.context import FlowContext
@@ -39,7 +45,7 @@ from mrtr._engine.round import Round, Services, chain
 from mrtr._engine.run import as_protocol_error, call_flow
 from mrtr._engine.spec import FlowSpec, TaskStarted
 from mrtr._errors import FlowError, InputRefused, StoreUnavailable
-from mrtr._wire import TASKS_EXTENSION, declares_tasks
+from mrtr._wire import SEED_DIALECT, TASKS_EXTENSION, declares_tasks
 
 E = TypeVar("E", bound=Exception)
 
@@ -115,11 +121,7 @@ async def run_request(
         if spec.task != "never":
             declared = modern and declares_tasks(capabilities)
             if spec.task == "required" and not declared:
-                raise MCPError(
-                    code=-32021,
-                    message=f"{spec.name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
-                    data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
-                )
+                raise task_only(spec.name, version if not modern else None)
             if declared and not spec.mrtr_first:
                 return await start_task(spec, services, round, Journal.start())
             probe = declared
@@ -156,4 +158,57 @@ async def run_request(
     return Value(result)
 
 
-__all__ = ["Failure", "Outcome", "Refused", "Rejected", "Unavailable", "Value", "run_request"]
+TASK_DIALECTS = frozenset({"draft"})
+"""Seed dialects that carry tasks (seed 001's `params.task`); the others cannot hold one."""
+
+
+def task_only(name: str, legacy_version: str | None) -> MCPError:
+    """The refusal of a `task="required"` tool to a caller that did not ask for a task, worded for what it can do.
+
+    - A 2026-07-28 client that did not declare the tasks extension can declare it: -32021
+      with `requiredCapabilities`, as for any capability.
+    - A session on an older protocol (`legacy_version`, e.g. 2025-11-25) cannot declare an
+      extension, and a seed dialect other than seed 001's (`sketch`, `incomplete`, `saga`)
+      cannot carry a task at all: it needs protocol 2026-07-28, that is, a newer client.
+      -32022 (UnsupportedProtocolVersion), its `data` as the spec shapes it: `supported`
+      (what this tool needs) and `requested` (what the caller speaks: its version, or its
+      dialect's name).
+    - Seed 001's draft wire carries tasks: it is told to send the call as one (`params.task`).
+    """
+    dialect = SEED_DIALECT.get()
+    if dialect in TASK_DIALECTS:
+        return MCPError(
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"{name!r} runs only as a task; send the call as a task (params.task)",
+            data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+        )
+    requested = f"{dialect} (a seed dialect)" if dialect is not None else legacy_version
+    if requested is None:
+        return MCPError(
+            code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+            message=f"{name!r} runs only as a task; declare the {TASKS_EXTENSION} extension",
+            data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+        )
+    speaks = f"the {dialect!r} seed dialect" if dialect is not None else f"protocol {legacy_version}"
+    return MCPError(
+        code=UNSUPPORTED_PROTOCOL_VERSION,
+        message=(
+            f"{name!r} runs only as a durable task, which needs protocol {LATEST_MODERN_VERSION} (its tasks "
+            f"extension); this session speaks {speaks}, which cannot carry tasks: use a client that speaks "
+            f"{LATEST_MODERN_VERSION}"
+        ),
+        data={"supported": [LATEST_MODERN_VERSION], "requested": requested},
+    )
+
+
+__all__ = [
+    "TASK_DIALECTS",
+    "Failure",
+    "Outcome",
+    "Refused",
+    "Rejected",
+    "Unavailable",
+    "Value",
+    "run_request",
+    "task_only",
+]

@@ -40,6 +40,7 @@ from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_para
 from mrtr._host.identity import FirstRounds
 from mrtr._host.options import HostOptions, ToolOptions
 from mrtr._host.registration import checked_capabilities, flow_limits, one_step
+from mrtr._host.versions import ServedVersions, served_versions
 from mrtr._shedding import LoadShedder
 from mrtr.buses._base import BrokerBus
 from mrtr.stores._abilities import is_shared, redacted
@@ -79,6 +80,9 @@ class HostCore:
         )
         self.specs: dict[str, FlowSpec] = {}
         fleet.check_state_key(host, required=opts.require_shared_key)
+        if opts.protocol_versions is not None:
+            served = served_versions(opts.protocol_versions, opts.dialects)
+            host.server_middleware().insert(0, ServedVersions(served))  # outermost: before anything reads the request
         self.record_seal = self._record_seal()
         """The server's key ring for what this instance keeps at rest (task records, kept round
         outcomes); None with `seal_at_rest=False`."""

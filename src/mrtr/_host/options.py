@@ -131,6 +131,10 @@ class FlowsOptions(TypedDict, total=False):
     `False` stores them in plain text, logged at start-up."""
     strict: bool
     """Log every replay of a flow's body at WARNING on logger `mrtr.replay` (DEBUG otherwise)."""
+    protocol_versions: Sequence[str] | None
+    """Serve only these protocol versions (e.g. `["2026-07-28"]` for a fleet without sticky
+    routing); every other version gets the spec's version-mismatch answer, -32022 with
+    `data: {"supported", "requested"}`. `None` (the default): every version the SDK speaks."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,6 +167,7 @@ class HostOptions:
     dialects: Sequence[str] = ()
     seal_at_rest: bool = True
     strict: bool = False
+    protocol_versions: Sequence[str] | None = None
 
     @classmethod
     def of(cls, options: FlowsOptions | dict[str, Any]) -> HostOptions:

@@ -184,6 +184,12 @@ class FlowsContext(Context):
         )
 
     @tracked_by_flow
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """FastMCP's `report_progress`, through the flow: inline, the request's progress notification; in a
+        durable task, the task's status message (see `mrtr.FlowContext.report_progress`). Not resent on replay."""
+        await self._mrtr_flow.report_progress(progress, total, message)
+
+    @tracked_by_flow
     async def list_roots(self) -> list[Root]:
         """The client's roots, as FastMCP 3.x's `ctx.list_roots()` returned them."""
         return await self._mrtr_flow.list_roots()

@@ -235,6 +235,10 @@ class _FastMCPHost(Host):
     def state_security(self) -> RequestStateSecurity | None:
         return internals.state_security(self.server)
 
+    def server_middleware(self) -> list[Any]:
+        chain: list[Any] = internals.lowlevel_server(self.server).middleware
+        return chain
+
     def given_bus(self) -> SubscriptionBus | None:
         return None  # FastMCP takes no bus of its own: Flows(bus=...) gives one
 

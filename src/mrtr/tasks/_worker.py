@@ -23,6 +23,7 @@ from typing import Any
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import Journal, JournalFromNewerVersion
+from mrtr._engine.progress import ThrottledStatus
 from mrtr._engine.run import Outcome, RunOptions, execute
 from mrtr._engine.spec import FlowSpec
 from mrtr._errors import FlowDefinitionError, StoreUnavailable
@@ -238,6 +239,7 @@ class TaskWorker:
         checkpoints = Checkpoints(lambda: self._write(held, journal=journal_codec.encode(journal)))
         held.ran = checkpoints.ran  # every write of this run takes the steps it ran into the history
         waits = _RunWaits(self.context, held)
+        status = ThrottledStatus(lambda message: self._status(held, message))
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat(held, asyncio.current_task()))
         try:
             outcome = await execute(
@@ -246,10 +248,11 @@ class TaskWorker:
                 record.responses,
                 capabilities,
                 record.arguments,
-                RunOptions(checkpoint=checkpoints, waits=waits),
+                RunOptions(checkpoint=checkpoints, waits=waits, progress=status),
             )
         except asyncio.CancelledError:
             heartbeat.cancel()
+            await status.close()
             if held.lease_lost:  # the heartbeat could not renew the lease: stop, write nothing
                 checkpoints.abandon()
                 logger.debug("task %s: its lease could not be renewed; stopping", record.task_id)
@@ -267,6 +270,7 @@ class TaskWorker:
             return
         finally:
             heartbeat.cancel()
+            await status.close()  # the run's last write says where the task is now
         if isinstance(outcome.error, LeaseLost | StoreUnavailable):
             # A checkpoint could not be written before the lease ran out: the flow stopped there.
             # Not its outcome: write nothing; the task resumes from its last checkpoint.
@@ -308,6 +312,16 @@ class TaskWorker:
             self._again.add(held.record.task_id)
         else:
             self._wake_scanner()  # the scanner re-reads the next wake time
+
+    async def _status(self, held: _Held, message: str) -> None:
+        """The flow's latest progress report as the task's status message (`ctx.report_progress`), told to listeners.
+
+        Only while the task is `working`: a run does not report once it has settled.
+        """
+        if held.final or held.record.status != "working" or held.record.status_message == message:
+            return
+        await self._write(held, status_message=message)
+        await self.context.report(held.record)
 
     async def _heartbeat(self, held: _Held, run: asyncio.Task[Any] | None) -> None:
         interval = min(1.0, self.context.lease / 3)

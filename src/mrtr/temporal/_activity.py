@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from functools import partial
 from typing import Any
 
 from temporalio import activity
@@ -30,6 +31,7 @@ from temporalio.exceptions import ApplicationError
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFromNewerVersion
+from mrtr._engine.progress import ThrottledStatus
 from mrtr._engine.run import RunOptions, execute
 from mrtr._engine.spec import FlowSpec
 from mrtr._engine.waits import taken_events
@@ -38,7 +40,7 @@ from mrtr._telemetry import tracing
 from mrtr.tasks._callbacks import CallbackUrls
 from mrtr.tasks._outcome import Settled, prologue, settle
 from mrtr.tasks._seam import ConvertResult
-from mrtr.temporal._shapes import ADVANCE, REPORT, Advance, Advanced, TaskState
+from mrtr.temporal._shapes import ADVANCE, REPORT, STATUS_UPDATE, Advance, Advanced, TaskState
 
 logger = tracing.get_logger("mrtr.temporal")
 
@@ -64,6 +66,14 @@ class Advancer:
         if self.on_state is not None:
             await self.on_state(state)
 
+    async def _status(self, task_id: str, message: str) -> None:
+        """`ctx.report_progress` in a step: the workflow records the message (its memo: `tasks/get`), then
+        it is published as any state the workflow reaches."""
+        handle = activity.client().get_workflow_handle(task_id)
+        state = await handle.execute_update(STATUS_UPDATE, message, result_type=TaskState)
+        if self.on_state is not None and state.status_message == message:
+            await self.on_state(state)
+
     @activity.defn(name=ADVANCE)
     async def advance(self, job: Advance) -> Advanced:
         tracing.bind_task(job.task_id)
@@ -79,12 +89,14 @@ class Advancer:
             return Advanced("failed", job.journal, error=start.error)
         journal, capabilities = start
         beating = asyncio.get_running_loop().create_task(_heartbeat())
+        status = ThrottledStatus(partial(self._status, job.task_id))
         try:
             waits = _ActivityWaits(job, self.callbacks())
-            options = RunOptions(step_limit=1, waits=waits)
+            options = RunOptions(step_limit=1, waits=waits, progress=status)
             outcome = await execute(spec, journal, job.responses, capabilities, job.arguments, options)
         finally:
             beating.cancel()
+            await status.close()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
         taken = taken_events(journal.steps)

@@ -23,6 +23,8 @@ EVENT_UPDATE = "event"
 """The Workflow Update that delivers an event (`send_event`): answers whether it was new."""
 EVENT_SIGNAL = "mrtr.event"
 """The same delivery as a plain signal, for Temporal's own tools (`temporal workflow signal`)."""
+STATUS_UPDATE = "mrtr.status"
+"""The Workflow Update a running step's `ctx.report_progress` sends: the task's new status message."""
 STATE_MEMO = "mrtr.task"
 """The workflow memo key holding the task state (set at start, upserted at every change)."""
 
@@ -156,6 +158,7 @@ __all__ = [
     "REPORT",
     "STATE_MEMO",
     "STATE_QUERY",
+    "STATUS_UPDATE",
     "WORKFLOW",
     "Advance",
     "Advanced",

@@ -44,6 +44,7 @@ from mrtr.temporal._shapes import (
     REPORT,
     STATE_MEMO,
     STATE_QUERY,
+    STATUS_UPDATE,
     WORKFLOW,
     Advance,
     Advanced,
@@ -178,6 +179,17 @@ class TaskWorkflow:
         except (asyncio.CancelledError, ActivityError) as exc:
             if not settled and (isinstance(exc, asyncio.CancelledError) or is_cancelled_exception(exc)):
                 raise
+
+    @workflow.update(name=STATUS_UPDATE)
+    def status(self, message: str) -> TaskState:
+        """A running step's latest progress report (`ctx.report_progress`) as the task's status message.
+
+        Only while the task is working on a step (not parked on waits, whose message says what
+        it waits for): returns the state, changed or not (its sender publishes it if changed).
+        """
+        if self.state.status == "working" and not self.state.waiting and self.state.status_message != message:
+            self._set("working", status_message=message)
+        return self.state
 
     @workflow.query(name=STATE_QUERY)
     def snapshot(self) -> TaskState:
