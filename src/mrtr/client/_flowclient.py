@@ -78,6 +78,7 @@ def _call_key() -> str:
     """A fresh idempotency key for one logical call (128 random bits), the same on all its resends."""
     return secrets.token_urlsafe(16)
 
+
 _RESULT_MODELS: dict[str, type[t.Result]] = {
     "tools/call": t.CallToolResult,
     "prompts/get": t.GetPromptResult,
