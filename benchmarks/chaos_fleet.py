@@ -198,12 +198,16 @@ class Fleet:
 
 
 @contextlib.contextmanager
-def balancer(haproxy: str, fleet: Fleet, workdir: Path) -> Iterator[str]:
-    """Run HAProxy in front of the fleet; yields the MCP URL, stops HAProxy on exit."""
+def balancer(haproxy: str, fleet: Fleet, workdir: Path, template: str = HAPROXY_CONFIG) -> Iterator[str]:
+    """Run HAProxy in front of the fleet; yields the MCP URL, stops HAProxy on exit.
+
+    `template` is the configuration, with `{frontend_port}` and `{servers}` to fill in (the
+    benchmark's round robin by default; `tests/fleet/test_resend.py` runs the fleet guide's).
+    """
     (frontend_port,) = free_ports(1)
     servers = "\n".join(f"    server {i.name} 127.0.0.1:{i.port} check" for i in fleet.instances)
     config = workdir / "haproxy.cfg"
-    config.write_text(HAPROXY_CONFIG.format(frontend_port=frontend_port, servers=servers))
+    config.write_text(template.format(frontend_port=frontend_port, servers=servers))
     checked = subprocess.run([haproxy, "-c", "-q", "-f", str(config)], capture_output=True, text=True, check=False)
     if checked.returncode != 0:
         raise RuntimeError(f"haproxy rejected {config}: {checked.stdout}{checked.stderr}")

@@ -42,6 +42,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {  # each test's script, longest first
     "test_console_quick_serves_every_page_from_sqlite": ("benchmarks/console.py", "--quick", "--stores", "sqlite"),
     "test_sealing_quick_measures_the_sqlite_store": ("benchmarks/sealing.py", "--quick", "--stores", "sqlite"),
     "test_sampling_quick_measures_the_tool_loop_next_to_a_plain_sample": ("benchmarks/sampling.py", "--quick"),
+    "test_first_rounds_quick_measures_redis_and_postgres": ("benchmarks/first_rounds.py", "--quick"),
 }  # fmt: skip
 
 _started: dict[tuple[str, ...], Future[subprocess.CompletedProcess[str]]] = {}
@@ -117,6 +118,13 @@ def test_redis_cluster_quick_measures_one_node_and_a_cluster() -> None:
     assert "targets measured" in out and "| one node |" in out and "| 3-primary cluster |" in out, out
     primaries = [line for line in out.splitlines() if line.strip().startswith("primary :")]
     assert len(primaries) == 3, out  # every primary serves some of the shards: no one slot holds the fleet
+
+
+@pytest.mark.needs_redis
+@pytest.mark.needs_postgres
+def test_first_rounds_quick_measures_redis_and_postgres() -> None:
+    out = _run("benchmarks/first_rounds.py", "--quick")
+    assert "redis: +" in out and "postgres: +" in out and "per step" in out, out
 
 
 def test_sealing_quick_measures_the_sqlite_store() -> None:

@@ -687,6 +687,26 @@ async def test_round_ledger_lapsed_lease_is_taken_over_only_by_the_same_answers(
     assert await store.claim_round("r", "A", "w3", 10.0, far) == ("done", "ok")
 
 
+@pytest.mark.parametrize("make_store", backends("redis", "postgres"), indirect=True)
+async def test_round_progress_is_written_by_the_owner_only_and_survives_a_takeover(make_store: Factory) -> None:
+    """A first round's checkpoint (`mrtr._host.identity`): the owner writes it, a takeover reads it."""
+    a, b = await make_store(), await make_store()
+    far = time.time() + 600
+    assert await a.round_progress("p") is None  # type: ignore[attr-defined]
+    assert (await a.claim_round("p", "A", "dead", 0.2, far))[0] == "claimed"
+    assert not await b.save_round_progress("p", "other", "x")  # type: ignore[attr-defined]
+    assert await a.save_round_progress("p", "dead", "step 1")  # type: ignore[attr-defined]
+    assert await b.round_progress("p") == "step 1"  # type: ignore[attr-defined]
+    await asyncio.sleep(0.5)
+    assert await b.claim_round("p", "A", "w2", 10.0, far) == ("claimed", None)  # the lease lapsed
+    assert await b.round_progress("p") == "step 1"  # type: ignore[attr-defined]
+    assert not await a.save_round_progress("p", "dead", "late")  # type: ignore[attr-defined]
+    assert await b.save_round_progress("p", "w2", "step 2")  # type: ignore[attr-defined]
+    assert await b.finish_round("p", "w2", "ok")
+    assert not await b.save_round_progress("p", "w2", "after")  # type: ignore[attr-defined]
+    assert await a.round_progress("p") == "step 2"  # type: ignore[attr-defined]
+
+
 async def test_round_ledger_entries_expire(store: Any) -> None:
     assert (await store.claim_round("e", "A", "w1", 10.0, time.time() + 0.3))[0] == "claimed"
     await asyncio.sleep(0.6)

@@ -11,6 +11,11 @@ result; a wrong answer or a mixed-up journal shows up as a wrong value):
   steps; returns `(base + x) * 2 + y`. Ephemeral: its journal travels in `requestState`.
 - `job(flow, base, slow)`: a durable task (`task="required"`): two steps (the second sleeps
   `slow` s), one question `z`, a last step; returns `base * 3 + z`.
+- `pay(flow, base, slow)` and `pay_optional` (the same, `task="optional"`): one round, two
+  steps: `charge`, then `notify`, which says it started (a `{NAMESPACE}:started` record: the
+  checkpoint of `charge` is in the store by then) and sleeps `slow` s; returns
+  `(base + 1) * 2`. A kill during `notify` is a kill after a step finished and before the
+  round answered (`tests/fleet/test_resend.py`).
 
 Also: `GET /healthz` for the balancer's health checks, and an outermost middleware that
 counts `input_required` answers, and those with state only (no `inputRequests`: load
@@ -69,6 +74,7 @@ def effects_key(idempotency_key: str) -> str:
 LOG_KEY = f"{NAMESPACE}:fxlog"
 SHED_KEY = f"{NAMESPACE}:shed"
 INPUT_KEY = f"{NAMESPACE}:input_rounds"
+STARTED_KEY = f"{NAMESPACE}:started"
 
 
 class Number(BaseModel):
@@ -93,6 +99,12 @@ class SideEffects:
             pipe.rpush(LOG_KEY, json.dumps(record))
             await pipe.execute()
         return value
+
+    async def announced(self, flow: str, step: str, value: int, seconds: float) -> int:
+        """`run`, after a record saying the step started on this instance (so a test can kill it then)."""
+        record = {"flow": flow, "step": step, "instance": INSTANCE, "pid": os.getpid(), "at": time.time()}
+        await self.redis.rpush(STARTED_KEY, json.dumps(record))
+        return await self.run(flow, step, value, seconds)
 
 
 def build_server(
@@ -142,6 +154,21 @@ def build_server(
         worked = await ctx.step("work", effects.run, flow, "work", fetched * 3, min(slow, 5.0))
         z = await ctx.elicit(f"{flow} z?", Number, key="z")
         return await ctx.step("publish", effects.run, flow, "publish", worked + z.value, STEP_SECONDS)
+
+    async def pay_body(flow: str, base: int, slow: float, ctx: mrtr.FlowContext) -> int:
+        charged = await ctx.step("charge", effects.run, flow, "charge", base, STEP_SECONDS)
+        notified = await ctx.step("notify", effects.announced, flow, "notify", charged + 1, min(slow, 10.0))
+        return notified * 2
+
+    @flows.tool()
+    async def pay(flow: str, base: int, slow: float, ctx: mrtr.FlowContext) -> int:
+        """One round, two side effects: charge, then notify (slow)."""
+        return await pay_body(flow, base, slow, ctx)
+
+    @flows.tool(task="optional")
+    async def pay_optional(flow: str, base: int, slow: float, ctx: mrtr.FlowContext) -> int:
+        """`pay`, as a durable task for a client that declares the tasks extension."""
+        return await pay_body(flow, base, slow, ctx)
 
     @server.custom_route("/healthz", methods=["GET"])
     async def healthz(request: Request) -> JSONResponse:

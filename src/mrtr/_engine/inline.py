@@ -66,6 +66,7 @@ async def round_body(services: Services, round: Round) -> Any:
             state_cap=spec.limits.max_state_bytes,
             base_size=journal_codec.embedded_length(state) if state else None,
             shed=round.shed,
+            checkpoint=round.checkpoint,
         ),
     )
     if outcome.parked:

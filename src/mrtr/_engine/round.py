@@ -24,6 +24,7 @@ from mrtr import _sdk as sdk
 if TYPE_CHECKING:
     from mcp.server.request_state import RequestStateSecurity
 
+    from mrtr._engine.drivers import Checkpointer
     from mrtr._engine.journal import Journal
     from mrtr._engine.spec import FlowSpec, ShedCheck, TaskStarter
 
@@ -59,6 +60,10 @@ class Round:
     gate: Callable[[], Awaitable[None]] | None = None
     """Awaited before the round's first side effect (a new step, a task started): a policy that
     checks the round concurrently with its run (the replay guard's claim) holds effects here."""
+    checkpoint: Checkpointer | None = None
+    """Where the round's finished steps are written as they finish (set by a policy that makes a
+    call's first round survive its instance: `mrtr._host.identity`); None: they travel only in
+    the answer."""
 
     @classmethod
     def read(

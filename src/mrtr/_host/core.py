@@ -41,6 +41,7 @@ from mrtr._errors import FlowDefinitionError
 from mrtr._guard import GUARD_OUTAGES, ReplayGuard, open_guard
 from mrtr._host import call, fleet
 from mrtr._host.checks import calls_flow_api, check_elicit_schemas, context_class, context_param
+from mrtr._host.identity import FirstRounds
 from mrtr._host.options import HostOptions, ToolOptions
 from mrtr._host.registration import checked_capabilities, flow_limits, one_step
 from mrtr._host.versions import ServedVersions, served_versions
@@ -116,10 +117,15 @@ class HostCore:
             path = f"{CALLBACK_PATH}/{{task_id}}/{{name}}/{{token}}"
             host.add_route(path, callback_endpoint(lambda: self.callbacks, self._deliver_callback), ["POST"])
         self.replay_guard = self._guard()
+        self.first_rounds = self._first_rounds()
+        """Round 1 of a call, once fleet-wide where its resend can be told from a new call
+        (`mrtr._host.identity`); None without a guard whose ledger keeps progress."""
         self.shedder = LoadShedder.from_options(
             opts.max_inflight_rounds, opts.max_loop_lag, opts.shed_when, opts.shed_clients
         )
-        policies: tuple[RoundPolicy, ...] = tuple(p for p in (self.replay_guard, self.shedder) if p is not None)
+        policies: tuple[RoundPolicy, ...] = tuple(
+            p for p in (self.first_rounds, self.replay_guard, self.shedder) if p is not None
+        )
         self.services = Services(policies=policies)
         """What this instance lends its flows' rounds (the engine sees only these shapes)."""
         self.call = functools.partial(call.run_request, self.services)
@@ -189,6 +195,13 @@ class HostCore:
             guard.state_ttl = float(security.ttl) if security is not None else None
         fleet.log_guard(self.host, where)
         return guard
+
+    def _first_rounds(self) -> FirstRounds | None:
+        """Resent first rounds join their first copy wherever the guard's ledger keeps progress."""
+        guard = self.replay_guard
+        if guard is None or not FirstRounds.available(guard):
+            return None
+        return FirstRounds(guard, self.options.request_id_header, lambda wire: self.bind_principal()(wire))
 
     # -- specs -------------------------------------------------------------------------------
 

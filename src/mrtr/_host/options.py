@@ -73,6 +73,13 @@ class FlowsOptions(TypedDict, total=False):
     shared store (Redis, PostgreSQL) is configured, recorded in that store; `False`: off (logged
     at start-up); a store URL (`redis://...`, `postgresql://...`, `sqlite:///PATH`) or a
     `ReplayGuard`: that ledger."""
+    request_id_header: str | None
+    """The header a load balancer stamps each client request with and keeps on its retries
+    (`X-Request-ID`, the default; HAProxy `unique-id-format` + `http-request set-header`,
+    Envoy's `x-request-id`, nginx `$request_id`). Where the replay guard records rounds in a
+    shared store, a first round resent with the same id (or the same `mrtr/idempotencyKey`,
+    or by the same authenticated principal with the same body) joins its first copy: its
+    finished steps never run again. `None`: the header is not read."""
     replay_guard_outage: GuardOutage
     """What an inline round does while the replay guard's store does not answer (a store outage).
     `"fail_closed"` (the default): it is refused with -32603, `reason: "replay_guard_unavailable"`,
@@ -80,7 +87,8 @@ class FlowsOptions(TypedDict, total=False):
     `RetryPolicy.store_patience`): no round runs unchecked. `"degrade"`: it runs unguarded, as with
     `replay_guard=False`, logged at WARNING once per burst (and when the store answers again): the
     flow keeps answering, but a round resent meanwhile may run its steps again. A call's first
-    round is never guarded, so it runs either way. Also applies to a `ReplayGuard` given as
+    round that has an identity (see `request_id_header`) is treated alike: refused, or run
+    without joining its resends; one without an identity runs either way. Also applies to a `ReplayGuard` given as
     `replay_guard=` (unset: the guard's own `on_outage`)."""
     max_inflight_rounds: int | None
     """Shed load (see `mrtr.LoadShedder`) while more MRTR rounds than this run on this instance."""
@@ -146,6 +154,7 @@ class HostOptions:
     task_scan_interval: float = TASK_SCAN_INTERVAL
     tasks: TaskEngine | TasksExtension | None = None
     replay_guard: str | ReplayGuard | bool | None = None
+    request_id_header: str | None = "X-Request-ID"
     replay_guard_outage: GuardOutage | None = None
     max_inflight_rounds: int | None = None
     max_loop_lag: float | None = None

@@ -77,6 +77,12 @@ McpRootsCallback = Callable[[Any], Awaitable[t.ListRootsResult]]
 
 _LegacyResult = t.CallToolResult | t.GetPromptResult | t.ReadResourceResult
 
+
+def _call_key() -> str:
+    """A fresh idempotency key for one logical call (128 random bits), the same on all its resends."""
+    return secrets.token_urlsafe(16)
+
+
 _RESULT_MODELS: dict[str, type[t.Result]] = {
     "tools/call": t.CallToolResult,
     "prompts/get": t.GetPromptResult,
@@ -356,13 +362,15 @@ class FlowClient:
         params: CarrierParams = {"name": name, "arguments": arguments}
         feed = self._task_extension.feed if self._task_extension is not None else None
         reservation = None
-        if self.tasks:
-            # One key per logical call, the same on every resend: a server that already created
-            # the task for it returns that task instead of a second one. With a feed, the key
-            # comes from a batch a listen stream already watches (`mrtr.client._ahead`).
-            reservation = feed.reserve(self.session, name) if feed is not None else None
-            key = reservation.key if reservation is not None else secrets.token_urlsafe(16)
-            params["_meta"] = {IDEMPOTENCY_KEY: key}
+        # One key per logical call, the same on every resend: a server that already created the
+        # task for it returns that task instead of a second one, and a first round resent inline
+        # (a lost answer, an instance that died mid-round) joins its first copy, whose finished
+        # steps never run again. With a feed, the key comes from a batch a listen stream already
+        # watches (`mrtr.client._ahead`).
+        if self.tasks and feed is not None:
+            reservation = feed.reserve(self.session, name)
+        key = reservation.key if reservation is not None else _call_key()
+        params["_meta"] = {IDEMPOTENCY_KEY: key}
         try:
             result = await self._drive("tools/call", name, params)
             if isinstance(result, CreatedTask):  # MRTR rounds are over; the rest is a durable task
@@ -389,11 +397,12 @@ class FlowClient:
 
     async def get_prompt(self, name: str, arguments: dict[str, str] | None = None) -> t.GetPromptResult:
         """`prompts/get`, driven through every round (questions answered by the handlers)."""
-        return await self._drive("prompts/get", name, {"name": name, "arguments": arguments})
+        params: CarrierParams = {"name": name, "arguments": arguments, "_meta": {IDEMPOTENCY_KEY: _call_key()}}
+        return await self._drive("prompts/get", name, params)
 
     async def read_resource(self, uri: str) -> t.ReadResourceResult:
         """`resources/read`, driven through every round (questions answered by the handlers)."""
-        return await self._drive("resources/read", uri, {"uri": uri})
+        return await self._drive("resources/read", uri, {"uri": uri, "_meta": {IDEMPOTENCY_KEY: _call_key()}})
 
     async def _send(
         self, method: str, params: CarrierParams, responses: Mapping[str, Answer] | None, state: str | None

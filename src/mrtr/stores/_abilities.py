@@ -15,6 +15,9 @@ guard (`has_clock(store)`, `is_shared(store)`, ...), never by probing for an att
 - `RoundRewinding`: a ledger that links each round to the next and lets a client re-answer an
   earlier round ("Back") when no step finished since (`rewind_round`); without it, every
   re-answer is a fork and refused;
+- `RoundProgress`: a round ledger that also keeps a claimed round's progress (the journal of a
+  call's first round, checkpointed step by step), so a resend that takes the round over after
+  its instance died resumes it instead of running its finished steps again (`mrtr._host.identity`);
 - `SharedStore`: a store every instance of a fleet reaches (Redis, PostgreSQL; a SQLite file
   is one host's): all of the above, a fleet bus on the same broker (`fleet_bus()`) and where
   it is, password redacted, for logs (`where`).
@@ -149,6 +152,21 @@ class RoundPipelining(RoundRewinding, Protocol):
     ) -> tuple[str, str | None]:
         """`finish_round_linked` of `finished` (whose owner is `owner`), then `claim_round` of
         `round_id`, a round of the same flow; returns the claim's verdict."""
+
+
+class RoundProgress(Protocol):
+    """A round ledger that keeps a claimed round's progress beside it (`mrtr._host.identity`).
+
+    Progress lives as long as its round (the same expiry); only the round's current owner may
+    write it, and never once an outcome is recorded.
+    """
+
+    async def save_round_progress(self, round_id: str, owner: str, progress: str) -> bool:
+        """Store `progress` iff `owner` holds the round and no outcome is recorded."""
+        ...
+
+    async def round_progress(self, round_id: str) -> str | None:
+        """The progress last stored for the round (None: none, or the round is gone)."""
         ...
 
 
@@ -204,6 +222,11 @@ def can_pipeline_rounds(store: object) -> TypeIs[RoundPipelining]:
 def is_round_ledger(store: object) -> TypeIs[RoundLedger]:
     """Whether the replay guard can record rounds in `store` (`RoundLedger`)."""
     return all(_offers(store, name) for name in _LEDGER)
+
+
+def has_round_progress(store: object) -> TypeIs[RoundProgress]:
+    """Whether `store` keeps a claimed round's progress (`RoundProgress`: Redis, PostgreSQL)."""
+    return _offers(store, "save_round_progress") and _offers(store, "round_progress")
 
 
 def is_shared(store: object) -> TypeIs[SharedStore]:
@@ -263,6 +286,7 @@ __all__ = [
     "RoundLedger",
     "RoundPipelining",
     "RoundRewinding",
+    "RoundProgress",
     "SharedStore",
     "WakeIndexed",
     "WrappedStore",
@@ -271,6 +295,7 @@ __all__ = [
     "has_next_wake",
     "can_pipeline_rounds",
     "can_rewind_rounds",
+    "has_round_progress",
     "is_round_ledger",
     "is_shared",
     "load_many",

@@ -139,6 +139,8 @@ class PostgresStore(SharedStore, RoundRewinding):
             q("ALTER TABLE {r} ADD COLUMN IF NOT EXISTS next_round TEXT"),
             q("ALTER TABLE {r} ADD COLUMN IF NOT EXISTS stepped BOOLEAN"),
             q("ALTER TABLE {r} ADD COLUMN IF NOT EXISTS superseded BOOLEAN"),
+            # A claimed round's progress (`RoundProgress`: a call's first round, checkpointed).
+            q("ALTER TABLE {r} ADD COLUMN IF NOT EXISTS progress TEXT"),
             # Listing (the console, `mrtr tasks`): columns computed from the record itself, so
             # no write path changes, and a table from before them gains them as it is.
             # Written by `create` (neither changes afterwards). Rows from before these columns
@@ -221,6 +223,12 @@ class PostgresStore(SharedStore, RoundRewinding):
             " WHERE round_id = %s AND owner = %s AND outcome IS NULL"
         )
         self._finish_round_sql = q("UPDATE {r} SET outcome = %s WHERE round_id = %s AND owner = %s AND outcome IS NULL")
+        self._progress_round_sql = q(
+            "UPDATE {r} SET progress = %s WHERE round_id = %s AND owner = %s AND outcome IS NULL"
+        )
+        self._read_progress_sql = q(
+            "SELECT progress FROM {r} WHERE round_id = %s AND expires_at > extract(epoch FROM now())"
+        )
         self._clock_sql = q("SELECT extract(epoch FROM clock_timestamp())::float8")
         self._purge_rounds_sql = q("DELETE FROM {r} WHERE expires_at <= extract(epoch FROM now())")
         self._purge_sql = q("DELETE FROM {t} WHERE expires_at IS NOT NULL AND expires_at <= %s")
@@ -487,6 +495,14 @@ class PostgresStore(SharedStore, RoundRewinding):
                     await conn.execute(self._supersede_sql, (other, float(expires_at)))
                 await conn.execute(self._rewind_sql, (digest, owner, float(lease), float(expires_at), round_id))
         return verdict, None
+
+    async def save_round_progress(self, round_id: str, owner: str, progress: str) -> bool:
+        count, _ = await self._execute(self._progress_round_sql, (progress, round_id, owner))
+        return count == 1
+
+    async def round_progress(self, round_id: str) -> str | None:
+        _, rows = await self._execute(self._read_progress_sql, (round_id,))
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
 
     async def purge_rounds(self) -> int:
         count, _ = await self._execute(self._purge_rounds_sql, ())

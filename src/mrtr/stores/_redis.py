@@ -352,6 +352,14 @@ redis.call('PEXPIREAT', KEYS[1], ARGV[4])
 return {'claimed'}
 """
 
+# A claimed round's progress (`RoundProgress`): field p of the round's hash, written only by its
+# owner while no outcome is recorded; it expires with the round. KEYS[1] the round. ARGV: owner, progress.
+_PROGRESS_ROUND = """
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] or redis.call('HEXISTS', KEYS[1], 'r') == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'p', ARGV[2])
+return 1
+"""
+
 
 DEFAULT_SHARDS = 16
 """Shards of a cluster store's indexes (`RedisStore(shards=)`): every instance of a fleet must agree."""
@@ -454,6 +462,7 @@ class RedisStore(SharedStore, RoundPipelining):
         self._touch_round = self._redis.register_script(_TOUCH_ROUND)
         self._rewind_round = self._redis.register_script(_REWIND_ROUND)
         self._finish_and_claim = self._redis.register_script(_FINISH_AND_CLAIM)
+        self._progress_round = self._redis.register_script(_PROGRESS_ROUND)
 
     @property
     def where(self) -> str:
@@ -794,6 +803,16 @@ class RedisStore(SharedStore, RoundPipelining):
         args = [digest, owner, repr(float(lease)), str(math.ceil(expires_at * 1000))]
         reply = await self._rewind_round(keys=[self._round_key(round_id)], args=args)
         return str(reply[0]), None
+
+    async def save_round_progress(self, round_id: str, owner: str, progress: str) -> bool:
+        await self._ready()
+        keys = [self._round_key(round_id)]
+        return bool(await self._progress_round(keys=keys, args=[owner, progress]))
+
+    async def round_progress(self, round_id: str) -> str | None:
+        await self._ready()
+        value = await self._redis.hget(self._round_key(round_id), "p")
+        return None if value is None else str(value)
 
     async def purge_rounds(self) -> int:
         return 0  # Redis expires each round's key itself

@@ -36,6 +36,7 @@ from mrtr.stores._abilities import (
     can_rewind_rounds,
     has_clock,
     has_next_wake,
+    has_round_progress,
     is_round_ledger,
     is_shared,
     load_many,
@@ -338,6 +339,18 @@ class SealedStore(WrappedStore):
         if not can_rewind_rounds(inner):
             raise _lacks(inner, "rewinding round ledger")
         return await inner.rewind_round(round_id, digest, owner, lease, expires_at)
+
+    async def save_round_progress(self, round_id: str, owner: str, progress: str) -> bool:
+        inner = self.inner
+        if not has_round_progress(inner):
+            raise _lacks(inner, "round progress")
+        return await inner.save_round_progress(round_id, owner, progress)
+
+    async def round_progress(self, round_id: str) -> str | None:
+        inner = self.inner
+        if not has_round_progress(inner):
+            raise _lacks(inner, "round progress")
+        return await inner.round_progress(round_id)
 
     async def purge_rounds(self) -> int:
         inner = self.inner
