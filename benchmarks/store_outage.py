@@ -13,7 +13,7 @@ the fault begins and lasts `--outage` seconds:
 - `slow`: every reply of the store reaches both instances 200 ms late (the fault lasts the whole run).
 
 Meanwhile probes measure, on each instance directly (not through HAProxy), its own `/healthz` and
-an inline flow that needs no store (`quick`), and a raw JSON-RPC call that needs the store
+an inline flow that needs no store (`quick`: one round, no step), and a raw JSON-RPC call that needs the store
 (`tasks/get`), recording the error a client without retries sees. Reported per store and fault:
 tasks completed / lost / wrong; errors the `FlowClient`s saw (raised to the caller, after their
 own retries) and what the raw probe saw; seconds from the store's return to each task's completion

@@ -256,7 +256,8 @@ async def test_a_task_leaves_no_plaintext_in_the_store_and_tools_open_it_with_th
         assert record.result["content"][0]["text"] == marks.result
         journal = journal_codec.decode(record.journal)
         assert [answer["content"] for _, answer in journal.answers.values()] == [{"name": marks.answer}]
-        assert [e["kind"] for e in record.history] == ["step"]
+        # the step's start (recorded before it runs: where and under which key) and its end
+        assert [(e["kind"], e.get("phase")) for e in record.history] == [("step", "start"), ("step", "end")]
 
         keyless = await TaskAdmin(store).get(task_id)
         assert keyless is not None and keyless.sealed and keyless.status == "completed"

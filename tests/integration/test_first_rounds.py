@@ -41,21 +41,27 @@ class Served:
     runs: list[str] = field(default_factory=list)
 
     async def call(
-        self, base: int, *, headers: dict[str, str] | None = None, meta: dict[str, Any] | None = None, rpc_id: int = 2
+        self,
+        base: int,
+        *,
+        headers: dict[str, str] | None = None,
+        meta: dict[str, Any] | None = None,
+        rpc_id: int = 2,
+        tool: str = "pay",
     ) -> dict[str, Any]:
         envelope = {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientInfo": {"name": "mcp", "version": "0"},
             "io.modelcontextprotocol/clientCapabilities": {},
         }
-        params = {"name": "pay", "arguments": {"base": base}, "_meta": envelope | (meta or {})}
+        params = {"name": tool, "arguments": {"base": base}, "_meta": envelope | (meta or {})}
         body = {"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call", "params": params}
         sent = {
             "accept": "application/json, text/event-stream",
             "content-type": "application/json",
             "mcp-protocol-version": "2026-07-28",
             "mcp-method": "tools/call",
-            "mcp-name": "pay",
+            "mcp-name": tool,
         } | (headers or {})
         response = await self.http.post("/mcp", content=json.dumps(body).encode(), headers=sent)
         text = response.text
@@ -75,12 +81,17 @@ def _build(kind: str, guard: Any, runs: list[str], security: RequestStateSecurit
     async def pay(base: int, ctx: mrtr.FlowContext) -> int:
         return await ctx.step("charge", charge, base)
 
+    async def quote(base: int, ctx: mrtr.FlowContext) -> int:
+        return base * 2  # no step: nothing a resend could run twice
+
     if kind == "mcpserver":
         flows: Any = mrtr.Flows(MCPServer("ident", request_state_security=security), replay_guard=guard, **options)
         flows.tool()(pay)
+        flows.tool()(quote)
         return flows.streamable_http_app()
     flows = mrtr.fastmcp.Flows(FastMCP("ident", request_state_security=security), replay_guard=guard, **options)
     flows.tool()(pay)
+    flows.tool()(quote)
     return flows.http_app()
 
 
@@ -194,7 +205,8 @@ async def test_a_copy_that_cannot_wait_long_enough_gets_a_retryable_error(serve:
 async def test_a_first_round_during_a_store_outage_is_the_flows_choice(
     serve: Serve, outage: str, tmp_path: Any
 ) -> None:
-    """`replay_guard_outage`: refused retryable (nothing runs unjoined), or run at once without joining."""
+    """`replay_guard_outage`: refused retryable before its first step (a round with no step still
+    answers: it has nothing to run twice), or run at once without joining."""
     if RedisProcess.binary() is None:
         pytest.skip("redis-server is not installed (a private Redis is killed here)")
     with RedisProcess(tmp_path) as private:
@@ -205,6 +217,8 @@ async def test_a_first_round_during_a_store_outage_is_the_flows_choice(
             if outage == "fail_closed":
                 assert during["error"]["code"] == -32603 and during["error"]["data"]["retryable"] is True
                 assert len(host.runs) == 1
+                quoted = await host.call(21, headers={"x-request-id": "quote-during"}, tool="quote")
+                assert quoted["result"]["content"][0]["text"] == "42", quoted
             else:
                 assert during["result"]["content"][0]["text"] == "2002"
                 assert len(host.runs) == 2

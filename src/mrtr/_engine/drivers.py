@@ -246,6 +246,8 @@ class JournalDriver:
                 self.would_run.append(key)
                 await replay.park(key, None)
             self.shed_point()
+            if self._gate is not None:
+                await self._gate()  # the round is this run's to serve (raises if it is not)
             if self._checkpoint is not None:
                 with outside_branch():
                     await self._checkpoint.durable()  # every finished step is stored before this one runs

@@ -80,6 +80,8 @@ async def round_body(services: Services, round: Round) -> Any:
                 journal.flow_id,
                 spec.limits.max_rounds,
             )
+            if round.gate is not None:
+                await round.gate()  # creating the task is a side effect: only a run the round is this one's
             return await start_task(spec, services, round, journal)
         return _input_required(round, outcome.replay)
     if outcome.became_task:

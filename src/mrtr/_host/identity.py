@@ -35,8 +35,10 @@ identity and claims it in the same shared ledger, as the guard claims rounds:
   key names one call.
 
 While the store does not answer, a first round with an identity follows the guard's
-`on_outage` (`Flows(replay_guard_outage=...)`): refused with the store's retryable -32603
-(`"fail_closed"`), or run without joining its resends, logged once per burst (`"degrade"`).
+`on_outage` (`Flows(replay_guard_outage=...)`): under `"fail_closed"` it runs until its first
+side effect (a new step, a task started) and is refused there, before the effect, with the
+store's retryable -32603, so a round that only computes or asks still answers; under
+`"degrade"` it runs without joining its resends, logged once per burst.
 
 On only where the replay guard records rounds in a ledger that keeps progress
 (`mrtr.stores._abilities.RoundProgress`: Redis, PostgreSQL), i.e. by default wherever a
@@ -61,6 +63,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 
 from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFormatError
+from mrtr._engine.round import RoundDropped
 from mrtr._errors import StoreUnavailable
 from mrtr._guard import _error_outcome, _replayed, _value_outcome
 from mrtr.stores._abilities import has_round_progress
@@ -167,7 +170,7 @@ class FirstRounds:
             outcome, progress = await self._claim(spec, round_id, _body_digest(round), kind)
         except StoreUnavailable as exc:
             if self.guard.on_outage != "degrade":
-                raise  # retryable: no first round runs unjoined because the store could not be asked
+                return await self._until_an_effect(round, call_next, exc)
             self._unjoined(spec, exc)
             return await call_next(round)
         if self._outage:
@@ -226,6 +229,22 @@ class FirstRounds:
         checkpoints.abandon()  # the answer carries the journal from here on
         await self._finish(round_id, _value_outcome(value))
         return value
+
+    @staticmethod
+    async def _until_an_effect(round: Round, call_next: CallNext, unavailable: StoreUnavailable) -> Any:
+        """Fail closed, but only where it matters: the store could not be asked, so the round runs
+        until its first side effect (a new step, a task started: `Round.gate`) and is refused
+        there with the store's retryable error, before the effect. A round that reaches none (it
+        only computes, or asks the client) answers: its resend could not run anything twice."""
+
+        async def closed() -> None:
+            raise RoundDropped
+
+        round.gate = closed
+        try:
+            return await call_next(round)
+        except RoundDropped:
+            raise unavailable from None
 
     async def _claim(
         self, spec: FlowSpec, round_id: str, digest: str, kind: str
