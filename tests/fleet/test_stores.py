@@ -707,6 +707,18 @@ async def test_round_progress_is_written_by_the_owner_only_and_survives_a_takeov
     assert await a.round_progress("p") == "step 2"  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("make_store", backends("redis", "postgres"), indirect=True)
+async def test_an_expired_rounds_progress_is_not_resumed_by_a_new_call_of_the_same_id(make_store: Factory) -> None:
+    """The same identity after its window (a principal's same request a minute later) is a new
+    call: it must start with no progress, not resume the old call's journal."""
+    store = await make_store()
+    assert (await store.claim_round("q", "A", "first", 10.0, time.time() + 0.3))[0] == "claimed"
+    assert await store.save_round_progress("q", "first", "old call, step 1")  # type: ignore[attr-defined]
+    await asyncio.sleep(0.6)  # the row expired (Redis drops the key; PostgreSQL keeps it until a purge)
+    assert await store.claim_round("q", "A", "second", 10.0, time.time() + 60) == ("claimed", None)
+    assert await store.round_progress("q") is None  # type: ignore[attr-defined]
+
+
 async def test_round_ledger_entries_expire(store: Any) -> None:
     assert (await store.claim_round("e", "A", "w1", 10.0, time.time() + 0.3))[0] == "claimed"
     await asyncio.sleep(0.6)

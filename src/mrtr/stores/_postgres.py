@@ -195,7 +195,10 @@ class PostgresStore(SharedStore, RoundRewinding):
             " VALUES (%(id)s, %(d)s, %(o)s, extract(epoch FROM now()) + %(lease)s, NULL, %(exp)s)"
             " ON CONFLICT (round_id) DO UPDATE SET digest = EXCLUDED.digest, owner = EXCLUDED.owner,"
             " lease_until = EXCLUDED.lease_until, outcome = NULL, expires_at = EXCLUDED.expires_at,"
-            " next_round = NULL, stepped = NULL, superseded = NULL"
+            " next_round = NULL, stepped = NULL, superseded = NULL,"
+            # a takeover (same digest, lease lapsed) resumes the round's progress; an expired
+            # row is a new call's, which must not resume another call's journal
+            " progress = CASE WHEN old.expires_at <= extract(epoch FROM now()) THEN NULL ELSE old.progress END"
             " WHERE old.expires_at <= extract(epoch FROM now()) OR (old.digest = EXCLUDED.digest"
             " AND old.outcome IS NULL AND old.lease_until < extract(epoch FROM now()) AND old.superseded IS NULL)"
             " RETURNING 1"
