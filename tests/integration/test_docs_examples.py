@@ -319,3 +319,24 @@ def test_the_readme_is_a_front_door() -> None:
     assert len(local) >= 10, local
     missing = [target for target in local if not (ROOT / target).exists()]
     assert not missing, f"README.md links to missing files: {missing}"
+
+
+def test_the_fleet_guides_haproxy_is_the_configuration_the_resend_test_runs() -> None:
+    """docs/guides/fleet.md calls its HAProxy blocks tested: every directive in them (but where to
+    bind and the servers, and the health checks' timing, which the test makes faster) is in the
+    configuration tests/fleet/test_resend.py runs its kills behind."""
+    from tests.fleet.test_resend import DOCUMENTED_HAPROXY
+
+    tested = {" ".join(line.split()) for line in DOCUMENTED_HAPROXY.splitlines()}
+    guide = (DOCS / "guides" / "fleet.md").read_text()
+    blocks = [b for b in re.findall(r"```text\n(.*?)```", guide, re.S) if "backend fleet" in b]
+    assert len(blocks) == 2, "the guide's HAProxy blocks: modern clients, then legacy ones"
+    checked = 0
+    for block in blocks:
+        for line in block.splitlines():
+            directive = " ".join(line.split("#")[0].split())
+            if not directive or directive.startswith(("bind ", "server ", "default-server ")):
+                continue
+            assert directive in tested, f"the fleet guide's {directive!r} is not what the resend test runs"
+            checked += 1
+    assert checked >= 20
