@@ -37,7 +37,8 @@ from mrtr.stores import TaskQuery, TaskRecord, TaskStore, open_store
 from tests.support.redis_cluster import LocalCluster
 from tests.support.storekit import REDIS_URL, drop_namespace, service_problem
 
-pytestmark = [pytest.mark.anyio, pytest.mark.needs_redis, pytest.mark.spawns]
+# alone: failovers timed by a 1 s node timeout (make test runs it with nothing beside it)
+pytestmark = [pytest.mark.anyio, pytest.mark.needs_redis, pytest.mark.spawns, pytest.mark.alone]
 
 STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
 
