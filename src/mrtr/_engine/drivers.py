@@ -35,7 +35,7 @@ from mrtr._engine.asks import (
     required_capability,
     supports,
 )
-from mrtr._engine.branches import Branch, asking_branch, asking_from, current_branch, outside_branch
+from mrtr._engine.branches import asking_branch, asking_from, current_branch, outside_branch
 from mrtr._engine.progress import ProgressSink
 from mrtr._engine.replay import Replay, check_step_name, step_key
 from mrtr._engine.spec import ShedCheck
@@ -194,51 +194,27 @@ class JournalDriver:
         self.steps_started += 1
         replay.step_started()
         try:
-            with outside_branch():
-                value = await self._run_new_step(key, digest, fn, args, kwargs)
+            with outside_branch(), tracing.step_span(key, f"{self.flow_id}:{key}"):
+                idempotency_key = f"{self.flow_id}:{key}"
+                if self._checkpoint is not None:
+                    self._checkpoint.step_started(key, idempotency_key)
+                    await self._checkpoint.durable()  # every finished step, and this one's start, is stored first
+                began = time.perf_counter()
+                try:
+                    result = await call_step(StepInfo(key, self.flow_id, idempotency_key), fn, args, kwargs)
+                    value = to_journal(key, result, fn)
+                except Exception as exc:
+                    if self._checkpoint is not None:
+                        error = f"{type(exc).__name__}: {exc}"
+                        self._checkpoint.step_ran(key, time.perf_counter() - began, error, idempotency_key)
+                    raise
+                replay.record_step(key, digest, value)
+                if self._checkpoint is not None:
+                    self._checkpoint.step_ran(key, time.perf_counter() - began, None, idempotency_key)
+                    self._checkpoint.after_step()
         finally:
             replay.step_ended()
         logger.debug("flow %s: step %r ran and was journaled", replay.flow, key)
-        return value
-
-    async def _run_new_step(
-        self,
-        key: str,
-        digest: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: Mapping[str, Any],
-        asking: Branch | None = None,
-    ) -> Any:
-        """Run a step not in the journal yet and journal it: its start checkpointed first (with
-        every step finished before it), then its run, traced and timed, then its value.
-
-        `asking`: the branch the function asks from (`inline_step`), None for a plain step.
-        """
-        replay = self._replay
-        with tracing.step_span(key, f"{self.flow_id}:{key}"):
-            idempotency_key = f"{self.flow_id}:{key}"
-            if self._checkpoint is not None:
-                self._checkpoint.step_started(key, idempotency_key)
-                await self._checkpoint.durable()  # every finished step, and this one's start, is stored first
-            began = time.perf_counter()
-            info = StepInfo(key, self.flow_id, idempotency_key)
-            try:
-                if asking is None:
-                    result = await call_step(info, fn, args, kwargs)
-                else:
-                    with asking_from(asking):
-                        result = await call_step(info, fn, args, kwargs)
-                value = to_journal(key, result, fn)
-            except Exception as exc:
-                if self._checkpoint is not None:
-                    error = f"{type(exc).__name__}: {exc}"
-                    self._checkpoint.step_ran(key, time.perf_counter() - began, error, idempotency_key)
-                raise
-            replay.record_step(key, digest, value)
-            if self._checkpoint is not None:
-                self._checkpoint.step_ran(key, time.perf_counter() - began, None, idempotency_key)
-                self._checkpoint.after_step()
         return value
 
     async def inline_step(
@@ -272,10 +248,18 @@ class JournalDriver:
             self.shed_point()
             if self._gate is not None:
                 await self._gate()  # the round is this run's to serve (raises if it is not)
+            if self._checkpoint is not None:
+                with outside_branch():
+                    await self._checkpoint.durable()  # every finished step is stored before this one runs
             here = current_branch.get()
             assert here is not None  # this task's own branch, made by the flow's task factory
-            with outside_branch():
-                return await self._run_new_step(key, digest, fn, args, kwargs, asking=here)
+            with asking_from(here):
+                result = await call_step(StepInfo(key, self.flow_id, f"{self.flow_id}:{key}"), fn, args, kwargs)
+            value = to_journal(key, result, fn)
+            replay.record_step(key, digest, value)
+            if self._checkpoint is not None:
+                self._checkpoint.after_step()
+            return value
 
         return await asyncio.get_running_loop().create_task(run())
 
