@@ -26,11 +26,26 @@ def _free(port: int) -> bool:
     return True
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (the source ports of outgoing connections)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def cluster_ports(count: int) -> list[int]:
-    """`count` ports below 55535 whose cluster-bus ports (+10000) are free too."""
+    """`count` free ports whose cluster-bus ports (+10000) are free too, both below the ephemeral range.
+
+    Below it, no outgoing connection can hold a node's port before the node binds it, and a
+    connection to a killed node's port is refused: in the ephemeral range, Linux may connect a
+    socket to itself (a TCP self-connect), and a client then reads its own command back as the
+    dead node's reply.
+    """
+    high = min(_ephemeral_low(), 65536) - 10000 - 1
     ports: list[int] = []
     while len(ports) < count:
-        port = random.randint(20000, 45000)
+        port = random.randint(min(11000, high - 1000), high)
         if port not in ports and _free(port) and _free(port + 10000):
             ports.append(port)
     return ports
@@ -131,6 +146,13 @@ class LocalCluster:
             if port in live and "master_link_status:up" in cli(port, "info", "replication"):
                 synced += 1
         return synced == wanted
+
+    def nodes_text(self) -> str:
+        """`CLUSTER NODES` as a live node sees it (for a failing test's message)."""
+        try:
+            return cli(self.live_ports()[0], "cluster", "nodes")
+        except (subprocess.SubprocessError, IndexError) as exc:
+            return f"CLUSTER NODES failed: {exc!r}"
 
     def primary_ports(self) -> list[int]:
         """Ports of the live primaries, as the cluster sees them now."""
