@@ -8,6 +8,11 @@ depends on the answer before it, so each is its own round, and the call ends in 
   mrtr     the same wizard as an mrtr flow, no store;
   guard    the same flow with a shared Redis store, so the replay guard is on (its default):
            every round after the first is claimed in the Redis ledger, and its outcome kept.
+  roundtrip  the floor of any guard that awaits one store round trip per round: the `mrtr`
+           variant (no store) whose flow awaits one trivial Redis script (`return redis.call('TIME')`,
+           EVALSHA through redis-py, on the same Redis) each round before its first ask, and
+           does nothing else with it. The guard cannot cost less than this and still decide a
+           round before it answers.
 
 Each variant is served by its own uvicorn subprocess (`streamable_http_app(stateless_http=True)`),
 driven by the official `mcp.Client` over loopback HTTP, one call at a time; variants are
@@ -42,7 +47,7 @@ from pydantic import BaseModel
 import mrtr
 from mrtr._guard import ReplayGuard
 
-VARIANTS = tuple(os.environ.get("WIZARD_VARIANTS", "resolve,mrtr,guard").split(","))
+VARIANTS = tuple(os.environ.get("WIZARD_VARIANTS", "resolve,mrtr,roundtrip,guard").split(","))
 TARGET = 0.90  # guard / resolve, median, over HTTP (issue #50)
 REDIS_URL = os.environ.get("MRTR_BENCH_REDIS_URL", "redis://127.0.0.1:6379/1")
 EXPECTED = "a0,a1,a2"
@@ -89,6 +94,22 @@ def build(variant: str, redis_url: str, namespace: str) -> MCPServer[Any]:
         store = mrtr.open_store(redis_url, namespace=namespace) if variant == "guard" else None
         flows = mrtr.Flows(server, store=store)
         assert (flows.replay_guard is not None) == (variant == "guard"), "a shared store turns the guard on"
+
+    if variant == "roundtrip":
+        import redis.asyncio as aioredis
+
+        trip = aioredis.Redis.from_url(redis_url).register_script("return redis.call('TIME')")
+
+        @flows.tool(name="wizard")
+        async def wizard_with_a_round_trip(ctx: mrtr.FlowContext) -> str:
+            """Three questions, each after the one before; one Redis round trip per round."""
+            await trip(keys=[], args=[])  # every round replays from here: once per round
+            a = (await ctx.elicit(question(0, None), Answer)).value
+            b = (await ctx.elicit(question(1, a), Answer)).value
+            c = (await ctx.elicit(question(2, b), Answer)).value
+            return f"{a},{b},{c}"
+
+        return server
 
     @flows.tool()
     async def wizard(ctx: mrtr.FlowContext) -> str:
@@ -170,10 +191,13 @@ async def main(args: argparse.Namespace) -> bool:
         med = {v: statistics.median(values) for v, values in times.items()}
         print(f"run {run}:")
         for variant in VARIANTS:
-            print(f"  {variant:8s} p50 {ms(med[variant])}  p90 {ms(p90(times[variant]))}")
-        for num in ("mrtr", "guard"):
+            print(f"  {variant:9s} p50 {ms(med[variant])}  p90 {ms(p90(times[variant]))}")
+        for num in [variant for variant in VARIANTS if variant != "resolve"]:
             low, high = ratio_ci(times[num], times["resolve"], rng)
             print(f"  {num}/resolve = {med[num] / med['resolve']:.3f} (95% CI {low:.3f}-{high:.3f})")
+        if "roundtrip" in med and "guard" in med:
+            low, high = ratio_ci(times["guard"], times["roundtrip"], rng)
+            print(f"  guard/roundtrip = {med['guard'] / med['roundtrip']:.3f} (95% CI {low:.3f}-{high:.3f})")
         ok = med["guard"] / med["resolve"] <= TARGET
         met = met and ok
         print(f"  guard/resolve <= {TARGET}: {'met' if ok else 'NOT met'}")

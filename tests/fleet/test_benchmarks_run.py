@@ -99,8 +99,8 @@ def test_console_quick_serves_every_page_from_sqlite() -> None:
 def test_wizard_quick_measures_resolve_mrtr_and_the_guard() -> None:
     out = _run("benchmarks/wizard.py", "--quick")
     measured = {line.split()[0] for line in out.splitlines() if " p50 " in line}
-    assert measured == {"resolve", "mrtr", "guard"}, out
-    assert "guard/resolve = " in out, out
+    assert measured == {"resolve", "mrtr", "roundtrip", "guard"}, out
+    assert "guard/resolve = " in out and "roundtrip/resolve = " in out and "guard/roundtrip = " in out, out
 
 
 @pytest.mark.needs_redis
