@@ -16,7 +16,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import anyio
 import httpx2
+from tests.support.ports import restartable_ports
 from tests.support.servers import ServerProcess, ServerSpec, new_key, spawn_servers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,12 +90,9 @@ def find_haproxy(*, install: bool = True) -> str:
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports the OS calls free on 127.0.0.1 (all held open together, so they differ)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
+    """Free ports on 127.0.0.1 below the ephemeral range: an instance is killed and started again
+    on its port while the balancer keeps dialling it (`tests.support.ports` says why)."""
+    return restartable_ports(count)
 
 
 def _die_with_parent() -> None:

@@ -9,46 +9,19 @@ on free ports (each port and its cluster-bus port, +10000, free), joins them wit
 
 from __future__ import annotations
 
-import random
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (the source ports of outgoing connections)."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
+from tests.support.ports import restartable_ports
 
 
 def cluster_ports(count: int) -> list[int]:
-    """`count` free ports whose cluster-bus ports (+10000) are free too, both below the ephemeral range.
-
-    Below it, no outgoing connection can hold a node's port before the node binds it, and a
-    connection to a killed node's port is refused: in the ephemeral range, Linux may connect a
-    socket to itself (a TCP self-connect), and a client then reads its own command back as the
-    dead node's reply.
-    """
-    high = min(_ephemeral_low(), 65536) - 10000 - 1
-    ports: list[int] = []
-    while len(ports) < count:
-        port = random.randint(min(11000, high - 1000), high)
-        if port not in ports and _free(port) and _free(port + 10000):
-            ports.append(port)
-    return ports
+    """`count` free ports whose cluster-bus ports (+10000) are free too, all below the ephemeral range
+    (`tests.support.ports`: a killed node's port there may be taken, or self-connected)."""
+    return restartable_ports(count, bus_offset=10000)
 
 
 def cli(port: int, *args: str, timeout: float = 10) -> str:

@@ -8,11 +8,13 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.support.ports import restartable_port
+
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port below the ephemeral range (`tests.support.ports`): this server is killed and
+    started again on it, and clients dial it while it is down."""
+    return restartable_port()
 
 
 class RedisProcess:
