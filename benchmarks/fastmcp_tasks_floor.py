@@ -94,7 +94,9 @@ class Floor:
 
     # -- handlers ------------------------------------------------------------------------------
 
-    async def list_tools(self, ctx: ServerRequestContext[Any], params: t.PaginatedRequestParams | None) -> t.ListToolsResult:
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: t.PaginatedRequestParams | None
+    ) -> t.ListToolsResult:
         return t.ListToolsResult(tools=TOOLS)
 
     async def call_tool(self, ctx: ServerRequestContext[Any], params: t.CallToolRequestParams) -> dict[str, Any]:

@@ -59,17 +59,17 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import benchmarks.fastmcp_tasks_floor as floor_module  # noqa: E402
 import redis.asyncio as aioredis  # noqa: E402
 import uvicorn  # noqa: E402
+from benchmarks.fastmcp_tasks import KEY_ENV, TOOLS, FlowClientDriver, build_mrtr_app  # noqa: E402
 from mcp.server.request_state import AESGCMRequestStateCodec  # noqa: E402
 from redis.asyncio.connection import AbstractConnection, Connection  # noqa: E402
+from tests.support.redis_proc import RedisProcess  # noqa: E402
 
-import benchmarks.fastmcp_tasks_floor as floor_module  # noqa: E402
-from benchmarks.fastmcp_tasks import KEY_ENV, TOOLS, FlowClientDriver, build_mrtr_app  # noqa: E402
 from mrtr._engine import journal as journal_codec  # noqa: E402
 from mrtr.stores._base import TaskRecord  # noqa: E402
 from mrtr.stores._sealed import RecordSeal  # noqa: E402
-from tests.support.redis_proc import RedisProcess  # noqa: E402
 
 MRTR, FLOOR = "mrtr/fc", "floor"
 VARIANTS = (MRTR, FLOOR)
@@ -345,14 +345,15 @@ def timed(fn: Callable[[], Any], repeat: int = 2000) -> float:
 # -- the table -------------------------------------------------------------------------------------------
 
 
+NAMED = ("tools/call", "tasks/get", "tasks/update", "subscriptions/listen")
+TOTALS = ("redis commands", "redis round trips", "redis commands sent")
 ROWS: list[tuple[str, Callable[[dict[str, float]], float]]] = [
     ("HTTP exchanges", lambda c: c.get("http", 0.0)),
     ("  tools/call", lambda c: c.get("http POST tools/call", 0.0)),
     ("  tasks/get", lambda c: c.get("http POST tasks/get", 0.0)),
     ("  tasks/update", lambda c: c.get("http POST tasks/update", 0.0)),
     ("  subscriptions/listen", lambda c: c.get("http POST subscriptions/listen", 0.0)),
-    ("  other", lambda c: c.get("http", 0.0) - sum(c.get(f"http POST {m}", 0.0) for m in
-                                                    ("tools/call", "tasks/get", "tasks/update", "subscriptions/listen"))),
+    ("  other", lambda c: c.get("http", 0.0) - sum(c.get(f"http POST {m}", 0.0) for m in NAMED)),
     ("Redis round trips", lambda c: c.get("redis round trips", 0.0)),
     ("Redis commands sent", lambda c: c.get("redis commands sent", 0.0)),
     ("Redis commands run (scripts' too)", lambda c: c.get("redis commands", 0.0)),
@@ -398,7 +399,7 @@ def report(m: Measured, n: int, markdown: bool) -> None:
     for v in VARIANTS:
         for tool in tools:
             cmds = {k[6:]: val for k, val in m.windows[(v, tool)].per_task.items()
-                    if k.startswith("redis ") and k not in ("redis commands", "redis round trips", "redis commands sent")}  # fmt: skip
+                    if k.startswith("redis ") and k not in TOTALS}  # fmt: skip
             listed = ", ".join(f"{k} {fmt(val)}" for k, val in sorted(cmds.items(), key=lambda kv: -kv[1]))
             print(f"  {v} {tool}: Redis commands: {listed}")
     print("\nWhat each costs on this machine (same run; medians, or best of 5 for CPU-only work)")
