@@ -507,7 +507,7 @@ def report(results: Results, rng: random.Random) -> None:
         "\nSummary (medians; ratio = variant / fastmcp-tasks measured in the same run, 95% bootstrap interval; "
         "floor = mrtr/fc / the floor, same run)"
     )
-    head = "".join(f"{LABELS[v]:>44}" for v in variants)
+    head = "".join(f"{LABELS[v]:>52}" for v in variants)
     print(f"  {'figure':<34}{head}")
     for tool, what in (("one_step", "(1) one-step task, p50"), ("one_answer", "(2) task with one answer, p50")):
         cells = []
@@ -523,7 +523,7 @@ def report(results: Results, rng: random.Random) -> None:
                 den = results.lat[(FLOOR, tool)]
                 parts.append(f"floor {statistics.median(values) / statistics.median(den):.2f}x")
             cells.append(text + (f" ({'; '.join(parts)})" if parts else ""))
-        print(f"  {what:<34}" + "".join(f"{c:>44}" for c in cells))
+        print(f"  {what:<34}" + "".join(f"{c:>52}" for c in cells))
     for what, get, unit, fmt in (
         ("(3) throughput, tasks/s", lambda ld: ld.rate, "/s", "{:.0f}"),
         ("(4) server CPU per task", lambda ld: ld.cpu_per_task * 1e3, " ms", "{:.2f}"),
@@ -541,9 +541,9 @@ def report(results: Results, rng: random.Random) -> None:
                 part = f"{name}{statistics.median(values) / statistics.median(den):.2f}x"
                 parts.append(part + (f", {min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else ""))
             cells.append(text + (f" ({'; '.join(parts)})" if parts else ""))
-        print(f"  {what:<34}" + "".join(f"{c:>44}" for c in cells))
+        print(f"  {what:<34}" + "".join(f"{c:>52}" for c in cells))
     drivers = "".join(
-        f"{statistics.median(ld.driver_cpu / max(ld.done, 1) for ld in results.loads[v]) * 1e3:>41.2f} ms"
+        f"{statistics.median(ld.driver_cpu / max(ld.done, 1) for ld in results.loads[v]) * 1e3:>49.2f} ms"
         for v in variants
     )
     print(f"  {'    client driver CPU per task':<34}{drivers}")

@@ -367,7 +367,7 @@ ROWS: list[tuple[str, Callable[[dict[str, float]], float]]] = [
 
 
 def fmt(value: float) -> str:
-    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.2f}"
+    return f"{value:.0f}" if abs(value - round(value)) < 0.005 else f"{value:.2f}"
 
 
 def report(m: Measured, n: int, markdown: bool) -> None:
@@ -399,7 +399,7 @@ def report(m: Measured, n: int, markdown: bool) -> None:
     for v in VARIANTS:
         for tool in tools:
             cmds = {k[6:]: val for k, val in m.windows[(v, tool)].per_task.items()
-                    if k.startswith("redis ") and k not in TOTALS}  # fmt: skip
+                    if k.startswith("redis ") and k not in TOTALS and val >= 0.005}  # fmt: skip
             listed = ", ".join(f"{k} {fmt(val)}" for k, val in sorted(cmds.items(), key=lambda kv: -kv[1]))
             print(f"  {v} {tool}: Redis commands: {listed}")
     print("\nWhat each costs on this machine (same run; medians, or best of 5 for CPU-only work)")

@@ -186,6 +186,7 @@ class TaskRuntime(EngineBase):
                     tracing.task_status(task_id, record.flow, "working", previous=record.status)
                 await self.changed(changed)
                 if not remaining:
+                    self.worker.saw(changed)  # the claim starts from this write, not a read of it
                     await self.wake(changed.task_id)  # resume here, at once
                 return
             record = await self._load(task_id)
