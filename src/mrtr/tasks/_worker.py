@@ -176,11 +176,26 @@ class TaskWorker:
         while len(self._seen) > _SEEN_KEPT:  # never claimed (a replaced `wake`): the oldest go
             del self._seen[next(iter(self._seen))]
 
+    def lease_for(self, record: TaskRecord, now: float) -> dict[str, Any]:
+        """The lease fields that claim `record` for this instance in a write about to make it
+        claimable (an answer that resumes it), if `try_claim` would claim it then; else none.
+
+        The write then claims it as `try_claim` would have, one write earlier: `saw` it, and
+        `try_claim` runs it without a claim of its own.
+        """
+        if record.flow not in self.context.flows or record.lease_until >= now or record.task_id in self._running:
+            return {}
+        return {"lease_owner": self.worker_id, "lease_until": now + self.context.lease}
+
     async def try_claim(self, task_id: str) -> bool:
         now = self.context.now()
         seen = self._seen.pop(task_id, None)
-        if seen is not None and (seen.expires_at is None or seen.expires_at > now) and await self._claim(seen, now):
-            return True
+        if seen is not None and (seen.expires_at is None or seen.expires_at > now):
+            if seen.lease_owner == self.worker_id and seen.lease_until > now and task_id not in self._running:
+                self.launch(seen)  # claimed by the write that made it claimable (`lease_for`)
+                return True
+            if await self._claim(seen, now):
+                return True
         try:
             record = await self.context.store.load(task_id, now)
         except RecordSealed as exc:
