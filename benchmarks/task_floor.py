@@ -17,6 +17,7 @@ low-level server, one Redis write per state change, no sealing, no guard), both 
                       pipeline or transaction), counted in this process
   encodings           task records to/from JSON (`TaskRecord.to_json`/`from_json`), journals
                       (`journal.encode`/`decode`); the floor's `json.dumps`/`json.loads`
+  Redis CPU           the private redis-server's own CPU (`INFO cpu`, user + system), per task
   seals               AEAD seals and opens (`RequestStateCodec.seal`/`unseal`: records at rest,
                       request state, callback tokens alike)
 
@@ -187,11 +188,6 @@ def instrumented() -> Iterator[None]:
             setattr(owner, name, original)
 
 
-async def commandstats(redis: aioredis.Redis) -> Counter[str]:
-    stats = await redis.info("commandstats")
-    return Counter({name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()})
-
-
 # -- servers in this process ---------------------------------------------------------------------------
 
 
@@ -224,8 +220,25 @@ class Window:
     seconds: list[float]
 
 
+async def counted(redis: aioredis.Redis) -> Counter[str]:
+    """Everything counted so far: in this process, and at the private Redis (its commands and CPU)."""
+    info = await redis.info("commandstats", "cpu")
+    stats = {k.removeprefix("cmdstat_"): v for k, v in info.items() if k.startswith("cmdstat_")}
+    commands = Counter({k: int(v["calls"]) for k, v in stats.items()})
+    out = COUNTS.snapshot(commands)
+    out["redis cpu us"] = round((float(info["used_cpu_sys"]) + float(info["used_cpu_user"])) * 1e6)
+    return out
+
+
+def difference(after: Counter[str], before: Counter[str]) -> Counter[str]:
+    """What a window added, less the `INFO` that read the counters at its start."""
+    delta = Counter({k: v - before.get(k, 0) for k, v in after.items()})
+    delta.subtract({"redis info": 1, "redis commands": 1, "redis round trips": 1, "redis commands sent": 1})
+    return delta
+
+
 async def window(client: Any, tool: str, n: int, redis: aioredis.Redis, idle_per_s: Counter[str]) -> Window:
-    before_cmds, before = await commandstats(redis), COUNTS.snapshot(Counter())
+    before = await counted(redis)
     started = time.perf_counter()
     seconds = []
     for _ in range(n):
@@ -234,24 +247,16 @@ async def window(client: Any, tool: str, n: int, redis: aioredis.Redis, idle_per
         seconds.append(time.perf_counter() - t0)
     await asyncio.sleep(QUIET)
     elapsed = time.perf_counter() - started
-    after_cmds, after = await commandstats(redis), COUNTS.snapshot(Counter())
-    delta = after - before
-    delta.update(Counter({f"redis {k}": v for k, v in (after_cmds - before_cmds).items()}))
-    delta["redis commands"] = sum((after_cmds - before_cmds).values())
-    delta.subtract({"redis info": 1, "redis commands": 1, "redis round trips": 1, "redis commands sent": 1})
+    delta = difference(await counted(redis), before)
     per_task = {k: max(v - idle_per_s.get(k, 0) * elapsed, 0.0) / n for k, v in delta.items() if v > 0}
     return Window(per_task, seconds)
 
 
 async def idle_rate(redis: aioredis.Redis, seconds: float) -> Counter[str]:
     """What a server does per second with no task: counted over `seconds` of quiet."""
-    before_cmds, before = await commandstats(redis), COUNTS.snapshot(Counter())
+    before = await counted(redis)
     await asyncio.sleep(seconds)
-    after_cmds, after = await commandstats(redis), COUNTS.snapshot(Counter())
-    delta = after - before
-    delta.update(Counter({f"redis {k}": v for k, v in (after_cmds - before_cmds).items()}))
-    delta["redis commands"] = sum((after_cmds - before_cmds).values())
-    delta.subtract({"redis info": 1, "redis commands": 1, "redis round trips": 1, "redis commands sent": 1})
+    delta = difference(await counted(redis), before)
     return Counter({k: v / seconds for k, v in delta.items() if v > 0})
 
 
@@ -346,7 +351,7 @@ def timed(fn: Callable[[], Any], repeat: int = 2000) -> float:
 
 
 NAMED = ("tools/call", "tasks/get", "tasks/update", "subscriptions/listen")
-TOTALS = ("redis commands", "redis round trips", "redis commands sent")
+TOTALS = ("redis commands", "redis round trips", "redis commands sent", "redis cpu us")
 ROWS: list[tuple[str, Callable[[dict[str, float]], float]]] = [
     ("HTTP exchanges", lambda c: c.get("http", 0.0)),
     ("  tools/call", lambda c: c.get("http POST tools/call", 0.0)),
@@ -357,6 +362,7 @@ ROWS: list[tuple[str, Callable[[dict[str, float]], float]]] = [
     ("Redis round trips", lambda c: c.get("redis round trips", 0.0)),
     ("Redis commands sent", lambda c: c.get("redis commands sent", 0.0)),
     ("Redis commands run (scripts' too)", lambda c: c.get("redis commands", 0.0)),
+    ("Redis server CPU, us", lambda c: float(round(c.get("redis cpu us", 0.0)))),
     ("record/JSON encodings (writes)", lambda c: c.get("record to JSON", 0.0) + c.get("floor json.dumps", 0.0)),
     ("record/JSON decodings (reads)", lambda c: c.get("record from JSON", 0.0) + c.get("floor json.loads", 0.0)),
     ("journal encodes", lambda c: c.get("journal encode", 0.0)),
