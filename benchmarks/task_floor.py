@@ -17,8 +17,9 @@ low-level server, one Redis write per state change, no sealing, no guard), both 
                       pipeline or transaction), counted in this process
   encodings           task records to/from JSON (`TaskRecord.to_json`/`from_json`), journals
                       (`journal.encode`/`decode`); the floor's `json.dumps`/`json.loads`
-  Redis CPU           the private redis-server's own CPU (`INFO cpu`, user + system), per task
-  seals               AEAD seals and opens (`RequestStateCodec.seal`/`unseal`: records at rest,
+  Redis CPU           the private redis-server's own CPU (`INFO cpu`, user + system), per task: noisy
+                      in these short sequential windows (the idle rate is subtracted)
+  seals               AEAD seals and opens (`AESGCMRequestStateCodec.seal`/`unseal`: records at rest,
                       request state, callback tokens alike)
 
 Server and client run in this one process (uvicorn in the same event loop), so each count is
@@ -362,7 +363,7 @@ ROWS: list[tuple[str, Callable[[dict[str, float]], float]]] = [
     ("Redis round trips", lambda c: c.get("redis round trips", 0.0)),
     ("Redis commands sent", lambda c: c.get("redis commands sent", 0.0)),
     ("Redis commands run (scripts' too)", lambda c: c.get("redis commands", 0.0)),
-    ("Redis server CPU, us", lambda c: float(round(c.get("redis cpu us", 0.0)))),
+    ("Redis CPU, us (noisy)", lambda c: float(round(c.get("redis cpu us", 0.0)))),
     ("record/JSON encodings (writes)", lambda c: c.get("record to JSON", 0.0) + c.get("floor json.dumps", 0.0)),
     ("record/JSON decodings (reads)", lambda c: c.get("record from JSON", 0.0) + c.get("floor json.loads", 0.0)),
     ("journal encodes", lambda c: c.get("journal encode", 0.0)),
