@@ -11,6 +11,11 @@ Three variants, each one uvicorn server process on the same machine and the same
              driven by the same FastMCP `Client` as `ft`.
   mrtr/fc    the same mrtr server, driven by mrtr's `FlowClient(url, tasks=True)` (it listens for
              task notifications where the server offers them; this one does: its store brings a bus).
+  floor      the floor (issue 49): a hand-written minimal task server on the same Redis
+             (`fastmcp_tasks_floor.py`: the SDK's low-level server, one Redis write per state change,
+             the work in a background asyncio task; no sealing, no guard, no lease, no push), driven
+             by the same `FlowClient` as mrtr/fc, which polls it (`tasks/get`, the advertised 500 ms
+             apart; the first poll is sent at once and nearly always finds the task finished).
 
 Every option is left at its default on both sides. Two tools each:
   one_step   fastmcp-tasks: returns `done x` in the background task (Docket's task is the durable unit);
@@ -29,8 +34,9 @@ Figures:
 
 Method: (1) and (2) interleave all variants every cycle in rotating order; throughput windows run
 round-robin, rotating the order every round, so drift hits all alike. Reported: medians, and each
-mrtr variant's ratio to fastmcp-tasks measured in the same run (95% bootstrap interval over cycles
-for latency; min-max over rounds for throughput). The machine's load average is printed first and last.
+variant's ratio to fastmcp-tasks measured in the same run (95% bootstrap interval over cycles
+for latency; min-max over rounds for throughput), and mrtr/fc's ratio to the floor (`floor:` in
+its cell). The machine's load average is printed first and last.
 
 The two clients are driver processes answering line-JSON commands on stdin (`lat`: one timed call;
 `load`: a throughput window), the FastMCP one under fastmcp-tasks' venv (`fastmcp_tasks_peer.py
@@ -44,8 +50,8 @@ own venv, which this script builds when it is missing or its requirements change
 
 (under a file lock; a stamp holds the digest of the requirements and this Python's version). If it
 cannot be built (no registry, say), the `ft` and `mrtr/fm` variants are skipped with the reason, and
-mrtr/fc is measured alone; with CI set, that is a failure (exit 1). `--ft-python PATH` uses an
-interpreter you built yourself.
+mrtr/fc and the floor are measured alone; with CI set, that is a failure (exit 1). `--ft-python PATH`
+uses an interpreter you built yourself.
 
 Redis: every run uses private key prefixes (`mrtr_bench_ft_<hex>` for Docket's queue name and for
 mrtr's store namespace) and deletes exactly those keys at the end; nothing else is touched.
@@ -106,11 +112,12 @@ ARGS = {"item": "x"}
 EXPECTED = {"one_step": "done x", "one_answer": "go=True"}
 QUESTION = "Go on?"
 TOOLS = ("one_step", "one_answer")
-FT, MRTR_FM, MRTR_FC = "ft", "mrtr/fm", "mrtr/fc"
+FT, MRTR_FM, MRTR_FC, FLOOR = "ft", "mrtr/fm", "mrtr/fc", "floor"
 LABELS = {
     FT: "fastmcp-tasks 4.1.4",
     MRTR_FM: "mrtr, FastMCP's client",
     MRTR_FC: "mrtr, FlowClient",
+    FLOOR: "floor, FlowClient",
 }
 
 
@@ -149,6 +156,12 @@ def build_mrtr_app(redis_url: str, namespace: str) -> Any:
 
 def serve_mrtr(redis_url: str, namespace: str) -> None:
     serve_app(build_mrtr_app(redis_url, namespace))
+
+
+def serve_floor(redis_url: str, prefix: str) -> None:
+    from benchmarks.fastmcp_tasks_floor import build_floor_app
+
+    serve_app(build_floor_app(redis_url, prefix)[0])
 
 
 # -- the FlowClient driver (child process, our venv) -------------------------------------------
@@ -397,8 +410,11 @@ async def count_keys(prefix: str) -> int:
 
 async def measure(args: argparse.Namespace, ft_python: Path | None, workdir: Path) -> Results:
     namespace = f"mrtr_bench_ft_{secrets.token_hex(4)}"
-    ft_ns, mrtr_ns = f"{namespace}_docket", f"{namespace}_mrtr"
-    print(f"Redis {REDIS_URL}: fastmcp-tasks' Docket queue {ft_ns!r}, mrtr's store namespace {mrtr_ns!r}")
+    ft_ns, mrtr_ns, floor_ns = f"{namespace}_docket", f"{namespace}_mrtr", f"{namespace}_floor"
+    print(
+        f"Redis {REDIS_URL}: fastmcp-tasks' Docket queue {ft_ns!r}, mrtr's store namespace {mrtr_ns!r}, "
+        f"the floor's key prefix {floor_ns!r}"
+    )
     env = {**os.environ, KEY_ENV: os.urandom(32).hex()}
     ours = [sys.executable, str(Path(__file__).resolve())]
     results = Results()
@@ -407,9 +423,12 @@ async def measure(args: argparse.Namespace, ft_python: Path | None, workdir: Pat
             mrtr_server = await stack.enter_async_context(
                 spawn_server("mrtr", [*ours, "--serve", REDIS_URL, mrtr_ns], env, workdir / "mrtr-server.log")
             )
+            floor_server = await stack.enter_async_context(
+                spawn_server("floor", [*ours, "--serve-floor", REDIS_URL, floor_ns], env, workdir / "floor-server.log")
+            )
             fc = await stack.enter_async_context(spawn_driver([*ours, "--drive"], env, workdir / "fc-driver.log"))
-            servers = {MRTR_FC: mrtr_server}
-            drivers = {MRTR_FC: fc}
+            servers = {MRTR_FC: mrtr_server, FLOOR: floor_server}
+            drivers = {MRTR_FC: fc, FLOOR: fc}
             if ft_python is not None:
                 ft_server = await stack.enter_async_context(
                     spawn_server(
@@ -422,8 +441,8 @@ async def measure(args: argparse.Namespace, ft_python: Path | None, workdir: Pat
                 fm = await stack.enter_async_context(
                     spawn_driver([ft_python, PEER, "drive"], foreign_env(), workdir / "fm-driver.log")
                 )
-                servers = {FT: ft_server, MRTR_FM: mrtr_server, MRTR_FC: mrtr_server}
-                drivers = {FT: fm, MRTR_FM: fm, MRTR_FC: fc}
+                servers = {FT: ft_server, MRTR_FM: mrtr_server, MRTR_FC: mrtr_server, FLOOR: floor_server}
+                drivers = {FT: fm, MRTR_FM: fm, MRTR_FC: fc, FLOOR: fc}
             variants = list(servers)
             pids = ", ".join(f"{s.label} {s.pid}" for s in {s.pid: s for s in servers.values()}.values())
             print(f"server processes: {pids}")
@@ -484,20 +503,27 @@ async def measure(args: argparse.Namespace, ft_python: Path | None, workdir: Pat
 def report(results: Results, rng: random.Random) -> None:
     variants = list(results.loads) or sorted({v for v, _ in results.lat})
     base = FT if FT in variants else None
-    print("\nSummary (medians; ratio = mrtr / fastmcp-tasks measured in the same run, 95% bootstrap interval)")
-    head = "".join(f"{LABELS[v]:>36}" for v in variants)
+    print(
+        "\nSummary (medians; ratio = variant / fastmcp-tasks measured in the same run, 95% bootstrap interval; "
+        "floor = mrtr/fc / the floor, same run)"
+    )
+    head = "".join(f"{LABELS[v]:>52}" for v in variants)
     print(f"  {'figure':<34}{head}")
     for tool, what in (("one_step", "(1) one-step task, p50"), ("one_answer", "(2) task with one answer, p50")):
         cells = []
         for v in variants:
             values = results.lat[(v, tool)]
             text = f"{statistics.median(values) * 1e3:.2f} ms"
+            parts = []
             if base is not None and v != base:
                 den = results.lat[(base, tool)]
                 lo, hi = ratio_ci(values, den, rng)
-                text += f" ({statistics.median(values) / statistics.median(den):.2f}x, {lo:.2f}-{hi:.2f})"
-            cells.append(text)
-        print(f"  {what:<34}" + "".join(f"{c:>36}" for c in cells))
+                parts.append(f"{statistics.median(values) / statistics.median(den):.2f}x, {lo:.2f}-{hi:.2f}")
+            if v == MRTR_FC and FLOOR in variants:
+                den = results.lat[(FLOOR, tool)]
+                parts.append(f"floor {statistics.median(values) / statistics.median(den):.2f}x")
+            cells.append(text + (f" ({'; '.join(parts)})" if parts else ""))
+        print(f"  {what:<34}" + "".join(f"{c:>52}" for c in cells))
     for what, get, unit, fmt in (
         ("(3) throughput, tasks/s", lambda ld: ld.rate, "/s", "{:.0f}"),
         ("(4) server CPU per task", lambda ld: ld.cpu_per_task * 1e3, " ms", "{:.2f}"),
@@ -506,16 +532,18 @@ def report(results: Results, rng: random.Random) -> None:
         for v in variants:
             values = [get(ld) for ld in results.loads[v]]
             text = fmt.format(statistics.median(values)) + unit
-            if base is not None and v != base:
-                ratios = [a / b for a, b in zip(values, (get(ld) for ld in results.loads[base]), strict=True)]
-                text += (
-                    f" ({statistics.median(values) / statistics.median([get(ld) for ld in results.loads[base]]):.2f}x"
-                )
-                text += f", {min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ")"
-            cells.append(text)
-        print(f"  {what:<34}" + "".join(f"{c:>36}" for c in cells))
+            parts = []
+            for other, name in ((base, ""), (FLOOR if v == MRTR_FC else None, "floor ")):
+                if other is None or other == v or other not in variants:
+                    continue
+                den = [get(ld) for ld in results.loads[other]]
+                ratios = [a / b for a, b in zip(values, den, strict=True)]
+                part = f"{name}{statistics.median(values) / statistics.median(den):.2f}x"
+                parts.append(part + (f", {min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else ""))
+            cells.append(text + (f" ({'; '.join(parts)})" if parts else ""))
+        print(f"  {what:<34}" + "".join(f"{c:>52}" for c in cells))
     drivers = "".join(
-        f"{statistics.median(ld.driver_cpu / max(ld.done, 1) for ld in results.loads[v]) * 1e3:>33.2f} ms"
+        f"{statistics.median(ld.driver_cpu / max(ld.done, 1) for ld in results.loads[v]) * 1e3:>49.2f} ms"
         for v in variants
     )
     print(f"  {'    client driver CPU per task':<34}{drivers}")
@@ -586,8 +614,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tp-warmup", type=float, default=None, help="seconds of load before each window (default 1)")
     parser.add_argument("--clients", type=int, default=16, help="concurrent clients in throughput (default 16)")
     parser.add_argument("--ft-python", default=None, help="fastmcp-tasks' interpreter (default: build the venv)")
-    parser.add_argument("--mrtr-only", action="store_true", help="measure mrtr/fc only (no fastmcp-tasks venv)")
+    parser.add_argument(
+        "--mrtr-only", action="store_true", help="measure mrtr/fc and the floor only (no fastmcp-tasks venv)"
+    )
     parser.add_argument("--serve", nargs=2, metavar=("REDIS_URL", "NAMESPACE"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve-floor", nargs=2, metavar=("REDIS_URL", "PREFIX"), help=argparse.SUPPRESS)
     parser.add_argument("--drive", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     for name, value in (QUICK if args.quick else DEFAULTS).items():
@@ -600,6 +631,9 @@ def _entry() -> int:
     args = parse_args()
     if args.serve:
         serve_mrtr(*args.serve)
+        return 0
+    if args.serve_floor:
+        serve_floor(*args.serve_floor)
         return 0
     if args.drive:
         asyncio.run(drive(FlowClientDriver))

@@ -43,6 +43,7 @@ SCRIPTS: dict[str, tuple[str, ...]] = {  # each test's script, longest first
     "test_sealing_quick_measures_the_sqlite_store": ("benchmarks/sealing.py", "--quick", "--stores", "sqlite"),
     "test_sampling_quick_measures_the_tool_loop_next_to_a_plain_sample": ("benchmarks/sampling.py", "--quick"),
     "test_first_rounds_quick_measures_redis_and_postgres": ("benchmarks/first_rounds.py", "--quick"),
+    "test_task_floor_quick_counts_mrtr_and_the_floor": ("benchmarks/task_floor.py", "--quick"),
 }  # fmt: skip
 
 _started: dict[tuple[str, ...], Future[subprocess.CompletedProcess[str]]] = {}
@@ -145,12 +146,28 @@ def test_fastmcp_tasks_quick_compares_mrtr_with_fastmcp_tasks() -> None:
     assert "FAILED" not in out and "cleanup: deleted" in out, out
     rows = {line.split("  ")[1].strip(): line for line in out.splitlines() if line.startswith("  (")}
     assert {"(1) one-step task, p50", "(2) task with one answer, p50", "(3) throughput, tasks/s"} <= rows.keys(), out
-    assert "mrtr, FlowClient" in out, out
+    assert "mrtr, FlowClient" in out and "floor, FlowClient" in out, out
+    # the floor is measured in every run: mrtr/fc's cell of every figure carries its ratio to it
+    assert all(len(re.findall(r"floor \d+\.\d\dx", row)) == 1 for row in rows.values()), out
     if "SKIPPED" in out:
         reason = next(line for line in out.splitlines() if "SKIPPED" in line)
-        pytest.skip(f"mrtr measured alone; {reason}")
-    # fastmcp-tasks is the baseline: both mrtr cells of every figure carry their ratio to it
-    assert all(len(re.findall(r"\(\d+\.\d\dx", row)) == 2 for row in rows.values()), out
+        pytest.skip(f"mrtr and the floor measured alone; {reason}")
+    # fastmcp-tasks is the baseline: the cells of both mrtr variants and the floor carry their ratio to it
+    assert all(len(re.findall(r"\(\d+\.\d\dx", row)) == 3 for row in rows.values()), out
+
+
+@pytest.mark.needs_redis
+def test_task_floor_quick_counts_mrtr_and_the_floor() -> None:
+    """Starts its own redis-server on a free port (never the shared Redis); both servers run in the script."""
+    out = _run("benchmarks/task_floor.py", "--quick")
+    rows = {line[:34].strip(): line[34:].split() for line in out.splitlines() if line[:34].strip()}
+    for row in ("HTTP exchanges", "Redis round trips", "Redis commands run (scripts' too)", "AEAD seals"):
+        assert len(rows.get(row, ())) == 4, out  # mrtr and the floor, for each of the two tasks
+    floor_trips = [float(cell) for cell in rows["Redis round trips"][1::2]]
+    # the floor's writes and reads as written down (a new pooled connection's handshake may add one)
+    assert 4 <= floor_trips[0] < 5 and 7 <= floor_trips[1] < 8, out
+    assert float(rows["AEAD seals"][0]) > 0, f"mrtr measured without sealing at rest: {out}"
+    assert "Redis round trip (PING)" in out and "FAILED" not in out, out
 
 
 @pytest.mark.needs_haproxy

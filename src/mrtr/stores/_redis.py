@@ -57,21 +57,33 @@ if TYPE_CHECKING:
 # The listing indexes (the console, `mrtr tasks`), all sorted sets scored by `created_at`
 # under `<prefix>by:`: `all`; `s:<status>`; `f:<flow>`; `sf:<status>:<flow>`; plus `ids`
 # (every id at score 0, for prefix search by ZRANGEBYLEX) and the set `flows`. ARGV: 1 id,
-# 8 the `by:` prefix, 9 status, 10 flow, 11 created_at.
+# 8 the `by:` prefix, 9 status, 10 flow, 11 created_at. The script's local `prev` is the status
+# the stored record had (nil: unknown, as in `create`): an entry depends on the status, flow and
+# `created_at` alone, and only the status ever changes, so a write that keeps the status (a
+# checkpoint, a heartbeat, a claim) leaves the indexes as they are, and one that changes it moves
+# the entry out of the old status's two indexes only. Records written before the indexes existed
+# are indexed by `_BACKFILL` (before the first listing), whatever their writes since.
 _INDEX = """
 local p = ARGV[8]
-for _, s in ipairs({'working', 'input_required', 'completed', 'failed', 'cancelled'}) do
-  if s ~= ARGV[9] then
-    redis.call('ZREM', p .. 's:' .. s, ARGV[1])
-    redis.call('ZREM', p .. 'sf:' .. s .. ':' .. ARGV[10], ARGV[1])
+if prev ~= ARGV[9] then
+  if prev then
+    redis.call('ZREM', p .. 's:' .. prev, ARGV[1])
+    redis.call('ZREM', p .. 'sf:' .. prev .. ':' .. ARGV[10], ARGV[1])
+  else
+    for _, s in ipairs({'working', 'input_required', 'completed', 'failed', 'cancelled'}) do
+      if s ~= ARGV[9] then
+        redis.call('ZREM', p .. 's:' .. s, ARGV[1])
+        redis.call('ZREM', p .. 'sf:' .. s .. ':' .. ARGV[10], ARGV[1])
+      end
+    end
   end
+  redis.call('ZADD', p .. 'all', ARGV[11], ARGV[1])
+  redis.call('ZADD', p .. 's:' .. ARGV[9], ARGV[11], ARGV[1])
+  redis.call('ZADD', p .. 'f:' .. ARGV[10], ARGV[11], ARGV[1])
+  redis.call('ZADD', p .. 'sf:' .. ARGV[9] .. ':' .. ARGV[10], ARGV[11], ARGV[1])
+  redis.call('ZADD', p .. 'ids', 0, ARGV[1])
+  redis.call('SADD', p .. 'flows', ARGV[10])
 end
-redis.call('ZADD', p .. 'all', ARGV[11], ARGV[1])
-redis.call('ZADD', p .. 's:' .. ARGV[9], ARGV[11], ARGV[1])
-redis.call('ZADD', p .. 'f:' .. ARGV[10], ARGV[11], ARGV[1])
-redis.call('ZADD', p .. 'sf:' .. ARGV[9] .. ':' .. ARGV[10], ARGV[11], ARGV[1])
-redis.call('ZADD', p .. 'ids', 0, ARGV[1])
-redis.call('SADD', p .. 'flows', ARGV[10])
 """
 
 # Shared tail of `create` and `save`: write the record and make every index agree with it.
@@ -103,6 +115,7 @@ local exp = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 1 and not (exp and tonumber(exp) <= tonumber(ARGV[3])) then
   return 0
 end
+local prev = nil
 """
     + _WRITE
 )
@@ -114,7 +127,10 @@ local cur = redis.call('GET', KEYS[1])
 if not cur then return 0 end
 local exp = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if exp and tonumber(exp) <= tonumber(ARGV[3]) then return 0 end
-if cjson.decode(cur)['version'] ~= tonumber(ARGV[12]) then return 0 end
+local stored = cjson.decode(cur)
+if stored['version'] ~= tonumber(ARGV[12]) then return 0 end
+local prev = stored['status']
+if type(prev) ~= 'string' then prev = nil end
 """
     + _WRITE
 )

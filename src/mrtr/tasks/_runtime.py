@@ -175,17 +175,22 @@ class TaskRuntime(EngineBase):
             if not accepted:
                 return
             remaining = {k: v for k, v in outstanding.items() if k not in accepted}
+            now = self.context.now()
+            # Resumed here: the same write takes the lease for this instance (`wake` then runs it).
+            lease = {} if remaining else self.worker.lease_for(record, now)
             changed = record.copy(
                 responses=record.responses | accepted,
                 input_requests=remaining,
                 status="input_required" if remaining else "working",
-                updated_at=self.context.now(),
+                updated_at=now,
+                **lease,
             )
             if await self.context.store.save(changed):
                 if not remaining:
                     tracing.task_status(task_id, record.flow, "working", previous=record.status)
                 await self.changed(changed)
                 if not remaining:
+                    self.worker.saw(changed)  # the claim starts from this write, not a read of it
                     await self.wake(changed.task_id)  # resume here, at once
                 return
             record = await self._load(task_id)
@@ -226,6 +231,7 @@ class TaskRuntime(EngineBase):
         if delivered and record.lease_until == 0.0 and record.status == "working":
             await self.changed(record)
             if record.flow in context.flows:
+                self.worker.saw(record)  # the claim starts from this write, not a read of it
                 await self.wake(task_id)  # resume it here, at once
         return delivered
 

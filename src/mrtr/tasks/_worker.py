@@ -54,6 +54,9 @@ _FINAL_WRITE_FOR = 60.0  # seconds a run's final write keeps trying while the st
 _SCAN_BATCH = 32
 """Tasks one scan claims at most; a full batch makes the scanner look again at once."""
 
+_SEEN_KEPT = 256
+"""Committed records kept for their claim (`TaskWorker.saw`) at most."""
+
 
 class LeaseLost(BaseException):
     """Another worker owns this task now (our lease ran out); stop without writing.
@@ -87,6 +90,8 @@ class TaskWorker:
         self._claims: set[asyncio.Task[bool | None]] = set()
         self._waiter: asyncio.Future[None] | None = None
         """The scanner's pause; released early when this instance parks a task on a timer."""
+        self._seen: dict[str, TaskRecord] = {}
+        """Records this instance just committed and is about to claim (`saw`), by task id."""
 
     def ensure_scanning(self) -> None:
         """Start this instance's background scanner (idempotent; needs a running loop)."""
@@ -162,8 +167,35 @@ class TaskWorker:
                 launched += 1
         return launched
 
+    def saw(self, record: TaskRecord) -> None:
+        """`record` is the task as this instance just committed it: the next `try_claim` of it
+        starts from it rather than reading it back. A stale one only costs that read after all:
+        its claim fails the store's version check, and the claim reads the task then."""
+        self._seen.pop(record.task_id, None)
+        self._seen[record.task_id] = record
+        while len(self._seen) > _SEEN_KEPT:  # never claimed (a replaced `wake`): the oldest go
+            del self._seen[next(iter(self._seen))]
+
+    def lease_for(self, record: TaskRecord, now: float) -> dict[str, Any]:
+        """The lease fields that claim `record` for this instance in a write about to make it
+        claimable (an answer that resumes it), if `try_claim` would claim it then; else none.
+
+        The write then claims it as `try_claim` would have, one write earlier: `saw` it, and
+        `try_claim` runs it without a claim of its own.
+        """
+        if record.flow not in self.context.flows or record.lease_until >= now or record.task_id in self._running:
+            return {}
+        return {"lease_owner": self.worker_id, "lease_until": now + self.context.lease}
+
     async def try_claim(self, task_id: str) -> bool:
         now = self.context.now()
+        seen = self._seen.pop(task_id, None)
+        if seen is not None and (seen.expires_at is None or seen.expires_at > now):
+            if seen.lease_owner == self.worker_id and seen.lease_until > now and task_id not in self._running:
+                self.launch(seen)  # claimed by the write that made it claimable (`lease_for`)
+                return True
+            if await self._claim(seen, now):
+                return True
         try:
             record = await self.context.store.load(task_id, now)
         except RecordSealed as exc:
@@ -172,7 +204,12 @@ class TaskWorker:
             logger.warning("%s; leaving it for an instance whose key ring opens it", exc)
             self._foreign[task_id] = now + _FOREIGN_BACKOFF
             return False
-        if record is None or not record.claimable or record.lease_until >= now or task_id in self._running:
+        return record is not None and await self._claim(record, now)
+
+    async def _claim(self, record: TaskRecord, now: float) -> bool:
+        """Take the lease of `record` (as last read or committed) and run it; False if it is not
+        claimable, is running here already, or changed since (the store's version check)."""
+        if not record.claimable or record.lease_until >= now or record.task_id in self._running:
             return False
         claimed = record.copy(lease_owner=self.worker_id, lease_until=now + self.context.lease, updated_at=now)
         if not await self.context.store.save(claimed):

@@ -157,3 +157,26 @@ async def test_configure_takes_callbacks_and_the_seal_but_keeps_the_options_it_w
     runtime.configure(EngineOptions(ttl=99.0, lease=50.0, seal=ring))
     assert runtime.options.ttl == 5.0 and runtime.context.lease == 2.0
     assert runtime.options.seal is ring and runtime.context.seal is ring
+
+
+async def test_an_answer_that_resumes_the_task_here_takes_its_lease_in_the_same_write() -> None:
+    """No read of the task back and no claim write of its own (issue 49): the update's one write
+    carries this instance's lease, and the run it launches finishes the task."""
+    store = MemoryStore()
+    runtime = TaskRuntime(store, EngineOptions())
+    runtime.register(GREET, convert)
+    try:
+        await store.create(fresh("t1", "greet"))
+        assert await runtime.worker.try_claim("t1")
+        asked = await settled(store, "t1", "input_required")
+        view = await runtime.get("t1")
+        loads, saves = store.calls["load"], store.calls["save"]
+        answer = {"action": "accept", "content": {"name": "Ada"}}
+        await runtime.update("t1", dict.fromkeys(asked.input_requests, answer), asked.input_requests, known=view)
+        assert (store.calls["load"], store.calls["save"]) == (loads, saves + 1)
+        resumed = await store.load("t1", time.time())
+        assert resumed is not None and resumed.lease_owner == runtime.worker.worker_id
+        done = await settled(store, "t1", "completed")
+    finally:
+        await runtime.close()
+    assert done.result is not None and done.result["content"][0]["text"] == "hello Ada"

@@ -150,3 +150,38 @@ async def test_the_scanner_wakes_for_a_task_whose_wake_time_comes_before_the_nex
     finally:
         await worker.close()
     assert store.calls["next_wake"] >= 1, "the pause came from the store's next wake time, not the scan interval"
+
+
+async def test_a_record_this_instance_just_wrote_is_claimed_without_reading_it_back() -> None:
+    store = MemoryStore()
+    await store.create(fresh("t1", "count"))
+    worker, _ = worker_over(store)
+    record = await store.load("t1", time.time())
+    assert record is not None
+    try:
+        worker.saw(record)
+        loads = store.calls["load"]
+        assert await worker.try_claim("t1")
+        assert store.calls["load"] == loads
+        done = await settled(store, "t1", "completed")
+    finally:
+        await worker.close()
+    assert done.result is not None and done.result["content"][0]["text"] == "3"
+
+
+async def test_a_stale_record_handed_to_the_claim_fails_its_version_check_and_the_claim_reads_the_task() -> None:
+    store = MemoryStore()
+    await store.create(fresh("t1", "count"))
+    worker, _ = worker_over(store)
+    stale = await store.load("t1", time.time())
+    assert stale is not None
+    assert await store.save(stale.copy(status_message="touched"))  # someone wrote since
+    try:
+        worker.saw(stale)
+        loads = store.calls["load"]
+        assert await worker.try_claim("t1")
+        assert store.calls["load"] == loads + 1
+        done = await settled(store, "t1", "completed")
+    finally:
+        await worker.close()
+    assert done.result is not None and done.result["content"][0]["text"] == "3"
