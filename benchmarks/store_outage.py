@@ -3,7 +3,8 @@
 Two uvicorn instances of `tests/support/store_server.py` (the README's fleet recipe: a shared key
 and a shared store, nothing else) run behind HAProxy; each reaches the store through its own
 `tests/support/storeproxy.py`. The store is a PRIVATE `redis-server` (AOF on, `appendfsync
-always`: the setting that loses no acknowledged write when the process is killed, whatever the disk does) or a PRIVATE PostgreSQL, started here on free ports. `FlowClient`s (one per lane,
+always`: the setting that loses no acknowledged write when the process is killed, whatever the
+disk does) or a PRIVATE PostgreSQL, started here on free ports. `FlowClient`s (one per lane,
 through HAProxy) run `--tasks` durable tasks (three steps each); once half of them have started,
 the fault begins and lasts `--outage` seconds:
 
