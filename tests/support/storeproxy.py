@@ -171,6 +171,11 @@ class StoreProxy:
             self.stats.refused += 1  # the store itself is down: the client sees the same refusal
             writer.transport.abort()
             return
+        if self._cut:  # cut while connecting upstream: this link must not outlive the cut
+            self.stats.refused += 1
+            up_writer.transport.abort()
+            writer.transport.abort()
+            return
         self.stats.accepted += 1
         link = _Link(writer, up_writer)
         self._links.add(link)
