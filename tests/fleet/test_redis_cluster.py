@@ -256,6 +256,7 @@ async def test_a_primary_killed_while_tasks_run_loses_no_task(tmp_path: Path) ->
                 locator = RedisStore(cluster.url, prefix=f"{namespace}:")
                 victim = cluster.primary_of(locator.shard_of(first).records + first)
                 await locator.close()
+                cluster.wait_replicated(victim)  # what the victim acknowledged is on its replica
                 killed_at = time.monotonic()
                 cluster.kill(victim)  # SIGKILL, mid-step for every task
                 assert victim not in cluster.primary_ports()
