@@ -34,7 +34,7 @@ import pytest
 import uvicorn
 
 from mrtr.stores import TaskQuery, TaskRecord, TaskStore, open_store
-from tests.support.redis_cluster import LocalCluster
+from tests.support.redis_cluster import LocalCluster, cli
 from tests.support.storekit import REDIS_URL, drop_namespace, service_problem
 
 # alone: failovers timed by a 1 s node timeout (make test runs it with nothing beside it)
@@ -299,14 +299,23 @@ async def test_a_primary_killed_while_tasks_run_loses_no_task(tmp_path: Path) ->
                 missing = [task_id for task_id in tasks if task_id not in results]
                 if missing:  # what the store holds for them, and what the servers said: the failure's story
                     store = RedisStore(cluster.url, prefix=f"{namespace}:")
+                    raw = store._redis  # the keys themselves: a missing record and an expired one differ
                     try:
-                        held = {t: await store.load(t, time.time()) for t in missing}
+                        held: dict[str, Any] = {t: await store.load(t, time.time()) for t in missing}
+                        for t in missing:
+                            shard = store.shard_of(t)
+                            held[f"{t} raw"] = {
+                                "exists": await raw.exists(shard.records + t),
+                                "expires": await raw.zscore(shard.expiry, t),
+                                "now": time.time(),
+                            }
                     except Exception as exc:  # a diagnostic only
                         held = {"store": repr(exc)}
                     finally:
                         await store.close()
                     story = {
                         "records": held,
+                        "replication": {port: cli(port, "info", "replication") for port in cluster.live_ports()},
                         "cluster": cluster.nodes_text(),
                         "logs": {label: servers[label].log()[-4000:] for label in servers},
                         "errors": Counter(errors),
