@@ -16,8 +16,9 @@ import uvicorn
 from starlette.types import ASGIApp
 
 
-async def serve_http(app: ASGIApp, port: int, ready_prefix: str, *, ready_suffix: str = "") -> None:
-    """Run `app` on 127.0.0.1:`port` until stopped, printing `ready_prefix URL[ ready_suffix]`."""
+async def serve_http(app: ASGIApp, port: int, ready_prefix: str, *, ready_suffix: str = "", path: str = "/mcp") -> None:
+    """Run `app` on 127.0.0.1:`port` until stopped, printing `ready_prefix URL[ ready_suffix]`
+    (URL: the endpoint at `path`)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
@@ -29,7 +30,7 @@ async def serve_http(app: ASGIApp, port: int, ready_prefix: str, *, ready_suffix
             await serving
             raise SystemExit("uvicorn did not start")
         await asyncio.sleep(0.01)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}{path}"
     print(f"{ready_prefix} {url}{' ' + ready_suffix if ready_suffix else ''}", flush=True)
     await serving
 

@@ -7,16 +7,15 @@ once it listens (the research server is the same URL with /research/). Each resp
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -26,6 +25,7 @@ if str(ROOT) not in sys.path:  # run as a script: make `tests` importable
 
 from mrtr._host.instance import InstanceHeader  # noqa: E402
 from tests.external.migrated import research_server, talks_server  # noqa: E402
+from tests.support.serving import serve_http  # noqa: E402
 
 READY = "migrated ready:"
 
@@ -43,20 +43,11 @@ def build() -> Starlette:
     return app
 
 
-async def main() -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(build(), log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
-    runner = uvicorn.Server(config)
-    serving = asyncio.create_task(runner.serve(sockets=[sock]))
-    while not runner.started:
-        if serving.done():
-            await serving
-            raise SystemExit("uvicorn did not start")
-        await asyncio.sleep(0.01)
-    print(READY, f"http://127.0.0.1:{sock.getsockname()[1]}/talks/mcp", flush=True)
-    await serving
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, default=0)
+    asyncio.run(serve_http(build(), parser.parse_args().port, READY, path="/talks/mcp"))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
