@@ -105,6 +105,32 @@ _SEND_YIELDS = 1  # loop passes the claim's task gets to put its request on the 
 _PURGE_EVERY = 256  # claims between sweeps of expired rounds (SQL ledgers; Redis expires keys itself)
 
 
+class DegradedRuns:
+    """Rounds run without the ledger's protection while it does not answer (`on_outage="degrade"`),
+    told once when a burst of ledger failures starts and once when the ledger answers again.
+
+    `started` and `ended` are the two warnings' texts: `started` gets the store and the first
+    flow's name, `ended` the number of rounds that ran meanwhile.
+    """
+
+    def __init__(self, started: str, ended: str) -> None:
+        self.started = started
+        self.ended = ended
+        self.count = 0
+        """Rounds run unprotected in the current burst."""
+
+    def ran(self, spec: FlowSpec, exc: StoreUnavailable) -> None:
+        self.count += 1
+        if self.count == 1:
+            logger.warning(self.started, exc.store, spec.name)
+
+    def recovered(self) -> None:
+        """The ledger answered: end the burst (say so if a round ran unprotected in it)."""
+        if self.count:
+            logger.warning(self.ended, self.count)
+            self.count = 0
+
+
 class ReplayGuard:
     """Enforces single-use rounds against a shared `RoundLedger` (`mrtr.stores._abilities`: the SQLite,
     Redis and PostgreSQL stores are ledgers).
@@ -143,8 +169,11 @@ class ReplayGuard:
         if on_outage not in GUARD_OUTAGES:
             raise ValueError(f"on_outage={on_outage!r}: use one of {list(GUARD_OUTAGES)}")
         self.on_outage = on_outage
-        self._unguarded = 0
-        """Rounds run unguarded in the current burst of ledger failures (`on_outage="degrade"`)."""
+        self._unguarded = DegradedRuns(
+            "replay guard: its ledger (%s) does not answer; rounds run unguarded until it does "
+            "(replay_guard_outage='degrade': a resent round may run its steps again) — first: flow %s",
+            "replay guard: its ledger answers again; %d round(s) ran unguarded meanwhile",
+        )
         self.ledger = ledger
         self.lease = lease
         self.max_wait = max_wait
@@ -213,15 +242,14 @@ class ReplayGuard:
             except StoreUnavailable as exc:
                 if self.on_outage != "degrade":
                     raise
-                self._degrade(spec, exc)  # the run went on unguarded (`_hold`): its own outcome stands
+                self._unguarded.ran(spec, exc)  # the run went on unguarded (`_hold`): its own outcome stands
                 if error is not None:
                     raise error from None
                 return value
         finally:
             for task in renewing:
                 task.cancel()
-        if self._unguarded:
-            self._recovered()
+        self._unguarded.recovered()
         if outcome is not None:
             return _replayed(spec, outcome)
         if error is not None:
@@ -253,21 +281,6 @@ class ReplayGuard:
             raise RoundDropped from exc
         if outcome is not None:
             raise RoundDropped
-
-    def _degrade(self, spec: FlowSpec, exc: StoreUnavailable) -> None:
-        """A round runs unguarded (`on_outage="degrade"`): said once per burst of ledger failures."""
-        self._unguarded += 1
-        if self._unguarded == 1:
-            logger.warning(
-                "replay guard: its ledger (%s) does not answer; rounds run unguarded until it does "
-                "(replay_guard_outage='degrade': a resent round may run its steps again) — first: flow %s",
-                exc.store,
-                spec.name,
-            )
-
-    def _recovered(self) -> None:
-        logger.warning("replay guard: its ledger answers again; %d round(s) ran unguarded meanwhile", self._unguarded)
-        self._unguarded = 0
 
     def _start_renewing(
         self, claim: asyncio.Task[Any], round_id: str, renewing: list[asyncio.Task[None] | asyncio.TimerHandle]

@@ -65,7 +65,7 @@ from mrtr._engine import journal as journal_codec
 from mrtr._engine.journal import JournalFormatError
 from mrtr._engine.round import RoundDropped
 from mrtr._errors import StoreUnavailable
-from mrtr._guard import _error_outcome, _replayed, _value_outcome
+from mrtr._guard import DegradedRuns, _error_outcome, _replayed, _value_outcome
 from mrtr.stores._abilities import has_round_progress
 from mrtr.tasks._checkpoints import Checkpoints
 from mrtr.tasks._seam import idempotency_key
@@ -113,19 +113,11 @@ class FirstRounds:
         self.ledger: Any = ledger
         self.header = header.lower() if header else None
         self.principal_of = principal_of
-        self._outage = 0
-        """First rounds run unjoined in the current burst of store failures (`on_outage="degrade"`)."""
-
-    def _unjoined(self, spec: FlowSpec, exc: StoreUnavailable) -> None:
-        """A first round runs without joining (`replay_guard_outage="degrade"`): said once per burst."""
-        self._outage += 1
-        if self._outage == 1:
-            logger.warning(
-                "first rounds: the store (%s) does not answer; first rounds run without joining their resends "
-                "until it does (replay_guard_outage='degrade') — first: flow %s",
-                exc.store,
-                spec.name,
-            )
+        self._unjoined = DegradedRuns(
+            "first rounds: the store (%s) does not answer; first rounds run without joining their resends "
+            "until it does (replay_guard_outage='degrade') — first: flow %s",
+            "first rounds: the store answers again; %d first round(s) ran unjoined",
+        )
 
     @staticmethod
     def available(guard: ReplayGuard | None) -> bool:
@@ -171,11 +163,9 @@ class FirstRounds:
         except StoreUnavailable as exc:
             if self.guard.on_outage != "degrade":
                 return await self._until_an_effect(round, call_next, exc)
-            self._unjoined(spec, exc)
+            self._unjoined.ran(spec, exc)
             return await call_next(round)
-        if self._outage:
-            logger.warning("first rounds: the store answers again; %d first round(s) ran unjoined", self._outage)
-            self._outage = 0
+        self._unjoined.recovered()
         if outcome is not None:
             logger.debug("flow %s: a resent first round (%s) got its first copy's answer", spec.name, kind)
             return _replayed(spec, outcome)
@@ -200,7 +190,7 @@ class FirstRounds:
             except StoreUnavailable as exc:
                 if self.guard.on_outage != "degrade":
                     raise  # the step fails retryable: its resend resumes from the last checkpoint
-                self._unjoined(spec, exc)
+                self._unjoined.ran(spec, exc)
                 return  # the round runs on; a resend after a death would redo this step
             if not saved:
                 raise MCPError(
